@@ -1,0 +1,45 @@
+# make help lists the targets. Every target sets up .venv first when it is missing or stale.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+# torch is installed only when the environment has none. The +cpu build is never a multi-GB
+# CUDA build: PyPI has no +cpu wheels, so it comes from a local wheel or PyTorch's CPU index.
+TORCH_SPEC ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: help setup run sweep-demo test test-gpu lint type bench ui
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+
+setup: $(VENV)/.installed ## create .venv with a CPU torch (if none) and the runner with its dev tools
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)" --extra-index-url $(TORCH_INDEX)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+run: setup ## profile the naive RMSNorm once and log it to ./mlflow.db
+	$(PY) -m runner +workload=rmsnorm_naive
+
+sweep-demo: setup ## the three-variant RMSNorm study: one parent run, three children
+	$(PY) -m runner -m +experiment=rmsnorm_comparison
+
+test: setup ## run the test suite (CPU; GPU tests skip without CUDA)
+	$(PY) -m pytest
+
+test-gpu: setup ## run only the CUDA tests
+	$(PY) -m pytest -m gpu
+
+lint: setup ## ruff check and format check
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+type: setup ## mypy --strict over runner/ and workloads/
+	$(PY) -m mypy
+
+bench: setup ## runner overhead against a hand-written script
+	$(PY) benchmarks/runner_overhead.py
+
+ui: setup ## open the MLflow UI on http://127.0.0.1:5000
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///mlflow.db

@@ -1,0 +1,46 @@
+"""The hand-written baseline: the same profile and MLflow logging as one runner job, no framework.
+
+python benchmarks/minimal_profile.py sqlite:///bench.db out_dir
+"""
+
+import sys
+from pathlib import Path
+
+import mlflow
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from workloads.rmsnorm import NaiveRMSNorm
+
+uri, out = sys.argv[1], Path(sys.argv[2])
+torch.manual_seed(0)
+module = NaiveRMSNorm(hidden=512, batch=4, seq_len=128).eval()
+(x,) = module.example_inputs(torch.float32, torch.Generator().manual_seed(0))
+
+
+def export(prof: profile) -> None:
+    (out / "trace").mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(out / "trace" / "trace.json"))
+
+
+mlflow.set_tracking_uri(uri)
+mlflow.set_experiment("runner")
+with mlflow.start_run(run_name="minimal"), torch.no_grad():
+    mlflow.log_params({"hidden": 512, "batch": 4, "seq_len": 128})
+    module(x)
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=2, warmup=1, active=1),
+        record_shapes=True,
+        profile_memory=True,
+        with_flops=True,
+        on_trace_ready=export,
+    ) as prof:
+        for _ in range(4):
+            module(x)
+            prof.step()
+    events = prof.key_averages(group_by_input_shape=True)
+    mlflow.log_metric("cpu/self_total_ms", sum(e.self_cpu_time_total for e in events) / 1000)
+    mlflow.log_table({"name": [e.key for e in events], "calls": [e.count for e in events]}, "key_averages.json")
+    mlflow.log_text(events.table(sort_by="self_cpu_time_total"), "key_averages.txt")
+    mlflow.log_artifacts(str(out / "trace"), "trace")

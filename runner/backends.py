@@ -1,0 +1,112 @@
+"""Backends: every device-specific decision behind one small interface.
+
+The rest of the runner never branches on the device: it asks the backend for the torch
+device, how to synchronise, which profiler activities and extra profiler arguments to use,
+and which `torch.compile` backend to pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity
+
+from runner.config import BackendConfig, ConfigError, ProfilerConfig
+
+TRACE_FILE = "trace.json"
+# One folder per profiler cycle, named after the step at which the cycle ended.
+TRACE_ITER_DIR = "iteration_{step}"
+
+
+def chrome_trace_writer(trace_dir: Path) -> Callable[[torch.profiler.profile], None]:
+    """Return an on_trace_ready handler that writes each cycle's Chrome trace."""
+
+    def write(prof: torch.profiler.profile) -> None:
+        out = trace_dir / TRACE_ITER_DIR.format(step=prof.step_num)
+        out.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(out / TRACE_FILE))
+
+    return write
+
+
+class CpuBackend:
+    """Host CPU: nothing to synchronise, CPU activity only."""
+
+    name = "cpu"
+    # the torch.compile backend for this device; inductor is PyTorch's default
+    compile_backend = "inductor"
+
+    def __init__(self, config: BackendConfig) -> None:
+        self.config = config
+
+    @property
+    def device(self) -> torch.device:
+        """The torch device tensors and the module are moved to."""
+        return torch.device(self.name)
+
+    def device_name(self) -> str:
+        """A human-readable name of the device, for tags and the console."""
+        import platform
+
+        return platform.processor() or platform.machine()
+
+    def synchronize(self) -> None:
+        """Wait for queued device work; CPU work is already complete."""
+
+    def activities(self) -> list[ProfilerActivity]:
+        """torch.profiler activities that cover this device."""
+        return [ProfilerActivity.CPU]
+
+    def profiler_kwargs(self, profiler: ProfilerConfig, trace_dir: Path) -> dict[str, Any]:
+        """Extra torch.profiler.profile arguments: here, the Chrome trace exporter."""
+        return {"on_trace_ready": chrome_trace_writer(trace_dir)}
+
+
+class CudaBackend(CpuBackend):
+    """NVIDIA GPU: CUDA activity, torch.cuda.synchronize before clocks and profiler steps."""
+
+    name = "cuda"
+
+    def device_name(self) -> str:
+        """The GPU's marketing name, e.g. 'NVIDIA H200'."""
+        return torch.cuda.get_device_name(self.device)
+
+    def synchronize(self) -> None:
+        """CUDA kernels run asynchronously; wait so timings and traces are complete."""
+        torch.cuda.synchronize(self.device)
+
+    def activities(self) -> list[ProfilerActivity]:
+        """CPU ops plus CUDA kernels and memcpys."""
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+
+def neuron_available() -> bool:
+    """True when torch-neuronx is installed and reports a usable NeuronCore."""
+    try:
+        import torch_neuronx  # noqa: F401
+    except ImportError:
+        return False
+    module = getattr(torch, "neuron", None)
+    return bool(module is not None and module.is_available())
+
+
+def make_backend(config: BackendConfig) -> CpuBackend:
+    """Build the backend named by `backend.name`, resolving `auto` to the best available.
+
+    Raises:
+        ConfigError: the requested device is not available on this machine.
+    """
+    name = config.name
+    if name == "auto":
+        name = "neuron" if neuron_available() else "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "neuron":
+        from runner.neuron import NeuronBackend
+
+        neuron: CpuBackend = NeuronBackend(config)
+        return neuron
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("backend=cuda: no CUDA device is visible (allowed here: auto, cpu)")
+    return CudaBackend(config) if name == "cuda" else CpuBackend(config)

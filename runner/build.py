@@ -1,0 +1,56 @@
+"""Build a workload from its spec: the module from `_target_`, its inputs, on the backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from runner.backends import CpuBackend
+from runner.config import ConfigError, WorkloadSpec, locate_target
+
+
+@dataclass
+class BuiltWorkload:
+    """The module to call (compiled when asked) and its inputs, already on the device."""
+
+    module: nn.Module
+    # the uncompiled module, which owns the reference implementation when there is one
+    eager: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+
+
+def _inputs(module: nn.Module, spec: WorkloadSpec, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(spec.seed)
+    if spec.inputs is not None:
+        return tuple(torch.randn(shape, generator=generator).to(dtype) for shape in spec.inputs)
+    make = getattr(module, "example_inputs", None)
+    if make is None:
+        raise ConfigError(
+            f"workload.inputs is required: {spec.target} has no example_inputs(); "
+            "declare shapes, e.g. workload.inputs=[[8,512]]"
+        )
+    return tuple(make(dtype, generator))
+
+
+def build_workload(spec: WorkloadSpec, backend: CpuBackend) -> BuiltWorkload:
+    """Instantiate, seed, cast and place the workload; compile it when `workload.compile`.
+
+    Raises:
+        ConfigError: the constructor rejected its arguments.
+    """
+    torch.manual_seed(spec.seed)
+    try:
+        module = locate_target(spec.target)(**spec.kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err) if str(err).startswith("workload.") else f"workload: {err}") from None
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"workload._target_={spec.target!r} must build a torch.nn.Module")
+    dtype = getattr(torch, spec.dtype)
+    inputs = tuple(t.to(backend.device) for t in _inputs(module, spec, dtype))
+    eager = module.to(backend.device, dtype).eval()
+    compiled = eager
+    if spec.compile:
+        compiled = torch.compile(eager, backend=backend.compile_backend)  # type: ignore[assignment]
+    return BuiltWorkload(module=compiled, eager=eager, inputs=inputs)

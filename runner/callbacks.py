@@ -1,0 +1,98 @@
+"""Hydra callbacks: checks before any job starts, and the sweep's parent MLflow run.
+
+Listed in `conf/config.yaml` under `hydra.callbacks`, so they run for every launch. Hydra
+prints a `CompactHydraException` as its message alone, which is how bad input gets a
+one-line error instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from runner.config import TrackingConfig
+from runner.tracking import PARENT_RUN_ENV
+
+log = logging.getLogger(__name__)
+
+
+class UsageError(CompactHydraException):
+    """Bad input, reported by Hydra as one line on stderr with a non-zero exit."""
+
+
+def check_writable_dir(key: str, path: str) -> None:
+    """Exit with a one-line error naming the key when `path` cannot be created or written.
+
+    Hydra turns exceptions raised in callbacks into warnings and goes on to fail with a
+    traceback, so this exits directly; nothing has started yet, so nothing is left behind.
+    """
+    target = Path(path)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        sys.exit(f"error: {key}={path} cannot be created: {err.strerror}")
+    if not os.access(target, os.W_OK):
+        sys.exit(f"error: {key}={path} is not writable")
+
+
+def _tracking(config: DictConfig) -> TrackingConfig:
+    tracking: TrackingConfig = OmegaConf.to_object(config.tracking)  # type: ignore[assignment]
+    return tracking
+
+
+class RunnerCallback(Callback):
+    """Checks output directories up front and groups a sweep's jobs under one parent run."""
+
+    def __init__(self) -> None:
+        self.parent_run_id: str | None = None
+        self.failed: list[str] = []
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Refuse an unwritable output directory before Hydra trips over it."""
+        check_writable_dir("hydra.run.dir", config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Check the sweep directory and open the parent run that the jobs will join."""
+        check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+        tracking = _tracking(config)
+        if not tracking.enabled:
+            return
+        from mlflow import MlflowClient
+
+        from runner.tracking import ensure_experiment
+
+        experiment_id = ensure_experiment(tracking)
+        overrides = " ".join(config.hydra.overrides.task)
+        run = MlflowClient(tracking.uri).create_run(
+            experiment_id,
+            run_name=f"sweep {overrides}".strip(),
+            tags={"runner.sweep": "true", "runner.overrides": overrides, "runner.sweep_dir": config.hydra.sweep.dir},
+        )
+        self.parent_run_id = run.info.run_id
+        os.environ[PARENT_RUN_ENV] = self.parent_run_id
+        log.info("sweep parent run %s in experiment '%s'", self.parent_run_id, tracking.experiment)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        """Remember which jobs failed, for the parent run's status."""
+        if job_return.status == JobStatus.FAILED:
+            self.failed.append(" ".join(job_return.overrides or []))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Close the parent run: FINISHED when every job finished, FAILED otherwise."""
+        os.environ.pop(PARENT_RUN_ENV, None)
+        if self.parent_run_id is None:
+            return
+        from mlflow import MlflowClient
+
+        client = MlflowClient(_tracking(config).uri)
+        client.set_tag(self.parent_run_id, "runner.failed_jobs", str(len(self.failed)))
+        client.set_terminated(self.parent_run_id, "FAILED" if self.failed else "FINISHED")
+        self.parent_run_id = None

@@ -1,0 +1,254 @@
+"""Typed schemas for the runner-owned config groups, and validation that names the key.
+
+The schemas are registered in Hydra's ConfigStore as `base_<group>`; each option file in
+`conf/<group>/` lists its schema first, so unknown keys and wrong types fail at composition.
+Cross-field rules live in `__post_init__` and run when `load_run_spec` builds the objects.
+This module must stay free of torch and mlflow imports: `python -m runner --help` loads it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from runner import CONF_DIR
+
+BACKENDS = ("auto", "cpu", "cuda", "neuron")
+NEURON_MODES = ("DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY")
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+# Workload keys the runner consumes itself; every other key is a constructor argument.
+RUNNER_WORKLOAD_KEYS = ("_target_", "compile", "dtype", "seed", "inputs")
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration mistake; the message names the key and the allowed values."""
+
+
+def _allowed(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _at_least(key: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise ConfigError(f"{key} must be >= {minimum}, got {value}")
+
+
+@dataclass
+class BackendConfig:
+    """Which device runs the workload."""
+
+    # auto picks neuron, then cuda, then cpu
+    name: str = "auto"
+    # NeuronCores the job may use, e.g. "0", "0-1", "0,2-3"; null means all (neuron only)
+    cores: str | None = None
+
+    def __post_init__(self) -> None:
+        _allowed("backend.name", self.name, BACKENDS)
+
+
+@dataclass
+class ProfilerConfig:
+    """torch.profiler options, plus the NeuronConfig options used by backend=neuron."""
+
+    # false runs the schedule without a profiler (a no-op profiler with the same interface)
+    enabled: bool = True
+    # record input shapes; the op table then has one row per (op, shapes)
+    record_shapes: bool = True
+    # record tensor memory allocated/freed per op
+    profile_memory: bool = True
+    # record Python stacks (slow: symbolising frames costs seconds per step)
+    with_stack: bool = False
+    # estimate FLOPs for matmul/conv-like ops
+    with_flops: bool = True
+    # Neuron capture modes (NeuronConfig.modes): DEVICE, RUNTIME, CPU_UTIL, HOST_MEMORY
+    modes: list[str] = field(default_factory=lambda: ["DEVICE", "RUNTIME"])
+    # NeuronCores to capture, e.g. "0,1,2-5"; null means the cores the job uses
+    capture_enabled_for_nc: str | None = None
+    # system-trace ring buffer size per NeuronCore; null keeps the Neuron default (1,000,000)
+    max_events_per_nc: int | None = None
+    # ask the Neuron build to attach device time to ops; passed only when set
+    correlate_device_time: bool | None = None
+
+    def __post_init__(self) -> None:
+        for mode in self.modes:
+            _allowed("profiler.modes", mode, NEURON_MODES)
+        if self.max_events_per_nc is not None:
+            _at_least("profiler.max_events_per_nc", self.max_events_per_nc, 1)
+
+
+@dataclass
+class ScheduleConfig:
+    """torch.profiler.schedule; the runner runs exactly the steps the schedule needs."""
+
+    # steps skipped before each cycle (not recorded)
+    wait: int = 2
+    # steps recorded but discarded, so the active steps are warm
+    warmup: int = 1
+    # steps recorded and reported
+    active: int = 1
+    # number of wait/warmup/active cycles
+    repeat: int = 1
+    # steps skipped once, before the first cycle
+    skip_first: int = 0
+
+    def __post_init__(self) -> None:
+        _at_least("schedule.active", self.active, 1)
+        _at_least("schedule.repeat", self.repeat, 1)
+        for key in ("wait", "warmup", "skip_first"):
+            _at_least(f"schedule.{key}", getattr(self, key), 0)
+
+    @property
+    def total_steps(self) -> int:
+        """Steps the profiled loop runs: skip_first, then `repeat` full cycles."""
+        return self.skip_first + (self.wait + self.warmup + self.active) * self.repeat
+
+    @property
+    def active_steps(self) -> int:
+        """Steps whose events end up in key_averages()."""
+        return self.active * self.repeat
+
+
+@dataclass
+class TrackingConfig:
+    """Where runs are logged."""
+
+    # false skips MLflow entirely (dry runs)
+    enabled: bool = True
+    # MLflow tracking URI; MLflow 3 refuses ./mlruns, so a SQLite file is the local default
+    uri: str = "sqlite:///mlflow.db"
+    # MLflow experiment that receives the runs
+    experiment: str = "runner"
+
+
+@dataclass
+class WorkloadSpec:
+    """A workload config split into what the runner consumes and the constructor kwargs."""
+
+    target: str
+    kwargs: dict[str, Any]
+    dtype: str = "float32"
+    seed: int = 0
+    compile: bool = False
+    # input shapes for modules that do not build their own example inputs
+    inputs: list[list[int]] | None = None
+
+
+@dataclass
+class JobInfo:
+    """What the launcher knows about this job; filled from HydraConfig in __main__ only."""
+
+    # the readable MLflow run name: workload plus overrides
+    run_name: str
+    # the selected workload option, e.g. rmsnorm_naive
+    workload_name: str
+    # the job's command-line overrides
+    overrides: list[str]
+    # the job's output directory (traces and captures go under it)
+    output_dir: Path
+    # Hydra's .hydra/ folder with the composed config and overrides, when there is one
+    hydra_dir: Path | None = None
+
+
+@dataclass
+class RunSpec:
+    """The validated, typed form of one job's config."""
+
+    workload: WorkloadSpec
+    backend: BackendConfig
+    profiler: ProfilerConfig
+    schedule: ScheduleConfig
+    tracking: TrackingConfig
+
+
+def locate_target(target: str) -> Any:
+    """Import the object a dotted `_target_` names, or fail naming the key."""
+    module_name, _, attr = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"workload._target_={target!r} cannot be imported: {err}") from None
+
+
+def _check_kwargs(target: str, kwargs: dict[str, Any]) -> None:
+    """Reject constructor kwargs the target does not accept, listing those it does."""
+    params = inspect.signature(locate_target(target)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [name for name in params if name != "self"]
+    for key in kwargs:
+        if key not in params:
+            allowed = ", ".join([*accepted, *RUNNER_WORKLOAD_KEYS[1:]])
+            raise ConfigError(f"workload.{key} is not a parameter of {target}; allowed: {allowed}")
+
+
+def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
+    if node is None:
+        options = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))
+        raise ConfigError(f"no workload selected: add +workload=<name>; available: {', '.join(options)}")
+    missing = sorted(OmegaConf.missing_keys(node))
+    if missing:
+        raise ConfigError(f"{missing[0]} is required by this workload config; set it on the command line")
+    raw = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(raw, dict)
+    target = raw.pop("_target_", None)
+    if not isinstance(target, str) or not target:
+        raise ConfigError("workload._target_ must name a module class, e.g. my_pkg.MyModule")
+    spec = WorkloadSpec(
+        target=target,
+        kwargs={},
+        dtype=raw.pop("dtype", "float32"),
+        seed=raw.pop("seed", 0),
+        compile=raw.pop("compile", False),
+        inputs=raw.pop("inputs", None),
+    )
+    spec.kwargs = {str(k): v for k, v in raw.items()}
+    _allowed("workload.dtype", spec.dtype, DTYPES)
+    if not isinstance(spec.compile, bool):
+        raise ConfigError(f"workload.compile must be true or false, got {spec.compile!r}")
+    if spec.inputs is not None and not all(
+        isinstance(shape, list) and all(isinstance(d, int) and d > 0 for d in shape) for shape in spec.inputs
+    ):
+        raise ConfigError(f"workload.inputs must be a list of shapes like [[4, 128]], got {spec.inputs}")
+    _check_kwargs(target, spec.kwargs)
+    return spec
+
+
+def _to_object(node: DictConfig | ListConfig, key: str) -> Any:
+    try:
+        return OmegaConf.to_object(node)
+    except ConfigError:
+        raise
+    except ValueError as err:  # OmegaConf wraps nothing else; keep the key in the message
+        raise ConfigError(f"{key}: {err}") from None
+
+
+def load_run_spec(cfg: DictConfig) -> RunSpec:
+    """Validate a composed config and return its typed form.
+
+    Raises:
+        ConfigError: a value is out of range, unknown, or of the wrong kind; the message
+            names the full key and the allowed values.
+    """
+    return RunSpec(
+        workload=_workload_spec(cfg.get("workload")),
+        backend=_to_object(cfg.backend, "backend"),
+        profiler=_to_object(cfg.profiler, "profiler"),
+        schedule=_to_object(cfg.schedule, "schedule"),
+        tracking=_to_object(cfg.tracking, "tracking"),
+    )
+
+
+def register_schemas() -> None:
+    """Register the group schemas so option files can list `base_<group>` in their defaults."""
+    store = ConfigStore.instance()
+    store.store(group="backend", name="base_backend", node=BackendConfig)
+    store.store(group="profiler", name="base_profiler", node=ProfilerConfig)
+    store.store(group="schedule", name="base_schedule", node=ScheduleConfig)
+    store.store(group="tracking", name="base_tracking", node=TrackingConfig)

@@ -1,0 +1,91 @@
+"""Turn `key_averages()` into a per-op table and the run's summary metrics.
+
+Device-time columns and metrics appear only when the profiler reported device time: a
+missing measurement is never written as zero.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from torch.autograd.profiler_util import EventList
+
+# key_averages() folds the ProfilerStep#N ranges into one row with this prefix.
+STEP_PREFIX = "ProfilerStep"
+US_PER_MS = 1000.0
+
+
+@dataclass
+class OpTable:
+    """One row per op (per op and input shapes when shapes were recorded)."""
+
+    rows: list[dict[str, Any]]
+    active_steps: int
+    has_device_time: bool
+
+    def columns(self) -> dict[str, list[Any]]:
+        """The table column-wise, as mlflow.log_table wants it."""
+        names = list(self.rows[0]) if self.rows else ["name"]
+        return {name: [row[name] for row in self.rows] for name in names}
+
+
+def build_op_table(events: EventList, active_steps: int, with_shapes: bool, with_memory: bool) -> OpTable:
+    """Build the op table from `prof.key_averages(...)`, sorted by self time, longest first."""
+    has_device_time = any(e.self_device_time_total > 0 for e in events)
+    has_device_memory = with_memory and any(e.device_memory_usage for e in events)
+    rows = []
+    for e in events:
+        row: dict[str, Any] = {"name": e.key}
+        if with_shapes:
+            row["input_shapes"] = str(e.input_shapes)
+        row["calls"] = e.count
+        row["calls_per_step"] = e.count / active_steps
+        row["self_cpu_ms"] = e.self_cpu_time_total / US_PER_MS
+        row["cpu_total_ms"] = e.cpu_time_total / US_PER_MS
+        if has_device_time:
+            row["self_device_ms"] = e.self_device_time_total / US_PER_MS
+            row["device_total_ms"] = e.device_time_total / US_PER_MS
+        if with_memory:
+            row["cpu_memory_bytes"] = e.cpu_memory_usage
+            row["self_cpu_memory_bytes"] = e.self_cpu_memory_usage
+        if has_device_memory:
+            row["device_memory_bytes"] = e.device_memory_usage
+            row["self_device_memory_bytes"] = e.self_device_memory_usage
+        row["flops"] = e.flops
+        rows.append(row)
+    time_key = "self_device_ms" if has_device_time else "self_cpu_ms"
+    rows.sort(key=lambda row: row[time_key], reverse=True)
+    return OpTable(rows=rows, active_steps=active_steps, has_device_time=has_device_time)
+
+
+def self_time_by_op(table: OpTable) -> dict[str, float]:
+    """Self time (device when reported, else CPU) per op name, merged across input shapes."""
+    time_key = "self_device_ms" if table.has_device_time else "self_cpu_ms"
+    totals: dict[str, float] = defaultdict(float)
+    for row in table.rows:
+        if not row["name"].startswith(STEP_PREFIX):
+            totals[row["name"]] += row[time_key]
+    return dict(sorted(totals.items(), key=lambda item: item[1], reverse=True))
+
+
+def summary_metrics(table: OpTable) -> dict[str, float]:
+    """Headline metrics of the profiled window (times in ms, totals over the active steps)."""
+    if not table.rows:
+        return {}
+    metrics: dict[str, float] = {"cpu/self_total_ms": sum(r["self_cpu_ms"] for r in table.rows)}
+    if table.has_device_time:
+        metrics["device/self_total_ms"] = sum(r["self_device_ms"] for r in table.rows)
+    aten = [r for r in table.rows if r["name"].startswith("aten::")]
+    metrics["ops/aten_ops"] = float(len({r["name"] for r in aten}))
+    metrics["ops/calls_per_step"] = sum(r["calls"] for r in aten) / table.active_steps
+    by_op = self_time_by_op(table)
+    total = sum(by_op.values())
+    if total > 0:
+        metrics["ops/top_op_share"] = next(iter(by_op.values())) / total
+    steps = [r for r in table.rows if r["name"].startswith(STEP_PREFIX)]
+    if steps:
+        metrics["time/profiled_step_ms"] = sum(r["cpu_total_ms"] for r in steps) / sum(r["calls"] for r in steps)
+    metrics["profiler/active_steps"] = float(table.active_steps)
+    return metrics

@@ -1,0 +1,162 @@
+"""MLflow, in one place: the tracking URI, one run per job, params, tags, metrics, artifacts.
+
+`open_run` wraps `mlflow.start_run`, so a job that raises leaves its run FAILED. With
+`tracking.enabled=false` it yields a `NullRun` with the same methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from runner.config import TrackingConfig
+
+log = logging.getLogger(__name__)
+
+# The sweep callback puts the parent run's id here; jobs (in-process or spawned) read it.
+PARENT_RUN_ENV = "RUNNER_PARENT_RUN_ID"
+# MLflow caps param values at 6000 characters; longer values are cut, not rejected.
+MAX_PARAM_CHARS = 6000
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts/lists into dotted keys, as the MLflow params table wants."""
+    if isinstance(tree, dict):
+        items = list(tree.items())
+    elif isinstance(tree, list) and any(isinstance(v, (dict, list)) for v in tree):
+        items = [(str(i), v) for i, v in enumerate(tree)]
+    else:
+        return {prefix: tree}
+    flat: dict[str, Any] = {}
+    for key, value in items:
+        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def git_commit(repo: Path) -> str | None:
+    """The commit of the repository holding `repo`, with '-dirty' when it has changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{commit}-dirty" if dirty else commit
+
+
+def ensure_experiment(tracking: TrackingConfig) -> str:
+    """Point MLflow at `tracking.uri` and return the id of `tracking.experiment`, creating it."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking.uri)
+    return mlflow.set_experiment(tracking.experiment).experiment_id
+
+
+class NullRun:
+    """Accepts everything a run accepts and records nothing (tracking.enabled=false)."""
+
+    run_id: str | None = None
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        """Ignore params."""
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        """Ignore tags."""
+
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        """Ignore metrics."""
+
+    def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
+        """Ignore a table."""
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Ignore a text artifact."""
+
+    def log_artifacts(self, local_dir: Path, artifact_path: str) -> None:
+        """Ignore a directory of artifacts."""
+
+    def describe(self) -> str:
+        """One line for the console summary."""
+        return "tracking is off (tracking=off): nothing was logged to MLflow"
+
+
+class MlflowRun(NullRun):
+    """The active MLflow run of this job."""
+
+    def __init__(self, run_id: str, experiment_id: str, tracking: TrackingConfig) -> None:
+        self.run_id = run_id
+        self.experiment_id = experiment_id
+        self.tracking = tracking
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        """Log params, cutting values MLflow would reject for length."""
+        import mlflow
+
+        mlflow.log_params({k: str(v)[:MAX_PARAM_CHARS] for k, v in params.items()})
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        """Set tags; None values are skipped rather than logged as 'None'."""
+        import mlflow
+
+        mlflow.set_tags({k: str(v) for k, v in tags.items() if v is not None})
+
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        """Log metrics at step 0."""
+        import mlflow
+
+        mlflow.log_metrics(metrics)
+
+    def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
+        """Log a table the MLflow UI can show (a JSON artifact)."""
+        import mlflow
+
+        mlflow.log_table(data=columns, artifact_file=artifact_file)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Log a text artifact."""
+        import mlflow
+
+        mlflow.log_text(text, artifact_file)
+
+    def log_artifacts(self, local_dir: Path, artifact_path: str) -> None:
+        """Log a directory tree, when it exists."""
+        import mlflow
+
+        if local_dir.is_dir():
+            mlflow.log_artifacts(str(local_dir), artifact_path)
+
+    def describe(self) -> str:
+        """Where to find the run, and how to open it."""
+        return (
+            f"MLflow run {self.run_id} in experiment '{self.tracking.experiment}' at {self.tracking.uri}\n"
+            f"  open it: mlflow ui --backend-store-uri {self.tracking.uri}\n"
+            f"  then:    http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        )
+
+
+@contextmanager
+def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
+    """Start this job's run (a child of the sweep's parent run when there is one).
+
+    The run ends FINISHED when the block completes and FAILED when it raises.
+    """
+    if not tracking.enabled:
+        yield NullRun()
+        return
+    import mlflow
+
+    experiment_id = ensure_experiment(tracking)
+    parent = os.environ.get(PARENT_RUN_ENV) or None
+    with mlflow.start_run(run_name=run_name, parent_run_id=parent) as active:
+        yield MlflowRun(active.info.run_id, experiment_id, tracking)

@@ -1,0 +1,69 @@
+"""A few real `python -m runner` subprocess runs: one job, a two-job sweep, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+SMALL = ["workload.hidden=16", "workload.seq_len=2"]
+
+
+def runner(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def all_runs(uri: str) -> list[mlflow.entities.Run]:
+    client = mlflow.MlflowClient(uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+def test_single_run(tmp_path: Path, tracking_uri: str) -> None:
+    done = runner("+workload=rmsnorm_naive", "backend=cpu", f"hydra.run.dir={tmp_path}/run", *SMALL)
+    assert done.returncode == 0, done.stderr
+    assert "top ops by self CPU time" in done.stdout and "mlflow ui --backend-store-uri" in done.stdout
+    (run,) = all_runs(tracking_uri)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["runner.overrides"].startswith("+workload=rmsnorm_naive")
+    assert list((tmp_path / "run" / "trace").rglob("trace.json"))
+
+
+def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None:
+    # in a sweep over workloads, workload keys need ++ (the sweep's base config has no workload)
+    small = [f"++{o}" for o in SMALL]
+    done = runner("-m", "+workload=rmsnorm_naive,rmsnorm_builtin", "backend=cpu", f"hydra.sweep.dir={tmp_path}", *small)
+    assert done.returncode == 0, done.stderr
+    runs = all_runs(tracking_uri)
+    parents = [r for r in runs if r.data.tags.get("runner.sweep") == "true"]
+    children = [r for r in runs if r not in parents]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert {r.info.run_name.split()[0] for r in children} == {"rmsnorm_naive", "rmsnorm_builtin"}
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["+workload=triton"], "Could not find 'workload/triton'", id="unknown-workload"),
+        pytest.param(["+workload=rmsnorm_naive", "backend=tpu"], "Could not find 'backend/tpu'", id="unknown-backend"),
+        pytest.param(["+workload=rmsnorm_naive", "workload.hidden=0"], "workload.hidden must be", id="zero-size"),
+        pytest.param(["+workload=rmsnorm_naive", "workload.dtype=int3"], "workload.dtype='int3'", id="dtype"),
+        pytest.param(["+workload=rmsnorm_naive", "schedule.active=0"], "schedule.active must be >= 1", id="active"),
+        pytest.param(["+workload=rmsnorm_naive", "profiler.recrod_shapes=true"], "profiler.recrod_shapes", id="key"),
+        pytest.param(["+workload=rmsnorm_naive", "hydra.run.dir=/proc/runner"], "hydra.run.dir=/proc/runner", id="dir"),
+    ],
+)
+def test_bad_input_is_one_line_with_no_traceback_and_no_run(args: list[str], message: str, tracking_uri: str) -> None:
+    done = runner(*args)
+    assert done.returncode != 0
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert all(r.info.status != "RUNNING" for r in all_runs(tracking_uri))
+    assert all_runs(tracking_uri) == []

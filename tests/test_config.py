@@ -1,0 +1,110 @@
+"""Every option of every group composes; bad values fail with the key and allowed values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from runner import CONF_DIR
+from runner.backends import CpuBackend
+from runner.build import build_workload
+from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
+from tests.conftest import REPO, compose_cfg
+
+GROUPS = ["backend", "profiler", "schedule", "tracking"]
+OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF_DIR / group).glob("*.yaml"))]
+WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml") if p.stem != "custom")
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_group_option_composes_and_validates(group: str, option: str) -> None:
+    cfg = compose_cfg("+workload=rmsnorm_naive", f"{group}={option}")
+    spec = load_run_spec(cfg)
+    assert getattr(spec, group) is not None
+    assert OmegaConf.select(cfg, f"{group}") is not None
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_every_workload_builds_on_cpu(workload: str) -> None:
+    spec = load_run_spec(compose_cfg(f"+workload={workload}"))
+    built = build_workload(spec.workload, CpuBackend(BackendConfig(name="cpu")))
+    assert built.inputs[0].shape == (4, 128, 512)
+
+
+def test_custom_workload_takes_any_module_with_declared_inputs() -> None:
+    cfg = compose_cfg(
+        "+workload=custom",
+        "workload._target_=torch.nn.Linear",
+        "workload.inputs=[[3,8]]",
+        "+workload.in_features=8",
+        "+workload.out_features=2",
+    )
+    built = build_workload(load_run_spec(cfg).workload, CpuBackend(BackendConfig(name="cpu")))
+    assert built.module(*built.inputs).shape == (3, 2)
+
+
+def test_experiment_sweeps_the_three_variants() -> None:
+    cfg = compose_cfg("+experiment=rmsnorm_comparison", "workload.hidden=64", with_hydra=True)
+    assert cfg.workload.hidden == 64  # workload keys override without ++ in experiment sweeps
+    assert cfg.schedule.wait == 2 and cfg.schedule.warmup == 1 and cfg.schedule.active == 1
+    swept = cfg.hydra.sweeper.params.workload.split(",")
+    assert swept == ["rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled"]
+
+
+def test_compiled_variant_is_the_naive_one_with_compile_on() -> None:
+    naive = compose_cfg("+workload=rmsnorm_naive").workload
+    compiled = compose_cfg("+workload=rmsnorm_compiled").workload
+    assert compiled.compile is True and naive.compile is False
+    assert OmegaConf.masked_copy(compiled, [k for k in compiled if k != "compile"]) == OmegaConf.masked_copy(
+        naive, [k for k in naive if k != "compile"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        pytest.param("workload.hidden=0", r"workload\.hidden must be a positive integer", id="zero-size"),
+        pytest.param("workload.batch=-1", r"workload\.batch must be a positive integer", id="negative-size"),
+        pytest.param("workload.dtype=float8", r"workload\.dtype='float8'.*float32, float16", id="dtype"),
+        pytest.param("+workload.hiden=3", r"workload\.hiden is not a parameter.*hidden", id="misspelled-kwarg"),
+        pytest.param("workload.eps=0", r"workload\.eps must be > 0", id="eps"),
+        pytest.param("schedule.active=0", r"schedule\.active must be >= 1", id="active-zero"),
+        pytest.param("schedule.repeat=0", r"schedule\.repeat must be >= 1", id="repeat-zero"),
+        pytest.param("schedule.wait=-1", r"schedule\.wait must be >= 0", id="wait-negative"),
+        pytest.param("backend.name=tpu", r"backend\.name='tpu'.*auto, cpu, cuda, neuron", id="backend"),
+        pytest.param("profiler.modes=[DEVICE,GPU]", r"profiler\.modes='GPU'.*RUNTIME", id="mode"),
+        pytest.param("profiler.max_events_per_nc=0", r"profiler\.max_events_per_nc must be >= 1", id="events"),
+        pytest.param("workload._target_=nowhere.Module", r"workload\._target_='nowhere\.Module' cannot", id="target"),
+    ],
+)
+def test_bad_values_name_the_key(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", override))
+        build_workload(spec.workload, CpuBackend(spec.backend))
+
+
+def test_missing_workload_lists_the_options() -> None:
+    with pytest.raises(ConfigError, match=r"add \+workload=<name>; available: .*rmsnorm_naive"):
+        load_run_spec(compose_cfg())
+
+
+def test_schedule_runs_exactly_the_steps_it_needs() -> None:
+    schedule = ScheduleConfig(wait=2, warmup=1, active=3, repeat=2, skip_first=1)
+    assert schedule.total_steps == 1 + (2 + 1 + 3) * 2
+    assert schedule.active_steps == 6
+
+
+def test_help_lists_groups_without_importing_torch_or_mlflow() -> None:
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['runner', '--help']\n"
+        "try:\n    runpy.run_module('runner', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('heavy:', sorted(m for m in ('torch', 'mlflow') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "workload: custom, rmsnorm_builtin, rmsnorm_compiled, rmsnorm_naive" in out
+    assert "backend: auto, base_backend, cpu, cuda, neuron" in out
+    assert "heavy: []" in out

@@ -1,0 +1,106 @@
+"""The measurement loop and the op table on CPU, with the real torch.profiler."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from runner.backends import CpuBackend
+from runner.build import build_workload
+from runner.config import RunSpec, load_run_spec
+from runner.measure import Measurement, measure
+from runner.optable import summary_metrics
+from tests.conftest import compose_cfg
+from tests.counting import CountingModule
+
+
+def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
+    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", *overrides))
+    backend = CpuBackend(spec.backend)
+    return spec, measure(build_workload(spec.workload, backend), backend, spec, tmp_path / "trace")
+
+
+def calls_per_step(result: Measurement) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for row in result.table.rows:
+        counts[row["name"]] += row["calls_per_step"]
+    return counts
+
+
+def test_naive_rmsnorm_shows_its_separate_ops(tmp_path: Path) -> None:
+    _, result = run_measure(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "workload.seq_len=4")
+    calls = calls_per_step(result)
+    assert calls["aten::mul"] == 3
+    assert calls["aten::mean"] == 1
+    assert calls["aten::add"] == 1
+    assert calls["aten::rsqrt"] == 1
+    assert "aten::rms_norm" not in calls
+
+
+def test_builtin_rmsnorm_goes_through_rms_norm(tmp_path: Path) -> None:
+    _, result = run_measure(tmp_path, "+workload=rmsnorm_builtin", "workload.hidden=16")
+    assert calls_per_step(result)["aten::rms_norm"] == 1
+
+
+def test_table_columns_and_summary_metrics(tmp_path: Path) -> None:
+    _, result = run_measure(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16")
+    columns = result.table.columns()
+    for name in ("name", "input_shapes", "calls", "self_cpu_ms", "cpu_total_ms", "cpu_memory_bytes", "flops"):
+        assert name in columns
+    # CPU reports no device time: no device columns and no device metric, never a zero
+    assert "self_device_ms" not in columns
+    metrics = summary_metrics(result.table)
+    assert "device/self_total_ms" not in metrics
+    assert metrics["ops/aten_ops"] >= 4
+    assert 0 < metrics["ops/top_op_share"] <= 1
+    assert metrics["time/profiled_step_ms"] > 0
+    assert metrics["cpu/self_total_ms"] > 0
+    assert "aten::rsqrt" in result.printed_table
+
+
+def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path: Path) -> None:
+    CountingModule.calls = 0
+    spec, result = run_measure(
+        tmp_path,
+        "+workload=custom",
+        "workload._target_=tests.counting.CountingModule",
+        "workload.inputs=[[2,2]]",
+        "schedule.wait=1",
+        "schedule.warmup=1",
+        "schedule.active=2",
+        "schedule.repeat=2",
+        "schedule.skip_first=1",
+    )
+    assert CountingModule.calls == 1 + spec.schedule.total_steps  # first call, then the schedule
+    assert result.table.active_steps == 4
+    assert calls_per_step(result)["aten::mul"] == 1  # accumulated over both cycles, per active step
+    traces = sorted((tmp_path / "trace").rglob("trace.json"))
+    assert [t.parent.name for t in traces] == ["iteration_5", "iteration_9"]
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    assert any(e.get("name") == "aten::mul" for e in events)
+
+
+def test_profiler_off_runs_the_steps_without_recording(tmp_path: Path) -> None:
+    CountingModule.calls = 0
+    _, result = run_measure(
+        tmp_path,
+        "+workload=custom",
+        "workload._target_=tests.counting.CountingModule",
+        "workload.inputs=[[2]]",
+        "profiler=none",
+    )
+    assert CountingModule.calls == 5
+    assert result.table.rows == [] and summary_metrics(result.table) == {}
+    assert not (tmp_path / "trace").exists()
+
+
+@pytest.mark.slow
+def test_compiled_rmsnorm_replaces_the_separate_ops(tmp_path: Path) -> None:
+    _, result = run_measure(tmp_path, "+workload=rmsnorm_compiled", "workload.hidden=16", "workload.seq_len=2")
+    calls = calls_per_step(result)
+    assert any(name.startswith("Torch-Compiled Region") for name in calls)
+    assert "aten::rsqrt" not in calls and "aten::mean" not in calls
+    assert result.first_call_s > 0

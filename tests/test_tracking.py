@@ -1,0 +1,74 @@
+"""Runs land in a real (temporary) SQLite MLflow store with what they should carry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.entities import Run
+from omegaconf import OmegaConf
+
+from runner.config import ConfigError, load_run_spec
+from runner.experiment import run_experiment
+from runner.tracking import flatten
+from tests.conftest import compose_cfg, job_for
+
+
+def only_run() -> Run:
+    client = mlflow.MlflowClient()
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1
+    return runs[0]
+
+
+def run_job(tmp_path: Path, *overrides: str) -> dict[str, float]:
+    cfg = compose_cfg("backend=cpu", *overrides)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    return run_experiment(load_run_spec(cfg), job_for(tmp_path, "rmsnorm_naive"), resolved)
+
+
+def test_run_lands_with_params_tags_metrics_and_artifacts(tmp_path: Path) -> None:
+    metrics = run_job(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16")
+    run = only_run()
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "rmsnorm_naive"
+    assert run.data.params["workload.hidden"] == "16"
+    assert run.data.params["schedule.wait"] == "2"
+    assert run.data.tags["runner.backend"] == "cpu"
+    assert run.data.tags["runner.workload"] == "rmsnorm_naive"
+    assert run.data.tags["runner.version.torch"]
+    assert run.data.tags["runner.top_op"].startswith("aten::")
+    assert run.data.metrics["time/profiled_step_ms"] == pytest.approx(metrics["time/profiled_step_ms"])
+    assert "device/self_total_ms" not in run.data.metrics
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {"key_averages.json", "key_averages.txt", "trace", "config_resolved.yaml"} <= artifacts
+    local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "dl")))
+    table = json.loads((local / "key_averages.json").read_text())
+    assert "name" in table["columns"] and any(row[0] == "aten::rsqrt" for row in table["data"])
+    assert json.loads(next((local / "trace").rglob("trace.json")).read_text())["traceEvents"]
+
+
+def test_job_that_raises_leaves_its_run_failed(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="on purpose"):
+        run_job(tmp_path, "+workload=custom", "workload._target_=tests.counting.FailingModule", "workload.inputs=[[2]]")
+    assert only_run().info.status == "FAILED"
+
+
+def test_bad_input_leaves_no_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        run_job(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=-4")
+    client = mlflow.MlflowClient()
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+
+
+def test_tracking_off_logs_nothing(tmp_path: Path) -> None:
+    run_job(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "tracking=off")
+    client = mlflow.MlflowClient()
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+
+
+def test_flatten_makes_dotted_params() -> None:
+    assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": [{"e": 3}]}) == {"a.b": 1, "a.c": [1, 2], "d.0.e": 3}

@@ -1,0 +1,52 @@
+"""RMSNorm three ways: separate ops, the fused built-in, and (via workload.compile) compiled.
+
+All variants share inputs, weight and reference so that only the lowering path differs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workloads.base import require_positive
+
+
+class RMSNorm(nn.Module):
+    """Shared shape, weight, inputs and reference for the RMSNorm variants."""
+
+    def __init__(self, hidden: int, batch: int = 1, seq_len: int = 1, eps: float = 1e-6) -> None:
+        super().__init__()
+        require_positive(hidden=hidden, batch=batch, seq_len=seq_len)
+        if not eps > 0:
+            raise ValueError(f"workload.eps must be > 0, got {eps!r}")
+        self.batch, self.seq_len, self.hidden, self.eps = batch, seq_len, hidden, eps
+        # Not all ones, so a variant that forgot the weight fails the reference check.
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, hidden))
+
+    def example_inputs(self, dtype: torch.dtype, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """One activation tensor of shape (batch, seq_len, hidden)."""
+        shape = (self.batch, self.seq_len, self.hidden)
+        return (torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype),)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm in float64 on CPU."""
+        x64 = x.detach().to("cpu", torch.float64)
+        weight = self.weight.detach().to("cpu", torch.float64)
+        return x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + self.eps) * weight
+
+
+class NaiveRMSNorm(RMSNorm):
+    """Separate ATen ops: mul, mean, add, rsqrt, mul, mul."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise the last dimension with one ATen op per arithmetic step."""
+        variance = (x * x).mean(-1, keepdim=True)
+        return x * torch.rsqrt(variance + self.eps) * self.weight
+
+
+class BuiltinRMSNorm(RMSNorm):
+    """`torch.nn.functional.rms_norm`: one fused op where the backend provides it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise the last dimension with PyTorch's built-in RMSNorm."""
+        return torch.nn.functional.rms_norm(x, (self.hidden,), self.weight, self.eps)
