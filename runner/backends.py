@@ -7,7 +7,10 @@ and which `torch.compile` backend to pass.
 
 from __future__ import annotations
 
+import os
+import platform
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,16 @@ from runner.config import BackendConfig, ConfigError, ProfilerConfig
 TRACE_FILE = "trace.json"
 # One folder per profiler cycle, named after the step at which the cycle ended.
 TRACE_ITER_DIR = "iteration_{step}"
+
+
+@dataclass
+class CaptureReport:
+    """What a backend found in its capture after the profiled window."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, Any] = field(default_factory=dict)
+    # extra text artifacts: artifact file name -> content
+    texts: dict[str, str] = field(default_factory=dict)
 
 
 def chrome_trace_writer(trace_dir: Path) -> Callable[[torch.profiler.profile], None]:
@@ -49,8 +62,6 @@ class CpuBackend:
 
     def device_name(self) -> str:
         """A human-readable name of the device, for tags and the console."""
-        import platform
-
         return platform.processor() or platform.machine()
 
     def synchronize(self) -> None:
@@ -60,9 +71,21 @@ class CpuBackend:
         """torch.profiler activities that cover this device."""
         return [ProfilerActivity.CPU]
 
-    def profiler_kwargs(self, profiler: ProfilerConfig, trace_dir: Path) -> dict[str, Any]:
+    def capture_dir(self, output_dir: Path) -> Path:
+        """Where the profiler writes; logged as an artifact folder of the same name."""
+        return output_dir / "trace"
+
+    def profiler_kwargs(self, profiler: ProfilerConfig, capture_dir: Path) -> dict[str, Any]:
         """Extra torch.profiler.profile arguments: here, the Chrome trace exporter."""
-        return {"on_trace_ready": chrome_trace_writer(trace_dir)}
+        return {"on_trace_ready": chrome_trace_writer(capture_dir)}
+
+    def inspect_capture(self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str) -> CaptureReport:
+        """Check the capture and derive device-side metrics; a Chrome trace needs neither."""
+        return CaptureReport()
+
+    def manifest(self) -> dict[str, Any]:
+        """Device facts for the environment manifest."""
+        return {"cpu.count": os.cpu_count(), "cpu.machine": platform.machine()}
 
 
 class CudaBackend(CpuBackend):
@@ -81,6 +104,17 @@ class CudaBackend(CpuBackend):
     def activities(self) -> list[ProfilerActivity]:
         """CPU ops plus CUDA kernels and memcpys."""
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+    def manifest(self) -> dict[str, Any]:
+        """The GPU, its compute capability and the CUDA torch was built with."""
+        major, minor = torch.cuda.get_device_capability(self.device)
+        return {
+            **super().manifest(),
+            "cuda.device": self.device_name(),
+            "cuda.device_count": torch.cuda.device_count(),
+            "cuda.capability": f"{major}.{minor}",
+            "cuda.version": torch.version.cuda,
+        }
 
 
 def neuron_available() -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from runner import CONF_DIR
 BACKENDS = ("auto", "cpu", "cuda", "neuron")
 NEURON_MODES = ("DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+CORE_SYNTAX = "a core (0), a range (0-1) or a comma list (0,2-3)"
 # Workload keys the runner consumes itself; every other key is a constructor argument.
 RUNNER_WORKLOAD_KEYS = ("_target_", "compile", "dtype", "seed", "inputs")
 
@@ -40,17 +43,57 @@ def _at_least(key: str, value: int, minimum: int) -> None:
         raise ConfigError(f"{key} must be >= {minimum}, got {value}")
 
 
+def parse_cores(spec: str, key: str) -> list[int]:
+    """Expand a core spec like '0,2-3' into [0, 2, 3].
+
+    Raises:
+        ConfigError: the spec is malformed; the message shows the accepted syntax.
+    """
+    text = str(spec).replace(" ", "")
+    if not CORE_SPEC.match(text):
+        raise ConfigError(f"{key}={spec!r} is not a core spec; use {CORE_SYNTAX}")
+    cores: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        low, high = int(first), int(last or first)
+        if high < low:
+            raise ConfigError(f"{key}={spec!r}: range {part} runs backwards; use {CORE_SYNTAX}")
+        cores.update(range(low, high + 1))
+    return sorted(cores)
+
+
+def format_cores(cores: list[int]) -> str:
+    """Write cores in the runtime's syntax: '0-3' for a run, '0,2-3' otherwise."""
+    parts: list[str] = []
+    start = prev = cores[0]
+    for core in [*cores[1:], None]:
+        if core is not None and core == prev + 1:
+            prev = core
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if core is not None:
+            start = prev = core
+    return ",".join(parts)
+
+
 @dataclass
 class BackendConfig:
     """Which device runs the workload."""
 
     # auto picks neuron, then cuda, then cpu
     name: str = "auto"
-    # NeuronCores the job may use, e.g. "0", "0-1", "0,2-3"; null means all (neuron only)
+    # NeuronCores the job may use, e.g. "0", "0-1", "0,2-3"; null leaves the runtime's choice (neuron only)
     cores: str | None = None
+    # NEFF cache that NeuronConfig copies into the capture; null: $TORCH_NEURONX_NEFF_CACHE_DIR or /tmp/neff_cache
+    neff_cache_dir: str | None = None
+    # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
+    explorer_timeout_s: int = 1800
 
     def __post_init__(self) -> None:
         _allowed("backend.name", self.name, BACKENDS)
+        _at_least("backend.explorer_timeout_s", self.explorer_timeout_s, 1)
+        if self.cores is not None:
+            parse_cores(self.cores, "backend.cores")
 
 
 @dataclass
@@ -81,6 +124,8 @@ class ProfilerConfig:
             _allowed("profiler.modes", mode, NEURON_MODES)
         if self.max_events_per_nc is not None:
             _at_least("profiler.max_events_per_nc", self.max_events_per_nc, 1)
+        if self.capture_enabled_for_nc is not None:
+            parse_cores(self.capture_enabled_for_nc, "profiler.capture_enabled_for_nc")
 
 
 @dataclass
@@ -125,6 +170,11 @@ class TrackingConfig:
     uri: str = "sqlite:///mlflow.db"
     # MLflow experiment that receives the runs
     experiment: str = "runner"
+    # artifact budget per run in MiB; larger captures keep their biggest files local (path and size logged)
+    max_artifact_mb: int = 1024
+
+    def __post_init__(self) -> None:
+        _at_least("tracking.max_artifact_mb", self.max_artifact_mb, 0)
 
 
 @dataclass

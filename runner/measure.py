@@ -17,7 +17,7 @@ from runner.backends import CpuBackend
 from runner.build import BuiltWorkload
 from runner.config import RunSpec
 from runner.optable import OpTable, build_op_table
-from runner.profiling import build_profiler
+from runner.profiling import build_profiler, tee_stderr
 
 log = logging.getLogger(__name__)
 # Log progress about ten times per phase, whatever its length.
@@ -33,6 +33,8 @@ class Measurement:
     table: OpTable
     # key_averages().table(): the profiler's own printed table
     printed_table: str
+    # what the process wrote to stderr during the profiled window (runtime warnings)
+    profiler_output: str
 
 
 def _timed_call(workload: BuiltWorkload, backend: CpuBackend) -> float:
@@ -43,7 +45,7 @@ def _timed_call(workload: BuiltWorkload, backend: CpuBackend) -> float:
     return time.perf_counter() - start
 
 
-def measure(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, trace_dir: Path) -> Measurement:
+def measure(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, capture_dir: Path) -> Measurement:
     """Run the first call, then exactly the steps the profiler schedule needs."""
     schedule = spec.schedule
     with torch.no_grad():
@@ -52,7 +54,7 @@ def measure(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, trace_d
         log.info("first call took %.3f s", first_call_s)
         total = schedule.total_steps
         every = max(1, total // PROGRESS_UPDATES)
-        with build_profiler(backend, spec.profiler, schedule, trace_dir) as prof:
+        with tee_stderr() as output, build_profiler(backend, spec.profiler, schedule, capture_dir) as prof:
             for step in range(1, total + 1):
                 workload.module(*workload.inputs)
                 backend.synchronize()
@@ -64,4 +66,4 @@ def measure(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, trace_d
     table = build_op_table(events, schedule.active_steps, with_shapes, spec.profiler.profile_memory)
     sort_by = "self_device_time_total" if table.has_device_time else "self_cpu_time_total"
     printed = events.table(sort_by=sort_by, row_limit=-1) if len(events) else "(profiler disabled)"
-    return Measurement(first_call_s=first_call_s, table=table, printed_table=printed)
+    return Measurement(first_call_s, table, printed, profiler_output="".join(output))

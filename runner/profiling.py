@@ -6,6 +6,11 @@ loop never branches on whether profiling is on.
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +42,12 @@ class NullProfiler:
 
 
 def build_profiler(
-    backend: CpuBackend, profiler: ProfilerConfig, schedule: ScheduleConfig, trace_dir: Path
+    backend: CpuBackend, profiler: ProfilerConfig, schedule: ScheduleConfig, capture_dir: Path
 ) -> torch.profiler.profile | NullProfiler:
     """Return the profiler for the profiled window, configured for `backend`."""
     if not profiler.enabled:
         return NullProfiler()
-    kwargs: dict[str, Any] = backend.profiler_kwargs(profiler, trace_dir)
+    kwargs: dict[str, Any] = backend.profiler_kwargs(profiler, capture_dir)
     return torch.profiler.profile(
         activities=backend.activities(),
         schedule=torch.profiler.schedule(
@@ -60,3 +65,34 @@ def build_profiler(
         acc_events=True,
         **kwargs,
     )
+
+
+@contextmanager
+def tee_stderr() -> Iterator[list[str]]:
+    """Copy everything written to file descriptor 2 into a list while still showing it.
+
+    Device runtimes report problems such as dropped trace events from C code straight to
+    fd 2, out of Python's reach; this is how the runner gets to read them.
+    """
+    chunks: list[str] = []
+    sys.stderr.flush()
+    shown = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump() -> None:
+        while data := os.read(read_end, 65536):
+            os.write(shown, data)
+            chunks.append(data.decode(errors="replace"))
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    try:
+        yield chunks
+    finally:
+        sys.stderr.flush()
+        os.dup2(shown, 2)  # drops the pipe's last writer, so pump() sees end-of-file
+        thread.join(timeout=5)
+        os.close(read_end)
+        os.close(shown)

@@ -55,6 +55,23 @@ def git_commit(repo: Path) -> str | None:
     return f"{commit}-dirty" if dirty else commit
 
 
+def split_by_budget(local_dir: Path, max_bytes: int) -> tuple[list[Path], list[Path]]:
+    """Split a tree's files into those to upload and those too big for the budget.
+
+    Smallest files go first, so one huge NTFF is kept local rather than many small traces.
+    """
+    files = sorted((p for p in local_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    upload: list[Path] = []
+    used = 0
+    for index, path in enumerate(files):
+        size = path.stat().st_size
+        if used + size > max_bytes:
+            return upload, files[index:]
+        upload.append(path)
+        used += size
+    return upload, []
+
+
 def ensure_experiment(tracking: TrackingConfig) -> str:
     """Point MLflow at `tracking.uri` and return the id of `tracking.experiment`, creating it."""
     import mlflow
@@ -85,6 +102,9 @@ class NullRun:
 
     def log_artifacts(self, local_dir: Path, artifact_path: str) -> None:
         """Ignore a directory of artifacts."""
+
+    def log_capture(self, local_dir: Path, artifact_path: str, max_mb: int) -> None:
+        """Ignore a capture directory."""
 
     def describe(self) -> str:
         """One line for the console summary."""
@@ -135,6 +155,32 @@ class MlflowRun(NullRun):
 
         if local_dir.is_dir():
             mlflow.log_artifacts(str(local_dir), artifact_path)
+
+    def log_capture(self, local_dir: Path, artifact_path: str, max_mb: int) -> None:
+        """Log a capture tree as is, keeping files past the `max_mb` budget local.
+
+        Files kept local are listed with their path and size in `artifacts_kept_local.json`
+        and counted in the `runner.artifacts_kept_local` tag.
+        """
+        import mlflow
+
+        if not local_dir.is_dir():
+            return
+        upload, keep = split_by_budget(local_dir, max_mb * 2**20)
+        if not keep:
+            mlflow.log_artifacts(str(local_dir), artifact_path)
+            return
+        for path in upload:
+            parent = path.parent.relative_to(local_dir)
+            mlflow.log_artifact(str(path), str(Path(artifact_path) / parent) if parent.parts else artifact_path)
+        kept = [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in keep]
+        mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, "artifacts_kept_local.json")
+        self.set_tags({"runner.artifacts_kept_local": len(kept)})
+        log.warning(
+            "%d capture file(s) over tracking.max_artifact_mb=%d stay local; see artifacts_kept_local.json",
+            len(kept),
+            max_mb,
+        )
 
     def describe(self) -> str:
         """Where to find the run, and how to open it."""

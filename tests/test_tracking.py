@@ -7,6 +7,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+import torch
 from mlflow.entities import Run
 from omegaconf import OmegaConf
 
@@ -72,3 +73,13 @@ def test_tracking_off_logs_nothing(tmp_path: Path) -> None:
 
 def test_flatten_makes_dotted_params() -> None:
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": [{"e": 3}]}) == {"a.b": 1, "a.c": [1, 2], "d.0.e": 3}
+
+
+def test_auto_records_what_it_chose(tmp_path: Path) -> None:
+    cfg = compose_cfg("+workload=rmsnorm_naive", "workload.hidden=16", "backend=auto")
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    run_experiment(load_run_spec(cfg), job_for(tmp_path), resolved)
+    tags = only_run().data.tags
+    assert tags["runner.backend_requested"] == "auto"
+    assert tags["runner.backend"] == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,0 +1,69 @@
+"""The environment manifest: software versions, device facts, allow-listed variables.
+
+Only variables with an allowed prefix are read, and any whose name looks like a secret is
+dropped even then, so credentials and tokens never reach MLflow.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+ALLOWED_PREFIXES = ("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE", "SESSION")
+PYTHON_PACKAGES = ("torch", "torch-neuronx", "neuronx-cc", "nki", "libneuronxla", "hydra-core", "omegaconf", "mlflow")
+# Debian/RPM packages of the Neuron runtime, tools and driver
+SYSTEM_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-tools", "aws-neuronx-dkms", "aws-neuronx-collectives")
+
+
+def allowed_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed variables, minus anything named like a credential."""
+    return {
+        name: value
+        for name, value in sorted(environ.items())
+        if name.startswith(ALLOWED_PREFIXES) and not any(marker in name.upper() for marker in SECRET_MARKERS)
+    }
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the Python packages that decide what a profile shows."""
+    versions: dict[str, str | None] = {}
+    for name in PYTHON_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def system_package_versions() -> dict[str, str | None]:
+    """Versions of the Neuron runtime, tools and driver packages, from dpkg or rpm."""
+    query = (
+        ["dpkg-query", "-W", "-f", "${Version}"]
+        if shutil.which("dpkg-query")
+        else ["rpm", "-q", "--qf", "%{VERSION}"]
+        if shutil.which("rpm")
+        else None
+    )
+    versions: dict[str, str | None] = {}
+    for name in SYSTEM_PACKAGES:
+        done = subprocess.run([*query, name], capture_output=True, text=True) if query else None
+        versions[name] = done.stdout.strip() if done is not None and done.returncode == 0 else None
+    return versions
+
+
+def build_manifest(device_facts: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """Everything needed to tell two runs' environments apart, safe to publish."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "system_packages": system_package_versions(),
+        "device": dict(device_facts),
+        "environment": allowed_environment(environ),
+    }

@@ -1,0 +1,49 @@
+"""Stand-in for torch-neuronx: the documented surface on stock CPU PyTorch (see README.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from torch_neuronx import neuron
+from torch_neuronx._record import CALLS, record
+
+__all__ = ["CALLS", "neuron"]
+
+
+def _is_neuron(value: Any) -> bool:
+    return isinstance(value, (str, torch.device)) and torch.device(value).type == "neuron"
+
+
+class _PlaceOnCpu(TorchFunctionMode):
+    """Tensors sent to 'neuron' stay on the CPU; the first one starts the fake runtime."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.to:
+            if any(_is_neuron(a) for a in args) or _is_neuron(kwargs.get("device")):
+                neuron.start_runtime()
+            args = tuple("cpu" if _is_neuron(a) else a for a in args)
+            if _is_neuron(kwargs.get("device")):
+                kwargs["device"] = "cpu"
+        return func(*args, **kwargs)
+
+
+def _record_steps() -> None:
+    """Log every profiler step, so tests can check a synchronize came right before it."""
+    original = torch.profiler.profile.step
+
+    def step(self: torch.profiler.profile) -> None:
+        record("profiler_step", step_num=self.step_num)
+        original(self)
+
+    torch.profiler.profile.step = step  # type: ignore[method-assign]
+
+
+torch.utils.rename_privateuse1_backend("neuron")
+torch._register_device_module("neuron", neuron)
+_PlaceOnCpu().__enter__()
+_record_steps()
+record("import")

@@ -1,0 +1,49 @@
+"""backend=cuda on a real GPU; skipped with a reason where CUDA is absent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from runner.config import load_run_spec
+from runner.experiment import run_experiment
+from tests.conftest import compose_cfg, job_for
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; none is visible"),
+]
+
+
+def run_cuda(tmp_path: Path, *overrides: str) -> dict[str, float]:
+    cfg = compose_cfg(*overrides)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    return run_experiment(load_run_spec(cfg), job_for(tmp_path, "cuda_job"), resolved)
+
+
+@pytest.mark.parametrize("workload", ["rmsnorm_naive", "rmsnorm_builtin"])
+def test_cuda_run_reports_device_time(tmp_path: Path, workload: str) -> None:
+    metrics = run_cuda(tmp_path, f"+workload={workload}", "backend=cuda")
+    assert metrics["device/self_total_ms"] > 0
+    run = mlflow.MlflowClient().search_runs([e.experiment_id for e in mlflow.MlflowClient().search_experiments()])[0]
+    assert run.data.tags["runner.backend"] == "cuda" and run.data.tags["runner.device_time"] == "reported"
+    table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")
+    assert "self_device_ms" in table["columns"]
+
+
+def test_auto_picks_cuda_when_no_neuron(tmp_path: Path) -> None:
+    run_cuda(tmp_path, "+workload=rmsnorm_naive", "backend=auto")
+    run = mlflow.MlflowClient().search_runs([e.experiment_id for e in mlflow.MlflowClient().search_experiments()])[0]
+    assert run.data.tags["runner.backend"] == "cuda" and "NVIDIA" in run.data.tags["runner.device"]
+
+
+def test_compiled_on_cuda_shows_triton_kernels(tmp_path: Path) -> None:
+    run_cuda(tmp_path, "+workload=rmsnorm_compiled", "backend=cuda")
+    run = mlflow.MlflowClient().search_runs([e.experiment_id for e in mlflow.MlflowClient().search_experiments()])[0]
+    table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")
+    assert any("triton" in row[0] for row in table["data"])

@@ -1,0 +1,158 @@
+"""Neuron helpers that need no device: core specs, capture checks, summary parsing, budgets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from runner.config import ConfigError, TrackingConfig, format_cores, parse_cores
+from runner.manifest import allowed_environment
+from runner.neuron_capture import check_capture, explorer_summary, parse_summary_json, session_dirs
+from runner.tracking import open_run, split_by_budget
+
+STANDIN_BIN = Path(__file__).parent / "neuron_standin" / "bin"
+
+
+@pytest.mark.parametrize(
+    ("spec", "cores", "text"),
+    [("0", [0], "0"), ("0-1", [0, 1], "0-1"), ("0,2-3", [0, 2, 3], "0,2-3"), ("3,1,2", [1, 2, 3], "1-3")],
+)
+def test_core_specs_round_trip(spec: str, cores: list[int], text: str) -> None:
+    assert parse_cores(spec, "backend.cores") == cores
+    assert format_cores(cores) == text
+
+
+@pytest.mark.parametrize("spec", ["", "a", "0-", "-1", "0,,1", "1-0", "0;1"])
+def test_bad_core_specs_show_the_syntax(spec: str) -> None:
+    with pytest.raises(ConfigError, match=r"backend\.cores=.*a range \(0-1\) or a comma list \(0,2-3\)"):
+        parse_cores(spec, "backend.cores")
+
+
+def write_capture(root: Path, files: dict[str, bytes]) -> Path:
+    session = root / "i-0abc_pid_42" / "20261129_120000_000"
+    root.mkdir(exist_ok=True)
+    session.mkdir(parents=True)
+    for name, data in files.items():
+        (session / name).write_bytes(data)
+    return session
+
+
+GOOD = {
+    "ntrace.pb": b"x",
+    "trace_info.pb": b"x",
+    "neff_1_vnc_0.neff": b"x",
+    "profile_nc_0_session_0.ntff": b"x",
+    "trace.json": b"{}",
+}
+
+
+def test_a_complete_capture_passes(tmp_path: Path) -> None:
+    write_capture(tmp_path / "cap", GOOD)
+    check = check_capture(tmp_path / "cap", ["DEVICE", "RUNTIME"], "")
+    assert check.problems == []
+    assert check.metrics()["neuron/capture_ok"] == 1.0 and check.tags()["neuron.capture"] == "ok"
+    assert (check.ntff, check.neff, check.pb, check.files) == (1, 1, 2, 5)
+
+
+@pytest.mark.parametrize(
+    ("files", "modes", "output", "problem"),
+    [
+        pytest.param({}, ["DEVICE"], "", "empty capture directory", id="empty"),
+        pytest.param({**GOOD, "profile_nc_0_session_0.ntff": b""}, ["DEVICE"], "", "1 zero-byte NTFF", id="0-byte"),
+        pytest.param({k: v for k, v in GOOD.items() if "neff" not in k}, ["DEVICE"], "", "no .neff", id="no-neff"),
+        pytest.param({"ntrace.pb": b"x", "trace.json": b"{}"}, ["DEVICE", "RUNTIME"], "", "only system", id="only-pb"),
+        pytest.param(GOOD, ["DEVICE"], "Warning: 1,234 trace events were dropped", "1234 trace events", id="dropped"),
+        pytest.param(
+            {k: v for k, v in GOOD.items() if k != "trace.json"}, ["DEVICE"], "", "no framework", id="no-json"
+        ),
+    ],
+)
+def test_failure_signs_are_reported(
+    tmp_path: Path, files: dict[str, bytes], modes: list[str], output: str, problem: str
+) -> None:
+    if files:
+        write_capture(tmp_path / "cap", files)
+    check = check_capture(tmp_path / "cap", modes, output)
+    assert any(problem in p for p in check.problems), check.problems
+    assert check.metrics()["neuron/capture_ok"] == 0.0 and check.tags()["neuron.capture"] == "warning"
+
+
+def test_a_system_only_capture_is_fine_without_device_files(tmp_path: Path) -> None:
+    write_capture(tmp_path / "cap", {"ntrace.pb": b"x", "cpu_util.pb": b"x", "trace.json": b"{}"})
+    assert check_capture(tmp_path / "cap", ["RUNTIME", "CPU_UTIL"], "").problems == []
+
+
+def test_summary_json_after_log_lines_with_one_entry_per_neff() -> None:
+    out = 'INFO: loading {profile}\nINFO x\n{"neff_1": {"total_time": 0.5, "name": "a"}, "neff_2": {"total_time": 2}}'
+    assert parse_summary_json(out) == {"neff_1": {"total_time": 0.5}, "neff_2": {"total_time": 2.0}}
+
+
+def test_summary_json_flat_object_and_garbage() -> None:
+    assert parse_summary_json('{"total_time": 1.5, "ok": true}') == {"summary": {"total_time": 1.5}}
+    with pytest.raises(ValueError, match="no JSON object"):
+        parse_summary_json("ERROR: nothing here")
+
+
+def test_explorer_summary_from_the_stand_in_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_capture(tmp_path / "cap", {**GOOD, "neff_2_vnc_0.neff": b"x"})
+    monkeypatch.setenv("PATH", f"{STANDIN_BIN}:{Path('/usr/bin')}:{Path('/bin')}")
+    summary = explorer_summary(session_dirs(tmp_path / "cap"), timeout_s=60)
+    assert summary.tags["neuron.explorer"] == "neuron-explorer: ok"
+    assert summary.metrics["neuron/profiles"] == 2
+    assert summary.metrics["neuron/total_time"] == pytest.approx(0.002)  # the larger of the two profiles
+    assert summary.metrics["neuron/total_time_sum"] == pytest.approx(0.003)
+    assert summary.metrics["neuron/mbu_estimated_percent"] == 40.0
+    assert "neuron/profile_name" not in summary.metrics
+    assert json.loads(summary.raw)
+
+
+def test_explorer_missing_or_failing_is_tagged_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_capture(tmp_path / "cap", GOOD)
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    assert explorer_summary(session_dirs(tmp_path / "cap"), 60).tags["neuron.explorer"].startswith("not on PATH")
+    monkeypatch.setenv("PATH", f"{STANDIN_BIN}:/usr/bin:/bin")
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER", "fail")
+    failed = explorer_summary(session_dirs(tmp_path / "cap"), 60)
+    assert "failed" in failed.tags["neuron.explorer"] and "NTFF version 4" in failed.tags["neuron.explorer"]
+    assert failed.metrics == {}
+
+
+def test_budget_keeps_the_biggest_files_local(tmp_path: Path) -> None:
+    for name, size in {"a.pb": 10, "sub/b.json": 20, "big.ntff": 100}.items():
+        (tmp_path / "cap" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cap" / name).write_bytes(b"x" * size)
+    upload, keep = split_by_budget(tmp_path / "cap", 50)
+    assert [p.name for p in upload] == ["a.pb", "b.json"] and [p.name for p in keep] == ["big.ntff"]
+    assert split_by_budget(tmp_path / "cap", 1000)[1] == []
+
+
+def test_capture_over_budget_records_local_paths(tmp_path: Path, tracking_uri: str) -> None:
+    capture = write_capture(tmp_path / "neuron_profile", GOOD).parents[1]
+    tracking = TrackingConfig(uri=tracking_uri, max_artifact_mb=0)
+    with open_run(tracking, "budget") as run:
+        run.log_capture(capture, "neuron_profile", tracking.max_artifact_mb)
+    client = mlflow.MlflowClient(tracking_uri)
+    logged = client.get_run(run.run_id or "")
+    assert logged.data.tags["runner.artifacts_kept_local"] == "5"
+    kept = mlflow.artifacts.load_dict(f"runs:/{run.run_id}/artifacts_kept_local.json")
+    assert {Path(k["path"]).name for k in kept["kept_local"]} == set(GOOD)
+
+
+def test_manifest_never_takes_credentials() -> None:
+    environ = {
+        "NEURON_RT_VISIBLE_CORES": "0-1",
+        "XLA_FLAGS": "--x",
+        "TORCH_NEURONX_NEFF_CACHE_DIR": "/c",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        "GITHUB_TOKEN": "t0k3n",
+        "NEURON_API_TOKEN": "t0k3n2",
+        "HOME": "/root",
+    }
+    assert allowed_environment(environ) == {
+        "NEURON_RT_VISIBLE_CORES": "0-1",
+        "TORCH_NEURONX_NEFF_CACHE_DIR": "/c",
+        "XLA_FLAGS": "--x",
+    }
