@@ -3,7 +3,8 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 # torch is installed only when the environment has none. The +cpu build is never a multi-GB
-# CUDA build: PyPI has no +cpu wheels, so it comes from a local wheel or PyTorch's CPU index.
+# CUDA build: PyPI has no +cpu wheels, so it comes from a local wheel or PyTorch's CPU index;
+# its own dependencies come from PyPI with the project (--no-deps keeps them off that index).
 TORCH_SPEC ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -16,7 +17,7 @@ setup: $(VENV)/.installed ## create .venv with a CPU torch (if none) and the run
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)" --extra-index-url $(TORCH_INDEX)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --no-deps "$(TORCH_SPEC)" --index-url $(TORCH_INDEX)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 

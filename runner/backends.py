@@ -24,6 +24,10 @@ TRACE_FILE = "trace.json"
 TRACE_ITER_DIR = "iteration_{step}"
 
 
+# GPU name fragment -> conf/peaks.yaml entry
+GPU_PEAKS = {"H200": "h200_sxm", "H100": "h100_sxm"}
+
+
 @dataclass
 class CaptureReport:
     """What a backend found in its capture after the profiled window."""
@@ -87,6 +91,21 @@ class CpuBackend:
         """Device facts for the environment manifest."""
         return {"cpu.count": os.cpu_count(), "cpu.machine": platform.machine()}
 
+    def reset_peak_memory(self) -> None:
+        """Start the device allocator's peak statistic afresh; the CPU has none."""
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak device memory allocated since the reset, or None without an allocator statistic."""
+        return None
+
+    def peak_entry(self) -> tuple[str, int] | None:
+        """The conf/peaks.yaml entry for this device and how many of it the job uses (None: calibrate)."""
+        return None
+
+    def compiled_artifact_count(self) -> int | None:
+        """Compiled programs in the backend's cache (Neuron NEFFs); None where there is no such cache."""
+        return None
+
 
 class CudaBackend(CpuBackend):
     """NVIDIA GPU: CUDA activity, torch.cuda.synchronize before clocks and profiler steps."""
@@ -104,6 +123,20 @@ class CudaBackend(CpuBackend):
     def activities(self) -> list[ProfilerActivity]:
         """CPU ops plus CUDA kernels and memcpys."""
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+    def reset_peak_memory(self) -> None:
+        """Reset the CUDA caching allocator's peak."""
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak bytes allocated by tensors, after synchronising."""
+        self.synchronize()
+        return int(torch.cuda.max_memory_allocated(self.device))
+
+    def peak_entry(self) -> tuple[str, int] | None:
+        """H100 or H200 by name; other GPUs have no entry (set measure.peak)."""
+        name = self.device_name()
+        return next(((entry, 1) for model, entry in GPU_PEAKS.items() if model in name), None)
 
     def manifest(self) -> dict[str, Any]:
         """The GPU, its compute capability and the CUDA torch was built with."""

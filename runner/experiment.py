@@ -5,21 +5,27 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import resource
+import time
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR
+from runner.accuracy import check_accuracy
 from runner.backends import CpuBackend, make_backend
-from runner.build import build_workload
+from runner.build import BuiltWorkload, build_workload
 from runner.config import JobInfo, RunSpec
 from runner.console import job_summary
 from runner.manifest import build_manifest
-from runner.measure import measure
-from runner.optable import self_time_by_op, summary_metrics
+from runner.measure import Measurement, measure
+from runner.optable import self_time_by_op
+from runner.roofline import Peak, resolve_peak, roofline_metrics
 from runner.tracking import flatten, git_commit, open_run
+from workloads.base import CostModel
 
 log = logging.getLogger(__name__)
+MIB = 2**20
 
 
 def run_tags(spec: RunSpec, job: JobInfo, backend: CpuBackend, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -50,8 +56,10 @@ def run_experiment(spec: RunSpec, job: JobInfo, resolved_config: dict[str, Any])
     Raises:
         ConfigError: the config cannot run here; the message names the key.
     """
+    started = time.perf_counter()
     backend = make_backend(spec.backend)
     workload = build_workload(spec.workload, backend)
+    peak = resolve_peak(spec.measure.peak, backend.peak_entry(), backend.name == "cpu", spec.workload.dtype)
     capture_dir = backend.capture_dir(job.output_dir)
     manifest = build_manifest(backend.manifest())
     log.info("%s on %s (%s)", job.run_name, backend.name, backend.device_name())
@@ -62,17 +70,53 @@ def run_experiment(spec: RunSpec, job: JobInfo, resolved_config: dict[str, Any])
         run.log_text(OmegaConf.to_yaml(resolved_config), "config_resolved.yaml")
         if job.hydra_dir is not None:
             run.log_artifacts(job.hydra_dir, "hydra")
+        backend.reset_peak_memory()
+        neffs_before = backend.compiled_artifact_count()
         result = measure(workload, backend, spec, capture_dir)
+        metrics, tags = derived_metrics(spec, workload, backend, result, peak)
+        if neffs_before is not None:
+            metrics["compile/neffs_new"] = float((backend.compiled_artifact_count() or 0) - neffs_before)
         report = backend.inspect_capture(capture_dir, spec.profiler, result.profiler_output)
-        metrics = {"time/first_call_s": result.first_call_s, **summary_metrics(result.table), **report.metrics}
+        metrics.update(report.metrics)
         run.log_metrics(metrics)
-        by_op = self_time_by_op(result.table)
-        device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
-        run.set_tags({"runner.top_op": next(iter(by_op), None), "runner.device_time": device_time, **report.tags})
+        tags.update(report.tags)
+        run.set_tags(tags)
         run.log_table(result.table.columns(), "key_averages.json")
         run.log_text(result.printed_table, "key_averages.txt")
         for name, text in report.texts.items():
             run.log_text(text, name)
         run.log_capture(capture_dir, capture_dir.name, spec.tracking.max_artifact_mb)
-        print(job_summary(job.run_name, result.table, metrics, capture_dir, run.describe()), flush=True)
+        # the whole job as this function sees it: job_s - measured_s is the runner's own cost
+        metrics["time/job_s"] = time.perf_counter() - started
+        run.log_metrics({"time/job_s": metrics["time/job_s"]})
+        print(job_summary(job.run_name, result.table, metrics, tags, capture_dir, run.describe()), flush=True)
     return metrics
+
+
+def derived_metrics(
+    spec: RunSpec, workload: BuiltWorkload, backend: CpuBackend, result: Measurement, peak: Peak | None
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Metrics and tags computed from the phases: timing, memory, accuracy, roofline."""
+    metrics = result.metrics()
+    peak_device = backend.peak_memory_bytes()
+    if peak_device is not None:
+        metrics["memory/peak_device_mb"] = peak_device / MIB
+    # ru_maxrss is in KiB on Linux: the process's peak, which in a sweep run in one process
+    # includes the jobs before this one
+    metrics["memory/peak_host_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    by_op = self_time_by_op(result.table)
+    device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
+    tags: dict[str, Any] = {"runner.top_op": next(iter(by_op), None), "runner.device_time": device_time}
+    if spec.measure.accuracy:
+        accuracy, accuracy_tags = check_accuracy(workload.eager, workload.inputs, result.output, spec.workload.dtype)
+        metrics.update(accuracy)
+        tags.update(accuracy_tags)
+    if not isinstance(workload.eager, CostModel):
+        tags["roofline.peak"] = "none: the workload declares no bytes/FLOPs model"
+    elif peak is None:
+        tags["roofline.peak"] = f"none: no peak figure for {backend.device_name()}; set measure.peak"
+    else:
+        cost = workload.eager.bytes_moved(*workload.inputs), workload.eager.flop_count(*workload.inputs)
+        metrics.update(roofline_metrics(*cost, metrics["time/step_median_ms"], peak))
+        tags["roofline.peak"] = peak.source
+    return metrics, tags

@@ -1,4 +1,10 @@
-"""The measurement phases of one job: first call, then the profiled window.
+"""The measurement phases of one job, each timed apart.
+
+1. first call (includes torch.compile / NEFF compilation);
+2. warm-up calls;
+3. steady state: `measure.steps` synchronized steps without the profiler (`measure.repeats`
+   times);
+4. the profiled window: exactly the steps the profiler schedule needs.
 
 Every clock read and every profiler step is preceded by `backend.synchronize()`, because
 device work is asynchronous: without it, device time comes out empty or wrong.
@@ -7,21 +13,25 @@ device work is asynchronous: without it, device time comes out empty or wrong.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerAction
 
 from runner.backends import CpuBackend
 from runner.build import BuiltWorkload
 from runner.config import RunSpec
-from runner.optable import OpTable, build_op_table
-from runner.profiling import build_profiler, tee_stderr
+from runner.optable import OpTable, build_op_table, summary_metrics
+from runner.profiling import CycleRecorder, build_profiler, make_schedule, tee_stderr
+from runner.stats import coefficient_of_variation, describe_steps
 
 log = logging.getLogger(__name__)
-# Log progress about ten times per phase, whatever its length.
-PROGRESS_UPDATES = 10
+# Seconds between progress lines within a phase.
+PROGRESS_EVERY_S = 2.0
+ACTIVE = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
 @dataclass
@@ -30,40 +40,129 @@ class Measurement:
 
     # the first call, which includes torch.compile / graph compilation
     first_call_s: float
+    # the first call's output, for the accuracy check
+    output: object
+    # steady-state step times in ms, one list per repeat
+    step_ms: list[list[float]]
+    # wall time of each recorded step of the profiled window, in ms
+    profiled_ms: list[float]
     table: OpTable
     # key_averages().table(): the profiler's own printed table
     printed_table: str
     # what the process wrote to stderr during the profiled window (runtime warnings)
     profiler_output: str
+    # graphs dynamo compiled during this job (recompilations included)
+    compile_graphs: int
+    # seconds spent in all phases together
+    measured_s: float
+
+    def metrics(self) -> dict[str, float]:
+        """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
+        samples = [ms for repeat in self.step_ms for ms in repeat]
+        metrics = {"time/first_call_s": self.first_call_s, **describe_steps(samples)}
+        if len(self.step_ms) > 1:
+            metrics["time/repeat_cv"] = coefficient_of_variation([statistics.median(r) for r in self.step_ms])
+        if self.profiled_ms:
+            profiled = statistics.median(self.profiled_ms)
+            metrics["profiler/step_ms"] = profiled
+            metrics["profiler/overhead_pct"] = (profiled / metrics["time/step_median_ms"] - 1) * 100
+        metrics["compile/graphs"] = float(self.compile_graphs)
+        metrics["time/measured_s"] = self.measured_s
+        return {**metrics, **summary_metrics(self.table)}
 
 
-def _timed_call(workload: BuiltWorkload, backend: CpuBackend) -> float:
+def dynamo_graph_count() -> int:
+    """Unique graphs dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def _timed_call(workload: BuiltWorkload, backend: CpuBackend) -> tuple[float, object]:
     backend.synchronize()
     start = time.perf_counter()
-    workload.module(*workload.inputs)
+    output = workload.module(*workload.inputs)
     backend.synchronize()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, output
+
+
+class Progress:
+    """Logs `phase: step i/n` every few seconds and at the end, so long phases show life."""
+
+    def __init__(self, phase: str, total: int) -> None:
+        self.phase, self.total = phase, total
+        self.last = time.perf_counter()
+
+    def step(self, done: int) -> None:
+        """Report step `done` if enough time passed, or if it is the last one."""
+        now = time.perf_counter()
+        if done == self.total or now - self.last >= PROGRESS_EVERY_S:
+            log.info("%s: step %d/%d", self.phase, done, self.total)
+            self.last = now
+
+
+def steady_state(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec) -> list[list[float]]:
+    """Warm up, then time `measure.steps` synchronized steps, `measure.repeats` times."""
+    measure = spec.measure
+    repeats = []
+    for repeat in range(1, measure.repeats + 1):
+        for _ in range(measure.warmup):
+            workload.module(*workload.inputs)
+        samples = []
+        progress = Progress(f"steady state {repeat}/{measure.repeats}", measure.steps)
+        for step in range(1, measure.steps + 1):
+            samples.append(_timed_call(workload, backend)[0] * 1000)
+            progress.step(step)
+        repeats.append(samples)
+    return repeats
+
+
+def profiled_window(
+    workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, capture_dir: Path
+) -> tuple[OpTable, str, str, list[float]]:
+    """Run the schedule's steps under the profiler; return table, printed table, stderr, step times."""
+    schedule = spec.schedule
+    action_at = make_schedule(schedule)
+    recorder = CycleRecorder(spec.profiler.record_shapes)
+    profiled_ms = []
+    progress = Progress("profiled window", schedule.total_steps)
+    with tee_stderr() as output, build_profiler(backend, spec.profiler, schedule, capture_dir, recorder) as prof:
+        for step in range(1, schedule.total_steps + 1):
+            recorded = action_at(step - 1) in ACTIVE
+            backend.synchronize()
+            start = time.perf_counter()
+            workload.module(*workload.inputs)
+            backend.synchronize()
+            if recorded:
+                profiled_ms.append((time.perf_counter() - start) * 1000)
+            prof.step()
+            progress.step(step)
+    with_shapes = spec.profiler.record_shapes
+    events = prof.key_averages(group_by_input_shape=with_shapes)
+    table = build_op_table(events, schedule.active_steps, with_shapes, spec.profiler.profile_memory, recorder)
+    sort_by = "self_device_time_total" if table.has_device_time else "self_cpu_time_total"
+    printed = events.table(sort_by=sort_by, row_limit=-1) if len(events) else "(profiler disabled)"
+    return table, printed, "".join(output), profiled_ms
 
 
 def measure(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, capture_dir: Path) -> Measurement:
-    """Run the first call, then exactly the steps the profiler schedule needs."""
-    schedule = spec.schedule
+    """Run the phases in order and return their results."""
+    started = time.perf_counter()
+    graphs_before = dynamo_graph_count()
     with torch.no_grad():
         log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
-        first_call_s = _timed_call(workload, backend)
+        first_call_s, output = _timed_call(workload, backend)
         log.info("first call took %.3f s", first_call_s)
-        total = schedule.total_steps
-        every = max(1, total // PROGRESS_UPDATES)
-        with tee_stderr() as output, build_profiler(backend, spec.profiler, schedule, capture_dir) as prof:
-            for step in range(1, total + 1):
-                workload.module(*workload.inputs)
-                backend.synchronize()
-                prof.step()
-                if step % every == 0 or step == total:
-                    log.info("profiled window: step %d/%d", step, total)
-    with_shapes = spec.profiler.record_shapes
-    events = prof.key_averages(group_by_input_shape=with_shapes)
-    table = build_op_table(events, schedule.active_steps, with_shapes, spec.profiler.profile_memory)
-    sort_by = "self_device_time_total" if table.has_device_time else "self_cpu_time_total"
-    printed = events.table(sort_by=sort_by, row_limit=-1) if len(events) else "(profiler disabled)"
-    return Measurement(first_call_s, table, printed, profiler_output="".join(output))
+        step_ms = steady_state(workload, backend, spec)
+        table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
+    return Measurement(
+        first_call_s=first_call_s,
+        output=output,
+        step_ms=step_ms,
+        profiled_ms=profiled_ms,
+        table=table,
+        printed_table=printed,
+        profiler_output=profiler_output,
+        compile_graphs=dynamo_graph_count() - graphs_before,
+        measured_s=time.perf_counter() - started,
+    )

@@ -161,6 +161,28 @@ class NeuronBackend(CpuBackend):
             report.texts["neuron_summary.json"] = summary.raw
         return report
 
+    def reset_peak_memory(self) -> None:
+        """Reset the Neuron allocator's peak (memory statistics are asynchronous: sync first)."""
+        self.synchronize()
+        torch_neuron().reset_peak_memory_stats()
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak bytes allocated, through the documented max_memory_allocated()."""
+        self.synchronize()
+        return int(torch_neuron().max_memory_allocated())
+
+    def peak_entry(self) -> tuple[str, int] | None:
+        """Per-NeuronCore figures of this instance's Trainium generation, times the cores used."""
+        generation = (instance_type() or "").split(".")[0].rstrip("nu")  # trn1n, trn2u -> trn1, trn2
+        if generation not in ("trn1", "trn2", "trn3"):
+            return None
+        return f"{generation}_core", len(self.cores) if self.cores else 1
+
+    def compiled_artifact_count(self) -> int | None:
+        """NEFFs in the NEFF cache; the difference across a job counts its compilations."""
+        cache = Path(self.neff_cache_dir())
+        return sum(1 for _ in cache.rglob("*.neff")) if cache.is_dir() else 0
+
     def manifest(self) -> dict[str, Any]:
         """NeuronCore count, pinned cores, instance type and driver version."""
         try:

@@ -6,11 +6,15 @@ missing measurement is never written as zero.
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from torch.autograd.profiler_util import EventList
+
+from runner.profiling import CycleRecorder
 
 # key_averages() folds the ProfilerStep#N ranges into one row with this prefix.
 STEP_PREFIX = "ProfilerStep"
@@ -31,9 +35,17 @@ class OpTable:
         return {name: [row[name] for row in self.rows] for name in names}
 
 
-def build_op_table(events: EventList, active_steps: int, with_shapes: bool, with_memory: bool) -> OpTable:
-    """Build the op table from `prof.key_averages(...)`, sorted by self time, longest first."""
+def build_op_table(
+    events: EventList, active_steps: int, with_shapes: bool, with_memory: bool, recorder: CycleRecorder
+) -> OpTable:
+    """Build the op table from `prof.key_averages(...)`, sorted by self time, longest first.
+
+    With several profiler cycles, each row also carries its self time per step in every
+    cycle (`cycle_self_ms`) with their mean and standard deviation: the samples for per-op
+    significance tests between runs.
+    """
     has_device_time = any(e.self_device_time_total > 0 for e in events)
+    cycles = recorder.per_step_ms(active_steps // max(1, len(recorder.snapshots)), has_device_time)
     has_device_memory = with_memory and any(e.device_memory_usage for e in events)
     rows = []
     for e in events:
@@ -54,6 +66,11 @@ def build_op_table(events: EventList, active_steps: int, with_shapes: bool, with
             row["device_memory_bytes"] = e.device_memory_usage
             row["self_device_memory_bytes"] = e.self_device_memory_usage
         row["flops"] = e.flops
+        if cycles:
+            samples = cycles.get(recorder.row_key(e), [])
+            row["cycle_self_ms_mean"] = statistics.fmean(samples) if samples else None
+            row["cycle_self_ms_std"] = statistics.stdev(samples) if len(samples) > 1 else None
+            row["cycle_self_ms"] = json.dumps([round(s, 6) for s in samples])
         rows.append(row)
     time_key = "self_device_ms" if has_device_time else "self_cpu_ms"
     rows.sort(key=lambda row: row[time_key], reverse=True)

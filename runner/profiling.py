@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,9 @@ from torch.autograd.profiler_util import EventList
 
 from runner.backends import CpuBackend
 from runner.config import ProfilerConfig, ScheduleConfig
+
+US_PER_MS = 1000.0
+TraceHandler = Callable[[torch.profiler.profile], None]
 
 
 class NullProfiler:
@@ -41,22 +44,71 @@ class NullProfiler:
         return EventList()  # type: ignore[no-untyped-call]
 
 
+def make_schedule(schedule: ScheduleConfig) -> Callable[[int], torch.profiler.ProfilerAction]:
+    """torch.profiler.schedule from the config: step number -> what the profiler does."""
+    return torch.profiler.schedule(
+        wait=schedule.wait,
+        warmup=schedule.warmup,
+        active=schedule.active,
+        repeat=schedule.repeat,
+        skip_first=schedule.skip_first,
+    )
+
+
+class CycleRecorder:
+    """Snapshots per-op self time at the end of each profiler cycle.
+
+    With acc_events=True, key_averages() inside on_trace_ready holds every cycle so far, so
+    differences of successive snapshots are the per-cycle samples.
+    """
+
+    def __init__(self, with_shapes: bool) -> None:
+        self.with_shapes = with_shapes
+        # per cycle: row key -> (self CPU us, self device us), cumulative
+        self.snapshots: list[dict[tuple[str, str], tuple[float, float]]] = []
+
+    def wrap(self, handler: TraceHandler | None) -> TraceHandler:
+        """Return an on_trace_ready handler that snapshots, then calls the backend's handler."""
+
+        def on_trace_ready(prof: torch.profiler.profile) -> None:
+            events = prof.key_averages(group_by_input_shape=self.with_shapes)
+            self.snapshots.append({self.row_key(e): (e.self_cpu_time_total, e.self_device_time_total) for e in events})
+            if handler is not None:
+                handler(prof)
+
+        return on_trace_ready
+
+    def row_key(self, event: Any) -> tuple[str, str]:
+        """How op-table rows are keyed: op name, plus input shapes when they are recorded."""
+        return (event.key, str(event.input_shapes) if self.with_shapes else "")
+
+    def per_step_ms(self, active: int, device: bool) -> dict[tuple[str, str], list[float]]:
+        """Per row, self time per active step in each cycle (ms); empty with one cycle."""
+        if len(self.snapshots) < 2:
+            return {}
+        clock = 1 if device else 0
+        cumulative = [{}, *self.snapshots]
+        keys: set[tuple[str, str]] = set().union(*self.snapshots)
+        return {
+            key: [
+                (now.get(key, (0.0, 0.0))[clock] - before.get(key, (0.0, 0.0))[clock]) / active / US_PER_MS
+                for before, now in zip(cumulative, cumulative[1:], strict=False)
+            ]
+            for key in keys
+        }
+
+
 def build_profiler(
-    backend: CpuBackend, profiler: ProfilerConfig, schedule: ScheduleConfig, capture_dir: Path
+    backend: CpuBackend, profiler: ProfilerConfig, schedule: ScheduleConfig, capture_dir: Path, recorder: CycleRecorder
 ) -> torch.profiler.profile | NullProfiler:
     """Return the profiler for the profiled window, configured for `backend`."""
     if not profiler.enabled:
         return NullProfiler()
     kwargs: dict[str, Any] = backend.profiler_kwargs(profiler, capture_dir)
+    kwargs["on_trace_ready"] = recorder.wrap(kwargs.get("on_trace_ready"))
     return torch.profiler.profile(
         activities=backend.activities(),
-        schedule=torch.profiler.schedule(
-            wait=schedule.wait,
-            warmup=schedule.warmup,
-            active=schedule.active,
-            repeat=schedule.repeat,
-            skip_first=schedule.skip_first,
-        ),
+        schedule=make_schedule(schedule),
         record_shapes=profiler.record_shapes,
         profile_memory=profiler.profile_memory,
         with_stack=profiler.with_stack,

@@ -7,23 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
 
 from runner import CONF_DIR
-from runner.config import JobInfo, register_schemas
+from runner.compose import compose_config as compose_cfg
+from runner.config import JobInfo
 from runner.tracking import PARENT_RUN_ENV
 
-register_schemas()
 REPO = CONF_DIR.parent
-
-
-def compose_cfg(*overrides: str, with_hydra: bool = False) -> DictConfig:
-    """Compose conf/ as `python -m runner <overrides>` would, without running anything."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose(config_name="config", overrides=list(overrides), return_hydra_config=with_hydra)
+__all__ = ["REPO", "compose_cfg", "job_for"]
 
 
 def job_for(tmp_path: Path, name: str = "test_job") -> JobInfo:
@@ -39,6 +30,15 @@ def migrated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("store") / "mlflow.db"
     mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Keep the CPU peak calibration cache out of the user's home during tests."""
+    cache = tmp_path_factory.mktemp("xdg_cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(cache))
+        yield cache
 
 
 @pytest.fixture(autouse=True)

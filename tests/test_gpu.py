@@ -30,6 +30,8 @@ def run_cuda(tmp_path: Path, *overrides: str) -> dict[str, float]:
 def test_cuda_run_reports_device_time(tmp_path: Path, workload: str) -> None:
     metrics = run_cuda(tmp_path, f"+workload={workload}", "backend=cuda")
     assert metrics["device/self_total_ms"] > 0
+    assert metrics["memory/peak_device_mb"] > 0
+    assert 0 < metrics["roofline/bandwidth_fraction"] <= 1
     run = mlflow.MlflowClient().search_runs([e.experiment_id for e in mlflow.MlflowClient().search_experiments()])[0]
     assert run.data.tags["runner.backend"] == "cuda" and run.data.tags["runner.device_time"] == "reported"
     table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")

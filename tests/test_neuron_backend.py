@@ -98,6 +98,9 @@ def test_documented_procedure_end_to_end(tmp_path: Path, tracking_uri: str) -> N
     assert metrics["neuron/capture_ok"] == 1 and metrics["neuron/ntff_files"] == 2 and metrics["neuron/neff_files"] == 2
     assert metrics["neuron/total_time"] > 0 and metrics["neuron/mfu_estimated_percent"] == 1.5
     assert tags["env.NEURON_RT_VISIBLE_CORES"] == "0-1" and tags["env.NEURON_RT_LOG_LEVEL"] == "INFO"
+    # new NEFFs in the cache count as compilations; memory comes from max_memory_allocated()
+    assert metrics["compile/neffs_new"] == 2 and metrics["memory/peak_device_mb"] == 2
+    assert "time/step_median_ms" in metrics and tags["accuracy.check"] == "pass"
 
     files = artifact_files(tracking_uri, run.info.run_id)
     capture = [f for f in files if f.startswith("neuron_profile/")]

@@ -18,7 +18,7 @@ from tests.counting import CountingModule
 
 
 def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
-    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", *overrides))
+    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", *overrides))
     backend = CpuBackend(spec.backend)
     return spec, measure(build_workload(spec.workload, backend), backend, spec, tmp_path / "trace")
 
@@ -74,7 +74,8 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
         "schedule.repeat=2",
         "schedule.skip_first=1",
     )
-    assert CountingModule.calls == 1 + spec.schedule.total_steps  # first call, then the schedule
+    unprofiled = (spec.measure.warmup + spec.measure.steps) * spec.measure.repeats
+    assert CountingModule.calls == 1 + unprofiled + spec.schedule.total_steps  # first call, steady state, schedule
     assert result.table.active_steps == 4
     assert calls_per_step(result)["aten::mul"] == 1  # accumulated over both cycles, per active step
     traces = sorted((tmp_path / "trace").rglob("trace.json"))
@@ -92,7 +93,7 @@ def test_profiler_off_runs_the_steps_without_recording(tmp_path: Path) -> None:
         "workload.inputs=[[2]]",
         "profiler=none",
     )
-    assert CountingModule.calls == 5
+    assert CountingModule.calls == 1 + 1 + 20 + 4  # first call, quick warm-up and steps, the schedule
     assert result.table.rows == [] and summary_metrics(result.table) == {}
     assert not (tmp_path / "trace").exists()
 

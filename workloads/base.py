@@ -29,3 +29,16 @@ def require_positive(**sizes: int) -> None:
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"workload.{name} must be a positive integer, got {value!r}")
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Bytes moved and FLOPs of one forward call, for the roofline; optional for a workload."""
+
+    def bytes_moved(self, *inputs: torch.Tensor) -> int:
+        """Bytes the forward must read and write at least, for these inputs."""
+        ...
+
+    def flop_count(self, *inputs: torch.Tensor) -> int:
+        """Floating-point operations of the forward, for these inputs."""
+        ...

@@ -28,6 +28,14 @@ class RMSNorm(nn.Module):
         shape = (self.batch, self.seq_len, self.hidden)
         return (torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype),)
 
+    def bytes_moved(self, x: torch.Tensor) -> int:
+        """Read x and the weight, write the output: the least traffic any variant needs."""
+        return 2 * x.numel() * x.element_size() + self.weight.numel() * self.weight.element_size()
+
+    def flop_count(self, x: torch.Tensor) -> int:
+        """Per element x*x, the sum, *rsqrt and *weight (4); per row the mean, +eps and rsqrt (3)."""
+        return 4 * x.numel() + 3 * (x.numel() // self.hidden)
+
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm in float64 on CPU."""
         x64 = x.detach().to("cpu", torch.float64)

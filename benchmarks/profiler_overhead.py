@@ -1,0 +1,36 @@
+"""Profiler overhead per RMSNorm variant: profiled step time against the unprofiled median.
+
+Runs each variant with the reference schedule (1 active step) and with 20 active steps,
+whose median is steadier, and prints profiler/overhead_pct for both.
+
+python benchmarks/profiler_overhead.py
+"""
+
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from runner.backends import CpuBackend
+from runner.build import build_workload
+from runner.compose import compose_config
+from runner.config import load_run_spec
+from runner.measure import measure
+
+
+def overhead(variant: str, *overrides: str) -> tuple[float, float]:
+    spec = load_run_spec(compose_config(f"+workload={variant}", "backend=cpu", "tracking=off", *overrides))
+    backend = CpuBackend(spec.backend)
+    with TemporaryDirectory() as out:
+        metrics = measure(build_workload(spec.workload, backend), backend, spec, Path(out)).metrics()
+    return metrics["time/step_median_ms"], metrics["profiler/overhead_pct"]
+
+
+def main() -> None:
+    print(f"{'variant':18} {'median ms':>10} {'overhead, 1 active':>19} {'overhead, 20 active':>20}")
+    for variant in ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled"):
+        median, one = overhead(variant)
+        _, twenty = overhead(variant, "schedule.active=20")
+        print(f"{variant:18} {median:10.4f} {one:18.1f}% {twenty:19.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Compare a workload's output with its float64 reference on CPU.
+
+A failed check is reported (metrics and a tag), never raised: a fast variant that is wrong
+is a finding, not a crash.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+# Normwise relative tolerance per dtype, about a few units in the last place after a reduction.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def check_accuracy(
+    eager: nn.Module, inputs: tuple[torch.Tensor, ...], output: Any, dtype: str
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Return `accuracy/*` metrics, the `accuracy.check` tag (pass, fail, skipped) and its detail.
+
+    max_rel_err is normwise: max |out - ref| / max |ref|, so elements near zero do not
+    dominate it.
+    """
+    reference = getattr(eager, "reference", None)
+    if reference is None or not isinstance(output, torch.Tensor):
+        return {}, {"accuracy.check": "skipped", "accuracy.detail": "the workload has no reference()"}
+    with torch.no_grad():
+        expected = reference(*inputs).to("cpu", torch.float64)
+    actual = output.detach().to("cpu", torch.float64)
+    if actual.shape != expected.shape:
+        detail = f"output shape {tuple(actual.shape)} != reference {tuple(expected.shape)}"
+        return {}, {"accuracy.check": "fail", "accuracy.detail": detail}
+    max_abs = (actual - expected).abs().max().item()
+    scale = expected.abs().max().item() or 1.0
+    tolerance = TOLERANCE[dtype]
+    max_rel = max_abs / scale
+    verdict = "pass" if max_rel <= tolerance else "fail"
+    metrics = {"accuracy/max_abs_err": max_abs, "accuracy/max_rel_err": max_rel, "accuracy/tolerance": tolerance}
+    detail = f"max_rel_err {max_rel:.2e} against tolerance {tolerance:.0e} for {dtype}"
+    return metrics, {"accuracy.check": verdict, "accuracy.detail": detail}

@@ -1,0 +1,134 @@
+"""Roofline numbers: achieved bandwidth and FLOP rate against the device's peaks.
+
+Peaks are datasheet figures from `conf/peaks.yaml` on accelerators and, on the CPU, a
+calibration (best copy bandwidth, best matmul rate) measured once per machine and cached.
+Every run tags which it used, so nobody mistakes a datasheet figure for a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from runner import CONF_DIR
+from runner.config import ConfigError
+
+log = logging.getLogger(__name__)
+PEAKS_FILE = CONF_DIR / "peaks.yaml"
+# Working sets from L2-sized to DRAM-sized: the peak is the best of them.
+COPY_SIZES_MIB = (1, 4, 16, 64)
+MATMUL_SIZE = 512
+BEST_OF = 5
+
+
+@dataclass
+class Peak:
+    """A device's ceilings and where they come from."""
+
+    bandwidth_gbps: float
+    gflops: float
+    # e.g. "datasheet: trn2_core x 2 (conf/peaks.yaml)" or "measured: ..."
+    source: str
+
+
+def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
+    """Look up `entry` in conf/peaks.yaml, scaled to `multiplier` cores.
+
+    Raises:
+        ConfigError: no such entry, or no figure for the dtype.
+    """
+    table: dict[str, Any] = yaml.safe_load(PEAKS_FILE.read_text())
+    if entry not in table:
+        raise ConfigError(f"measure.peak={entry!r} is not in conf/peaks.yaml; choose one of: auto, {', '.join(table)}")
+    figures = table[entry]
+    if dtype not in figures["tflops"]:
+        raise ConfigError(f"measure.peak={entry}: no {dtype} figure; it has {', '.join(figures['tflops'])}")
+    scale = f" x {multiplier}" if multiplier > 1 else ""
+    return Peak(
+        bandwidth_gbps=figures["bandwidth_gbps"] * multiplier,
+        gflops=figures["tflops"][dtype] * 1000 * multiplier,
+        source=f"datasheet: {entry}{scale} (conf/peaks.yaml)",
+    )
+
+
+def _best_seconds(fn: Any) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(BEST_OF):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def calibrate_cpu(dtype: str) -> tuple[float, float]:
+    """Best copy bandwidth (GB/s, read + write) over several sizes, and matmul GFLOP/s."""
+    bandwidth = 0.0
+    for mib in COPY_SIZES_MIB:
+        src = torch.ones(mib * 2**20 // 4)
+        dst = torch.empty_like(src)
+        bandwidth = max(bandwidth, 2 * src.nbytes / _best_seconds(lambda d=dst, s=src: d.copy_(s)) / 1e9)
+    a = torch.ones(MATMUL_SIZE, MATMUL_SIZE, dtype=getattr(torch, dtype))
+    gflops = 2 * MATMUL_SIZE**3 / _best_seconds(lambda: a @ a) / 1e9
+    return bandwidth, gflops
+
+
+def cache_file() -> Path:
+    """Per-user cache of CPU calibrations ($XDG_CACHE_HOME/runner/cpu_peaks.json)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "runner" / "cpu_peaks.json"
+
+
+def cpu_peak(dtype: str) -> Peak:
+    """The CPU calibration for this machine and thread count, measured on first use."""
+    path = cache_file()
+    key = f"{platform.node()}|{platform.processor() or platform.machine()}|threads={torch.get_num_threads()}|{dtype}"
+    cache: dict[str, list[float]] = json.loads(path.read_text()) if path.is_file() else {}
+    if key not in cache:
+        log.info("calibrating CPU peaks (once per machine; cached in %s) ...", path)
+        cache[key] = list(calibrate_cpu(dtype))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cache, indent=2))
+    bandwidth, gflops = cache[key]
+    return Peak(bandwidth, gflops, f"measured: best copy bandwidth and {dtype} matmul on this machine ({path})")
+
+
+def roofline_metrics(bytes_moved: int, flops: int, step_ms: float, peak: Peak) -> dict[str, float]:
+    """`roofline/*` metrics from the workload's cost model and its median step time."""
+    seconds = step_ms / 1000
+    achieved_gbps = bytes_moved / seconds / 1e9
+    achieved_gflops = flops / seconds / 1e9
+    return {
+        "roofline/bytes": float(bytes_moved),
+        "roofline/flops": float(flops),
+        "roofline/step_ms": step_ms,
+        "roofline/achieved_gbps": achieved_gbps,
+        "roofline/achieved_gflops": achieved_gflops,
+        "roofline/intensity": flops / bytes_moved if bytes_moved else 0.0,
+        "roofline/peak_gbps": peak.bandwidth_gbps,
+        "roofline/peak_gflops": peak.gflops,
+        "roofline/bandwidth_fraction": achieved_gbps / peak.bandwidth_gbps,
+        "roofline/compute_fraction": achieved_gflops / peak.gflops,
+    }
+
+
+def resolve_peak(requested: str, entry: tuple[str, int] | None, on_cpu: bool, dtype: str) -> Peak | None:
+    """The peak for this run: `measure.peak` when named, else the device's entry, else (CPU) a calibration.
+
+    Raises:
+        ConfigError: `measure.peak` names no entry of conf/peaks.yaml.
+    """
+    if requested != "auto":
+        return datasheet_peak(requested, 1, dtype)
+    if entry is not None:
+        return datasheet_peak(*entry, dtype)
+    return cpu_peak(dtype) if on_cpu else None
