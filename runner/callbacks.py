@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import TrackingConfig
+from runner.sweep import summarise_sweep
 from runner.tracking import PARENT_RUN_ENV
 
 log = logging.getLogger(__name__)
@@ -49,18 +49,21 @@ def _tracking(config: DictConfig) -> TrackingConfig:
 
 
 class RunnerCallback(Callback):
-    """Checks output directories up front and groups a sweep's jobs under one parent run."""
+    """Checks output directories up front; opens and closes a sweep's parent run."""
 
     def __init__(self) -> None:
         self.parent_run_id: str | None = None
-        self.failed: list[str] = []
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Refuse an unwritable output directory before Hydra trips over it."""
         check_writable_dir("hydra.run.dir", config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Check the sweep directory and open the parent run that the jobs will join."""
+        """Check the sweep directory; create the store, experiment and parent run once.
+
+        Creating the store here, before any job starts, keeps parallel jobs from racing
+        on the first schema migration of a SQLite store.
+        """
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         tracking = _tracking(config)
         if not tracking.enabled:
@@ -80,19 +83,22 @@ class RunnerCallback(Callback):
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
         log.info("sweep parent run %s in experiment '%s'", self.parent_run_id, tracking.experiment)
 
-    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        """Remember which jobs failed, for the parent run's status."""
-        if job_return.status == JobStatus.FAILED:
-            self.failed.append(" ".join(job_return.overrides or []))
-
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Close the parent run: FINISHED when every job finished, FAILED otherwise."""
+        """Close dead jobs' runs, print the summary, close the parent; exit 1 if a job failed."""
         os.environ.pop(PARENT_RUN_ENV, None)
-        if self.parent_run_id is None:
-            return
-        from mlflow import MlflowClient
+        tracking = _tracking(config)
+        summary = summarise_sweep(Path(config.hydra.sweep.dir), tracking.uri if tracking.enabled else None)
+        text = "\n".join(summary.lines())
+        print(text, flush=True)
+        if self.parent_run_id is not None:
+            from mlflow import MlflowClient
 
-        client = MlflowClient(_tracking(config).uri)
-        client.set_tag(self.parent_run_id, "runner.failed_jobs", str(len(self.failed)))
-        client.set_terminated(self.parent_run_id, "FAILED" if self.failed else "FINISHED")
-        self.parent_run_id = None
+            client = MlflowClient(tracking.uri)
+            client.set_tag(self.parent_run_id, "runner.failed_jobs", str(len(summary.failed)))
+            client.set_tag(self.parent_run_id, "runner.skipped_jobs", str(len(summary.skipped)))
+            client.log_text(self.parent_run_id, text + "\n", "sweep_summary.txt")
+            client.set_terminated(self.parent_run_id, "FAILED" if summary.failed else "FINISHED")
+            self.parent_run_id = None
+        if summary.failed:
+            # Hydra turns callback exceptions into warnings; SystemExit is how a sweep fails
+            sys.exit(1)

@@ -84,6 +84,8 @@ class BackendConfig:
     name: str = "auto"
     # NeuronCores the job may use, e.g. "0", "0-1", "0,2-3"; null leaves the runtime's choice (neuron only)
     cores: str | None = None
+    # NeuronCores each job gets under hydra/launcher=parallel
+    cores_per_job: int = 1
     # NEFF cache that NeuronConfig copies into the capture; null: $TORCH_NEURONX_NEFF_CACHE_DIR or /tmp/neff_cache
     neff_cache_dir: str | None = None
     # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
@@ -92,6 +94,7 @@ class BackendConfig:
     def __post_init__(self) -> None:
         _allowed("backend.name", self.name, BACKENDS)
         _at_least("backend.explorer_timeout_s", self.explorer_timeout_s, 1)
+        _at_least("backend.cores_per_job", self.cores_per_job, 1)
         if self.cores is not None:
             parse_cores(self.cores, "backend.cores")
 

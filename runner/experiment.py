@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import resource
 import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -21,7 +25,8 @@ from runner.manifest import build_manifest
 from runner.measure import Measurement, measure
 from runner.optable import self_time_by_op
 from runner.roofline import Peak, resolve_peak, roofline_metrics
-from runner.tracking import flatten, git_commit, open_run
+from runner.sweep import config_hash, one_line, write_status
+from runner.tracking import NullRun, close_orphans, finished_run_id, flatten, git_commit, open_run
 from workloads.base import CostModel
 
 log = logging.getLogger(__name__)
@@ -37,6 +42,7 @@ def run_tags(spec: RunSpec, job: JobInfo, backend: CpuBackend, manifest: dict[st
         "runner.backend_requested": spec.backend.name,
         "runner.device": backend.device_name(),
         "runner.host": platform.node(),
+        "runner.pid": os.getpid(),
         "runner.overrides": " ".join(job.overrides),
         "runner.output_dir": str(job.output_dir),
         "runner.git_commit": git_commit(CONF_DIR.parent),
@@ -47,25 +53,39 @@ def run_tags(spec: RunSpec, job: JobInfo, backend: CpuBackend, manifest: dict[st
     }
 
 
-def run_experiment(spec: RunSpec, job: JobInfo, resolved_config: dict[str, Any]) -> dict[str, float]:
+def run_experiment(
+    spec: RunSpec, job: JobInfo, resolved_config: dict[str, Any], resume: bool = False
+) -> dict[str, float]:
     """Run one profiled job and log it; return its summary metrics.
 
     Everything that can be rejected (device, workload arguments) is checked before the
-    MLflow run starts, so bad input leaves no run behind.
+    MLflow run starts, so bad input leaves no run behind. With `resume`, a configuration that
+    already has a FINISHED run in the experiment is skipped (and an empty dict returned).
+    A job that raises leaves its run FAILED, with the error as a tag and the traceback as
+    `error.txt`.
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.
     """
     started = time.perf_counter()
+    digest = config_hash(resolved_config)
+    if resume and spec.tracking.enabled:
+        close_orphans(spec.tracking, digest)
+        done = finished_run_id(spec.tracking, digest)
+        if done is not None:
+            log.info("skipped: this configuration already has FINISHED run %s (resume=false runs it again)", done)
+            write_status(job.output_dir, status="SKIPPED", run_id=done)
+            return {}
     backend = make_backend(spec.backend)
     workload = build_workload(spec.workload, backend)
     peak = resolve_peak(spec.measure.peak, backend.peak_entry(), backend.name == "cpu", spec.workload.dtype)
     capture_dir = backend.capture_dir(job.output_dir)
     manifest = build_manifest(backend.manifest())
     log.info("%s on %s (%s)", job.run_name, backend.name, backend.device_name())
-    with open_run(spec.tracking, job.run_name) as run:
+    with open_run(spec.tracking, job.run_name) as run, recorded_failure(run):
+        write_status(job.output_dir, run_id=run.run_id)
         run.log_params(flatten(resolved_config))
-        run.set_tags(run_tags(spec, job, backend, manifest))
+        run.set_tags({**run_tags(spec, job, backend, manifest), "runner.config_hash": digest})
         run.log_text(json.dumps(manifest, indent=2), "environment.json")
         run.log_text(OmegaConf.to_yaml(resolved_config), "config_resolved.yaml")
         if job.hydra_dir is not None:
@@ -90,7 +110,19 @@ def run_experiment(spec: RunSpec, job: JobInfo, resolved_config: dict[str, Any])
         metrics["time/job_s"] = time.perf_counter() - started
         run.log_metrics({"time/job_s": metrics["time/job_s"]})
         print(job_summary(job.run_name, result.table, metrics, tags, capture_dir, run.describe()), flush=True)
+    write_status(job.output_dir, status="FINISHED")
     return metrics
+
+
+@contextmanager
+def recorded_failure(run: NullRun) -> Iterator[None]:
+    """On an exception, tag the run with the error and keep the traceback, then re-raise."""
+    try:
+        yield
+    except Exception as err:
+        run.set_tags({"runner.error": one_line(err)})
+        run.log_text(traceback.format_exc(), "error.txt")
+        raise
 
 
 def derived_metrics(

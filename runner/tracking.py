@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
+import random
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runner.config import TrackingConfig
 
@@ -22,6 +25,23 @@ log = logging.getLogger(__name__)
 PARENT_RUN_ENV = "RUNNER_PARENT_RUN_ID"
 # MLflow caps param values at 6000 characters; longer values are cut, not rejected.
 MAX_PARAM_CHARS = 6000
+# Parallel jobs share one SQLite file; a writer that finds it locked waits and tries again.
+LOCKED_RETRIES = 12
+T = TypeVar("T")
+
+
+def retry_locked(call: Callable[[], T]) -> T:
+    """Run an MLflow call, retrying with jittered backoff while SQLite says it is locked."""
+    for attempt in range(LOCKED_RETRIES):
+        try:
+            return call()
+        except Exception as err:
+            if "database is locked" not in str(err) or attempt == LOCKED_RETRIES - 1:
+                raise
+            delay = min(0.05 * 2**attempt, 5.0) * random.uniform(0.5, 1.5)
+            log.debug("MLflow store locked; retrying in %.2f s", delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -77,7 +97,52 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     import mlflow
 
     mlflow.set_tracking_uri(tracking.uri)
-    return mlflow.set_experiment(tracking.experiment).experiment_id
+    return retry_locked(lambda: mlflow.set_experiment(tracking.experiment).experiment_id)
+
+
+def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
+    """The id of a FINISHED run of this configuration in the experiment, if there is one."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking.uri)
+    experiment = client.get_experiment_by_name(tracking.experiment)
+    if experiment is None:
+        return None
+    query = f"tags.`runner.config_hash` = '{config_hash}' and attributes.status = 'FINISHED'"
+    runs = client.search_runs([experiment.experiment_id], query, max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def close_orphans(tracking: TrackingConfig, config_hash: str) -> None:
+    """Mark FAILED the RUNNING runs of this configuration whose process on this host is gone.
+
+    A sweep killed as a whole leaves its in-flight run RUNNING; the next job of the same
+    configuration is the first to notice.
+    """
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking.uri)
+    experiment = client.get_experiment_by_name(tracking.experiment)
+    if experiment is None:
+        return
+    query = f"tags.`runner.config_hash` = '{config_hash}' and attributes.status = 'RUNNING'"
+    for run in client.search_runs([experiment.experiment_id], query):
+        host, pid = run.data.tags.get("runner.host"), run.data.tags.get("runner.pid")
+        if host == platform.node() and pid and not _alive(int(pid)):
+            reason = f"orphaned: its process {pid} on {host} is gone"
+            log.warning("run %s %s; marking it FAILED", run.info.run_id, reason)
+            client.set_tag(run.info.run_id, "runner.error", reason)
+            client.set_terminated(run.info.run_id, "FAILED")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class NullRun:
@@ -123,19 +188,19 @@ class MlflowRun(NullRun):
         """Log params, cutting values MLflow would reject for length."""
         import mlflow
 
-        mlflow.log_params({k: str(v)[:MAX_PARAM_CHARS] for k, v in params.items()})
+        retry_locked(lambda: mlflow.log_params({k: str(v)[:MAX_PARAM_CHARS] for k, v in params.items()}))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         """Set tags; None values are skipped rather than logged as 'None'."""
         import mlflow
 
-        mlflow.set_tags({k: str(v) for k, v in tags.items() if v is not None})
+        retry_locked(lambda: mlflow.set_tags({k: str(v) for k, v in tags.items() if v is not None}))
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         """Log metrics at step 0."""
         import mlflow
 
-        mlflow.log_metrics(metrics)
+        retry_locked(lambda: mlflow.log_metrics(metrics))
 
     def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
         """Log a table the MLflow UI can show (a JSON artifact)."""
@@ -204,5 +269,5 @@ def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
 
     experiment_id = ensure_experiment(tracking)
     parent = os.environ.get(PARENT_RUN_ENV) or None
-    with mlflow.start_run(run_name=run_name, parent_run_id=parent) as active:
+    with retry_locked(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent)) as active:
         yield MlflowRun(active.info.run_id, experiment_id, tracking)

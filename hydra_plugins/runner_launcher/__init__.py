@@ -1,0 +1,1 @@
+"""The runner's Hydra launcher (hydra/launcher=isolated, hydra/launcher=parallel)."""
