@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner import CONF_DIR
 from runner.callbacks import UsageError
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
-from runner.sweep import one_line, write_status
+from runner.sweep import SWEEP_ID_ENV, one_line, write_status
 
 register_schemas()
 # Overrides left out of run names: group selections (the workload is the name's first word)
@@ -42,7 +42,15 @@ def run(cfg: DictConfig) -> float:
     """
     job = job_info(cfg)
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
-    write_status(job.output_dir, status="RUNNING", overrides=" ".join(job.overrides), pid=os.getpid())
+    write_status(
+        job.output_dir,
+        status="RUNNING",
+        overrides=" ".join(job.overrides),
+        pid=os.getpid(),
+        sweep_id=os.environ.get(SWEEP_ID_ENV),
+        run_id=None,
+        error=None,
+    )
     try:
         spec = load_run_spec(cfg)
         from runner.experiment import run_experiment  # torch and mlflow load only past --help

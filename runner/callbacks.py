@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import TrackingConfig
-from runner.sweep import summarise_sweep
+from runner.sweep import SWEEP_ID_ENV, summarise_sweep
 from runner.tracking import PARENT_RUN_ENV
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class RunnerCallback(Callback):
 
     def __init__(self) -> None:
         self.parent_run_id: str | None = None
+        self.sweep_id = ""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Refuse an unwritable output directory before Hydra trips over it."""
@@ -65,6 +67,7 @@ class RunnerCallback(Callback):
         on the first schema migration of a SQLite store.
         """
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+        self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         tracking = _tracking(config)
         if not tracking.enabled:
             return
@@ -86,8 +89,11 @@ class RunnerCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Close dead jobs' runs, print the summary, close the parent; exit 1 if a job failed."""
         os.environ.pop(PARENT_RUN_ENV, None)
+        os.environ.pop(SWEEP_ID_ENV, None)
         tracking = _tracking(config)
-        summary = summarise_sweep(Path(config.hydra.sweep.dir), tracking.uri if tracking.enabled else None)
+        summary = summarise_sweep(
+            Path(config.hydra.sweep.dir), self.sweep_id, tracking.uri if tracking.enabled else None
+        )
         text = "\n".join(summary.lines())
         print(text, flush=True)
         if self.parent_run_id is not None:

@@ -14,7 +14,17 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-ALLOWED_PREFIXES = ("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+ALLOWED_PREFIXES = (
+    "NEURON_",
+    "XLA_",
+    "TORCH_NEURONX_",
+    "NEURONX_",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "SLURM_JOB_ID",
+    "SLURM_JOB_PARTITION",
+    "SLURM_JOB_NODELIST",
+)
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE", "SESSION")
 PYTHON_PACKAGES = ("torch", "torch-neuronx", "neuronx-cc", "nki", "libneuronxla", "hydra-core", "omegaconf", "mlflow")
 # Debian/RPM packages of the Neuron runtime, tools and driver

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 STATUS_FILE = "job_status.json"
+# Set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is
+# summarised one sweep at a time.
+SWEEP_ID_ENV = "RUNNER_SWEEP_ID"
 # Config keys that say where things go, not what runs: left out of the config hash.
 UNHASHED_TOP = ("tracking",)
 UNHASHED_KEYS = ("backend.cores",)
@@ -98,11 +101,13 @@ class SweepSummary:
         return lines
 
 
-def summarise_sweep(sweep_dir: Path, tracking_uri: str | None) -> SweepSummary:
-    """Read every job's status; jobs still RUNNING now died, and their runs are marked FAILED."""
+def summarise_sweep(sweep_dir: Path, sweep_id: str, tracking_uri: str | None) -> SweepSummary:
+    """Read the status of this sweep's jobs; those still RUNNING died, and their runs are marked FAILED."""
     summary = SweepSummary()
     for path in sorted(sweep_dir.glob(f"*/{STATUS_FILE}"), key=lambda p: p.parent.name):
         job_dir = path.parent
+        if (read_status(job_dir) or {}).get("sweep_id") != sweep_id:
+            continue
         if (read_status(job_dir) or {}).get("status") == "RUNNING":
             mark_dead(job_dir, "died without finishing its run (killed, crashed or out of memory)", tracking_uri)
         status = read_status(job_dir) or {}

@@ -1,0 +1,44 @@
+"""A three-job sweep through hydra/launcher=slurm on a real one-node Slurm cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from tests.conftest import REPO
+from tests.slurm_cluster import SlurmUnavailable, local_slurm
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def slurm_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    try:
+        with local_slurm(tmp_path / "slurm") as env:
+            yield env
+    except SlurmUnavailable as why:
+        pytest.skip(f"Slurm cannot start here: {why}")
+
+
+def test_three_job_sweep_on_slurm(tmp_path: Path, tracking_uri: str, slurm_env: dict[str, str]) -> None:
+    cmd = [
+        sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", "++workload.hidden=16",
+        "workload.seed=0,1,2", "measure=quick", "hydra/launcher=slurm", "hydra.launcher.partition=debug",
+        "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]  # fmt: skip
+    env = {**slurm_env, "MLFLOW_TRACKING_URI": tracking_uri}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    client = mlflow.MlflowClient(tracking_uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    children = [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
+    assert sorted(r.data.params["workload.seed"] for r in children) == ["0", "1", "2"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    # each job ran inside its own Slurm job, on the debug partition
+    assert len({r.data.tags["env.SLURM_JOB_ID"] for r in children}) == 3
+    assert {r.data.tags["env.SLURM_JOB_PARTITION"] for r in children} == {"debug"}

@@ -1,0 +1,173 @@
+"""Sweeps under failure: isolation, resume after a killed sweep, parallel jobs, a real MLflow server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from hydra_plugins.runner_launcher.process_launcher import plan_slots
+from runner.sweep import config_hash
+from tests.conftest import REPO
+
+FAULTY = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[4]]", "measure=quick"]
+
+
+def sweep(tmp_path: Path, *args: str, uri: str, **popen: object) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "runner", "-m", *FAULTY, f"hydra.sweep.dir={tmp_path / 'sweep'}", *args]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, **popen)  # type: ignore[call-overload]
+
+
+def job_runs(uri: str) -> list[mlflow.entities.Run]:
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
+
+
+def test_config_hash_ignores_paths_and_placement() -> None:
+    base = {"workload": {"hidden": 8}, "tracking": {"uri": "a"}, "backend": {"name": "neuron", "cores": "0"}}
+    moved = {
+        "workload": {"hidden": 8},
+        "tracking": {"uri": "b"},
+        "backend": {"name": "neuron", "cores": "3", "neff_cache_dir": "/x"},
+    }
+    assert config_hash(base) == config_hash(moved)
+    assert config_hash(base) != config_hash({**base, "workload": {"hidden": 16}})
+
+
+def test_parallel_slots_split_the_machine() -> None:
+    neuron = plan_slots("neuron", 0, list(range(8)), 2, 0, 2)
+    assert [s.overrides for s in neuron] == [(f"backend.cores={i}-{i + 1}",) for i in (0, 2, 4, 6)]
+    assert len(plan_slots("neuron", 0, list(range(32)), 1, 0, 2)) == 32
+    assert [dict(s.env)["CUDA_VISIBLE_DEVICES"] for s in plan_slots("cuda", 0, [], 1, 2, 16)] == ["0", "1"]
+    cpu = plan_slots("cpu", 4, [], 1, 0, 16)
+    assert len(cpu) == 4 and all(dict(s.env)["OMP_NUM_THREADS"] == "4" for s in cpu)
+    with pytest.raises(ValueError, match="backend.cores_per_job=4 but only 2 NeuronCore"):
+        plan_slots("neuron", 0, [0, 1], 4, 0, 2)
+
+
+@pytest.mark.slow
+def test_faults_fail_alone_under_the_isolated_launcher(tmp_path: Path, tracking_uri: str) -> None:
+    done = sweep(
+        tmp_path,
+        "+workload.fault=none,raise,abort,kill",
+        "+workload.label=a",
+        "hydra/launcher=isolated",
+        uri=tracking_uri,
+    )
+    # a fifth job, added as its own label so its configuration differs from the first
+    again = sweep(tmp_path, "+workload.fault=none", "+workload.label=b", "hydra/launcher=isolated", uri=tracking_uri)
+    assert done.returncode != 0 and again.returncode == 0
+    runs = job_runs(tracking_uri)
+    status = {(r.data.params["workload.fault"], r.data.params["workload.label"]): r.info.status for r in runs}
+    assert status == {
+        ("none", "a"): "FINISHED",
+        ("raise", "a"): "FAILED",
+        ("abort", "a"): "FAILED",
+        ("kill", "a"): "FAILED",
+        ("none", "b"): "FINISHED",
+    }
+    errors = {r.data.params["workload.fault"]: r.data.tags.get("runner.error") for r in runs}
+    assert errors["raise"] == "RuntimeError: injected failure"
+    assert errors["abort"] == "died from signal SIGABRT" and errors["kill"] == "died from signal SIGKILL"
+    failed = next(r for r in runs if r.data.params["workload.fault"] == "raise")
+    artifacts = {a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(failed.info.run_id)}
+    assert "error.txt" in artifacts
+    assert "sweep: 4 job(s): 1 finished, 0 skipped (already FINISHED), 3 failed" in done.stdout
+    assert done.stdout.count("FAILED:") == 3 and "died from signal SIGKILL" in done.stdout
+    client = mlflow.MlflowClient(tracking_uri)
+    parents = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+               if r.data.tags.get("runner.sweep") == "true"]  # fmt: skip
+    assert sorted(p.info.status for p in parents) == ["FAILED", "FINISHED"]
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_without_duplicates(tmp_path: Path, tracking_uri: str) -> None:
+    labels = "+workload.label=a,b,c,d"
+    cmd = [sys.executable, "-m", "runner", "-m", *FAULTY, labels, "hydra/launcher=isolated",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}"]  # fmt: skip
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while sum(r.info.status == "FINISHED" for r in job_runs(tracking_uri)) < 2:
+        assert time.monotonic() < deadline and first.poll() is None, "the sweep ended before it could be killed"
+        time.sleep(0.5)
+    os.killpg(first.pid, signal.SIGKILL)  # the whole sweep, launcher and job alike
+    first.wait()
+    finished_before = {r.data.tags["runner.config_hash"] for r in job_runs(tracking_uri) if r.info.status == "FINISHED"}
+
+    second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stdout[-3000:]
+    runs = job_runs(tracking_uri)
+    finished = Counter(r.data.tags["runner.config_hash"] for r in runs if r.info.status == "FINISHED")
+    assert len(finished) == 4 and set(finished.values()) == {1}  # every config once, none twice
+    assert f"{len(finished_before)} skipped (already FINISHED)" in second.stdout
+    assert not [r for r in runs if r.info.status == "RUNNING"]  # the killed job's run was closed
+
+
+@pytest.mark.slow
+def test_four_parallel_workers_lose_no_run(tmp_path: Path, tracking_uri: str) -> None:
+    labels = "+workload.label=" + ",".join("abcdefghijkl")
+    done = sweep(
+        tmp_path, labels, "hydra/launcher=parallel", "hydra.launcher.jobs=4", "profiler=none", uri=tracking_uri
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Launching 12 jobs, 4 at a time" in done.stderr + done.stdout
+    runs = job_runs(tracking_uri)
+    assert len(runs) == 12 and all(r.info.status == "FINISHED" for r in runs)
+    assert {r.data.params["workload.label"] for r in runs} == set("abcdefghijkl")
+    assert {r.data.tags["env.OMP_NUM_THREADS"] for r in runs} == {str(max(1, (os.cpu_count() or 1) // 4))}
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[str]:
+    """A real `mlflow server` on loopback, over its own SQLite store."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
+         str(tmp_path / "server-artifacts"), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
+            time.sleep(0.5)
+    yield url
+    os.killpg(server.pid, signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_sweep_against_a_tracking_server(tmp_path: Path, mlflow_server: str) -> None:
+    cmd = [sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive,rmsnorm_builtin", "++workload.hidden=16",
+           "measure=quick", "tracking=server", f"tracking.uri={mlflow_server}",
+           f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = mlflow.MlflowClient(mlflow_server)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    children = [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
+    assert len(runs) == 3 and len(children) == 2
+    assert all(r.info.status == "FINISHED" for r in runs)
+    artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert "key_averages.json" in artifacts
