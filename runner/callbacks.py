@@ -100,6 +100,7 @@ class RunnerCallback(Callback):
             from mlflow import MlflowClient
 
             client = MlflowClient(tracking.uri)
+            self._report(client, Path(config.hydra.sweep.dir))
             client.set_tag(self.parent_run_id, "runner.failed_jobs", str(len(summary.failed)))
             client.set_tag(self.parent_run_id, "runner.skipped_jobs", str(len(summary.skipped)))
             client.log_text(self.parent_run_id, text + "\n", "sweep_summary.txt")
@@ -108,3 +109,15 @@ class RunnerCallback(Callback):
         if summary.failed:
             # Hydra turns callback exceptions into warnings; SystemExit is how a sweep fails
             sys.exit(1)
+
+    def _report(self, client: Any, sweep_dir: Path) -> None:
+        """Print the side-by-side comparison and log it (table, markdown, plots) to the parent."""
+        from runner.compare import report_sweep
+
+        assert self.parent_run_id is not None
+        try:
+            table = report_sweep(client, client.get_run(self.parent_run_id), sweep_dir / "comparison")
+        except Exception as err:  # the comparison is a view of the results, never worth losing them over
+            log.warning("could not build the sweep comparison: %s", err)
+            return
+        print(table, flush=True)

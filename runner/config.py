@@ -88,6 +88,8 @@ class BackendConfig:
     cores_per_job: int = 1
     # NEFF cache that NeuronConfig copies into the capture; null: $TORCH_NEURONX_NEFF_CACHE_DIR or /tmp/neff_cache
     neff_cache_dir: str | None = None
+    # hourly price of the device, for cost per million steps in comparisons; no prices are built in
+    price_per_hour: float | None = None
     # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
     explorer_timeout_s: int = 1800
 

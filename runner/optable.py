@@ -94,6 +94,12 @@ def summary_metrics(table: OpTable) -> dict[str, float]:
     metrics: dict[str, float] = {"cpu/self_total_ms": sum(r["self_cpu_ms"] for r in table.rows)}
     if table.has_device_time:
         metrics["device/self_total_ms"] = sum(r["self_device_ms"] for r in table.rows)
+        kernels = {
+            r["name"]
+            for r in table.rows
+            if r["self_device_ms"] > 0 and not r["name"].startswith(("aten::", STEP_PREFIX))
+        }
+        metrics["ops/device_kernels"] = float(len(kernels))
     aten = [r for r in table.rows if r["name"].startswith("aten::")]
     metrics["ops/aten_ops"] = float(len({r["name"] for r in aten}))
     metrics["ops/calls_per_step"] = sum(r["calls"] for r in aten) / table.active_steps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 
@@ -33,3 +34,38 @@ def describe_steps(samples_ms: list[float]) -> dict[str, float]:
         "time/step_iqr_ms": percentile(samples_ms, 75) - percentile(samples_ms, 25),
         "time/step_cv": coefficient_of_variation(samples_ms),
     }
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test: exact up to 20 samples, normal beyond.
+
+    Needs no distribution assumption, which suits a handful of per-cycle timings. With n
+    samples per side the smallest possible p is 2 / C(2n, n): 0.1 for 3 cycles, 0.008 for 5.
+    """
+    n1, n2 = len(a), len(b)
+    if not n1 or not n2:
+        return 1.0
+    u = sum((x > y) + 0.5 * (x == y) for x in a for y in b)
+    if n1 + n2 > 20:
+        mean, sd = n1 * n2 / 2, math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
+        z = abs(u - mean) / sd
+        return min(1.0, math.erfc(z / math.sqrt(2)))
+    counts = _u_distribution(n1, n2)
+    total = sum(counts)
+    below = sum(counts[: math.floor(u) + 1]) / total
+    above = sum(counts[math.ceil(u) :]) / total
+    return min(1.0, 2 * min(below, above))
+
+
+def _u_distribution(n1: int, n2: int) -> list[int]:
+    """Number of orderings giving each U = 0..n1*n2 (the Mann-Whitney recurrence)."""
+    table = {(0, j): [1] for j in range(n2 + 1)} | {(i, 0): [1] for i in range(n1 + 1)}
+    for i in range(1, n1 + 1):
+        for j in range(1, n2 + 1):
+            with_j = [0] * j + table[(i - 1, j)]
+            without = table[(i, j - 1)]
+            size = i * j + 1
+            table[(i, j)] = [
+                (with_j[k] if k < len(with_j) else 0) + (without[k] if k < len(without) else 0) for k in range(size)
+            ]
+    return table[(n1, n2)]

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 PARENT_RUN_ENV = "RUNNER_PARENT_RUN_ID"
 # MLflow caps param values at 6000 characters; longer values are cut, not rejected.
 MAX_PARAM_CHARS = 6000
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 # Parallel jobs share one SQLite file; a writer that finds it locked waits and tries again.
 LOCKED_RETRIES = 12
 T = TypeVar("T")
@@ -97,7 +98,10 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     import mlflow
 
     mlflow.set_tracking_uri(tracking.uri)
-    return retry_locked(lambda: mlflow.set_experiment(tracking.experiment).experiment_id)
+    experiment_id: str = retry_locked(lambda: mlflow.set_experiment(tracking.experiment).experiment_id)
+    # MLflow 3's UI opens GenAI views unless an experiment says it holds training-style runs
+    retry_locked(lambda: mlflow.MlflowClient().set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))
+    return experiment_id
 
 
 def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,7 +22,7 @@ from runner.config import JobInfo
 from runner.tracking import PARENT_RUN_ENV
 
 REPO = CONF_DIR.parent
-__all__ = ["REPO", "compose_cfg", "job_for"]
+__all__ = ["REPO", "compose_cfg", "job_for", "serve_mlflow"]
 
 
 def job_for(tmp_path: Path, name: str = "test_job") -> JobInfo:
@@ -56,3 +64,30 @@ def tracking_uri(tmp_path: Path, migrated_store: Path, monkeypatch: pytest.Monke
     yield uri
     while mlflow.active_run() is not None:
         mlflow.end_run()
+
+
+@contextmanager
+def serve_mlflow(store_uri: str, artifacts: Path) -> Iterator[str]:
+    """Run a real `mlflow server` on a free loopback port; yield its URL, stop it afterwards."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", store_uri, "--artifacts-destination", str(artifacts), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
+                time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ import pytest
 
 from hydra_plugins.runner_launcher.process_launcher import plan_slots
 from runner.sweep import config_hash
-from tests.conftest import REPO
+from tests.conftest import REPO, serve_mlflow
 
 FAULTY = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[4]]", "measure=quick"]
 
@@ -134,27 +132,8 @@ def test_four_parallel_workers_lose_no_run(tmp_path: Path, tracking_uri: str) ->
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[str]:
     """A real `mlflow server` on loopback, over its own SQLite store."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
-         str(tmp_path / "server-artifacts"), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
-            time.sleep(0.5)
-    yield url
-    os.killpg(server.pid, signal.SIGTERM)
-    server.wait(timeout=30)
+    with serve_mlflow(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "server-artifacts") as url:
+        yield url
 
 
 @pytest.mark.slow

@@ -1,0 +1,316 @@
+"""Compare runs side by side, from MLflow alone: `python -m runner.compare`.
+
+With no arguments it compares the latest sweep of the default experiment. The table has
+one row per run (failed runs included, as failed); with exactly two runs it also prints the
+per-op diff. At the end of every sweep the same report is logged to the parent run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from runner.stats import mann_whitney_p
+
+DEFAULT_EXPERIMENT = "runner"
+DEFAULT_URI = "sqlite:///mlflow.db"
+FORMATS = ("table", "markdown", "csv", "json")
+SIGNIFICANCE = 0.05
+
+
+def label(run: Run) -> str:
+    """The run's readable name."""
+    return str(run.info.run_name or run.info.run_id[:8])
+
+
+def metric(run: Run, key: str) -> float | None:
+    """A metric of the run, None when absent or NaN."""
+    value = run.data.metrics.get(key)
+    return None if value is None or math.isnan(value) else value
+
+
+def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _median(run: Run) -> str:
+    median, iqr = metric(run, "time/step_median_ms"), metric(run, "time/step_iqr_ms")
+    return "-" if median is None else f"{median:.4f} ± {iqr or 0:.4f}"
+
+
+def _device_per_step(run: Run) -> float | None:
+    total, steps = metric(run, "device/self_total_ms"), metric(run, "profiler/active_steps")
+    return total / steps if total is not None and steps else None
+
+
+def _lowering(run: Run) -> str:
+    kernels = metric(run, "ops/device_kernels")
+    neffs = metric(run, "neuron/neff_files")
+    parts = [f"{_fmt(metric(run, 'ops/aten_ops'), 0)} aten"]
+    if kernels is not None:
+        parts.append(f"{kernels:.0f} kernels")
+    if neffs is not None:
+        parts.append(f"{neffs:.0f} NEFFs")
+    return ", ".join(parts)
+
+
+def _memory(run: Run) -> str:
+    device = metric(run, "memory/peak_device_mb")
+    return _fmt(device, 1, " dev") if device is not None else _fmt(metric(run, "memory/peak_host_rss_mb"), 0, " host")
+
+
+def _cost(run: Run) -> str:
+    price = run.data.params.get("backend.price_per_hour")
+    median = metric(run, "time/step_median_ms")
+    if price in (None, "None") or median is None:
+        return "-"
+    return f"${float(price) / 3600 * median / 1000 * 1e6:.4f}"
+
+
+@dataclass
+class Column:
+    """One column of the comparison: its header and how to read it off a run."""
+
+    header: str
+    value: Callable[[Run], Any]
+
+
+COLUMNS = [
+    Column("run", label),
+    Column("status", lambda r: r.info.status),
+    Column("backend", lambda r: f"{r.data.tags.get('runner.backend', '-')} ({r.data.tags.get('runner.device', '-')})"),
+    Column("median ms ± IQR", _median),
+    Column("device ms/step", lambda r: _fmt(_device_per_step(r), 4)),
+    Column("lowering", _lowering),
+    Column("top op", lambda r: _short(r.data.tags.get("runner.top_op", "-"))),
+    Column("first call s", lambda r: _fmt(metric(r, "time/first_call_s"))),
+    Column("graphs", lambda r: _fmt(metric(r, "compile/graphs"), 0)),
+    Column("peak MB", _memory),
+    Column("GB/s", lambda r: _fmt(metric(r, "roofline/achieved_gbps"), 2)),
+    Column("roofline", lambda r: _fmt(_percent(metric(r, "roofline/bandwidth_fraction")), 1, "%")),
+    Column("accuracy", lambda r: r.data.tags.get("accuracy.check", "-")),
+    Column("overhead", lambda r: _fmt(metric(r, "profiler/overhead_pct"), 1, "%")),
+    Column("$/1M steps", _cost),
+]
+
+
+def _short(text: str, width: int = 32) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _percent(fraction: float | None) -> float | None:
+    return None if fraction is None else fraction * 100
+
+
+def comparison_rows(runs: list[Run], baseline: Run | None) -> list[dict[str, str]]:
+    """One row per run, with the speedup against `baseline` (its median over the run's)."""
+    base = metric(baseline, "time/step_median_ms") if baseline is not None else None
+    rows = []
+    for run in runs:
+        row = {c.header: str(c.value(run)) for c in COLUMNS}
+        median = metric(run, "time/step_median_ms")
+        row["speedup"] = f"{base / median:.2f}x" if base and median else "-"
+        rows.append(row)
+    return rows
+
+
+def render(rows: list[dict[str, str]], fmt: str) -> str:
+    """The rows as an aligned table, markdown, CSV or JSON."""
+    if fmt == "json":
+        return json.dumps(rows, indent=2)
+    headers = list(rows[0]) if rows else [c.header for c in COLUMNS]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=headers)
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(row[h].replace("|", "\\|") for h in headers) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = {h: max(len(h), *(len(row[h]) for row in rows)) for h in headers}
+    lines = ["  ".join(h.ljust(widths[h]) for h in headers)]
+    lines += ["  ".join(row[h].ljust(widths[h]) for h in headers) for row in rows]
+    return "\n".join(lines)
+
+
+def op_table(client: MlflowClient, run: Run) -> dict[str, Any]:
+    """The run's key_averages.json artifact ({"columns": [...], "data": [...]}), or empty."""
+    try:
+        path = client.download_artifacts(run.info.run_id, "key_averages.json")
+    except Exception:
+        return {"columns": [], "data": []}
+    with open(path) as f:
+        return dict(json.load(f))
+
+
+@dataclass
+class OpStats:
+    """One op of one run, merged across input shapes: per-step numbers and per-cycle samples."""
+
+    calls_per_step: float = 0.0
+    self_ms_per_step: float = 0.0
+    cycle_samples: list[float] | None = None
+
+
+def per_op(table: dict[str, Any], active_steps: float) -> dict[str, OpStats]:
+    """Merge an op table's rows by op name (device self time when present, else CPU)."""
+    columns = table["columns"]
+    clock = "self_device_ms" if "self_device_ms" in columns else "self_cpu_ms"
+    ops: dict[str, OpStats] = defaultdict(OpStats)
+    for values in table["data"]:
+        row = dict(zip(columns, values, strict=True))
+        if str(row["name"]).startswith("ProfilerStep"):
+            continue
+        stats = ops[row["name"]]
+        stats.calls_per_step += row["calls_per_step"]
+        stats.self_ms_per_step += row[clock] / active_steps
+        if row.get("cycle_self_ms"):
+            samples = json.loads(row["cycle_self_ms"])
+            merged = stats.cycle_samples or [0.0] * len(samples)
+            stats.cycle_samples = [a + b for a, b in zip(merged, samples, strict=False)]
+    return dict(ops)
+
+
+def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
+    """Per-op differences from run a to run b, largest change in self time first.
+
+    Ops that appear or disappear are marked; where both runs have per-cycle samples
+    (schedule.repeat > 1) a Mann-Whitney U test says whether the change is significant.
+    """
+    ops_a = per_op(op_table(client, a), metric(a, "profiler/active_steps") or 1)
+    ops_b = per_op(op_table(client, b), metric(b, "profiler/active_steps") or 1)
+    rows = []
+    for name in ops_a.keys() | ops_b.keys():
+        before, after = ops_a.get(name), ops_b.get(name)
+        change = "gone" if after is None else "new" if before is None else ""
+        ms_a = before.self_ms_per_step if before else 0.0
+        ms_b = after.self_ms_per_step if after else 0.0
+        if before and after and before.cycle_samples and after.cycle_samples:
+            p = mann_whitney_p(before.cycle_samples, after.cycle_samples)
+            verdict = f"{'significant' if p < SIGNIFICANCE else 'n.s.'} (p={p:.3f})"
+        else:
+            verdict = "n/a (needs schedule.repeat > 1 in both runs)" if before and after else "-"
+        rows.append({
+            "op": name,
+            "change": change,
+            "calls/step": f"{before.calls_per_step if before else 0:g} -> {after.calls_per_step if after else 0:g}",
+            "self ms/step": f"{ms_a:.4f} -> {ms_b:.4f}",
+            "delta ms": f"{ms_b - ms_a:+.4f}",
+            "delta %": f"{(ms_b - ms_a) / ms_a * 100:+.0f}%" if ms_a else "-",
+            "significance": verdict,
+            "_impact": str(abs(ms_b - ms_a)),
+        })  # fmt: skip
+    rows.sort(key=lambda r: float(r.pop("_impact")), reverse=True)
+    return rows
+
+
+def latest_sweep(client: MlflowClient, experiment_id: str) -> Run:
+    """The most recent sweep parent run of the experiment."""
+    parents = client.search_runs([experiment_id], "tags.`runner.sweep` = 'true'", order_by=["start_time DESC"])
+    if not parents:
+        raise SystemExit("error: no sweep in this experiment; run one with python -m runner -m ..., or pass --runs")
+    return parents[0]
+
+
+def sweep_children(client: MlflowClient, experiment_id: str, parent: Run) -> list[Run]:
+    """A sweep's job runs, oldest first."""
+    query = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+    return list(client.search_runs([experiment_id], query, order_by=["start_time ASC"]))
+
+
+def find_sweep(client: MlflowClient, experiment_id: str, key: str) -> Run:
+    """A sweep parent by run id or by run name."""
+    try:
+        return client.get_run(key)
+    except Exception:
+        found = client.search_runs([experiment_id], f"attributes.run_name = '{key}'")
+        if not found:
+            raise SystemExit(f"error: --sweep {key!r} is neither a run id nor a run name in this experiment") from None
+        return found[0]
+
+
+def pick_baseline(runs: list[Run], key: str | None) -> Run | None:
+    """--baseline as a run id or a workload name; by default the first run."""
+    if key is None:
+        return runs[0] if runs else None
+    for run in runs:
+        if key in (run.info.run_id, run.data.tags.get("runner.workload"), label(run)):
+            return run
+    raise SystemExit(f"error: --baseline {key!r} matches no compared run (give a run id or a workload name)")
+
+
+def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
+    """Log the comparison of a sweep's jobs to its parent run; return the terminal table.
+
+    The parent gets `comparison.json` (an MLflow table), `comparison.md` and `plots/*.png`.
+    """
+    runs = sweep_children(client, parent.info.experiment_id, parent)
+    rows = comparison_rows(runs, pick_baseline(runs, None))
+    if not rows:
+        return "no job runs to compare"
+    run_id = parent.info.run_id
+    client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file="comparison.json")
+    client.log_text(run_id, render(rows, "markdown") + "\n", "comparison.md")
+    from runner.plots import write_plots
+
+    for path in write_plots(client, runs, plots_dir):
+        client.log_artifact(run_id, str(path), "plots")
+    return render(rows, "table")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m runner.compare", description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", help="sweep parent run id or name (default: the latest sweep)")
+    parser.add_argument("--runs", nargs="+", metavar="ID", help="compare these runs instead of a sweep")
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: runner)")
+    parser.add_argument("--baseline", help="run id or workload name for speedups (default: the first run)")
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    parser.add_argument("--plots", metavar="DIR", help="also write the PNG plots into DIR")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the comparison (and, for two runs, the per-op diff)."""
+    args = parse_args(argv)
+    client = MlflowClient(os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI))
+    experiment = client.get_experiment_by_name(args.experiment)
+    if experiment is None:
+        raise SystemExit(f"error: --experiment {args.experiment!r} does not exist in this tracking store")
+    if args.runs:
+        runs = [client.get_run(run_id) for run_id in args.runs]
+    else:
+        parent = find_sweep(client, experiment.experiment_id, args.sweep) if args.sweep else None
+        runs = sweep_children(
+            client, experiment.experiment_id, parent or latest_sweep(client, experiment.experiment_id)
+        )
+    baseline = pick_baseline(runs, args.baseline)
+    print(render(comparison_rows(runs, baseline), args.format))
+    if len(runs) == 2 and args.format == "table":
+        print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}")
+        print(render(op_diff(client, runs[0], runs[1]), "table"))
+    if args.plots:
+        from runner.plots import write_plots
+
+        for path in write_plots(client, runs, args.plots):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The comparison's three PNGs: step times, per-op breakdown, roofline. Labels sit on the data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on build machines or cluster nodes
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from mlflow import MlflowClient  # noqa: E402
+from mlflow.entities import Run  # noqa: E402
+
+from runner.compare import label, metric, op_table, per_op  # noqa: E402
+
+TOP_OPS = 6
+FINISHED = "FINISHED"
+
+
+def step_times(runs: list[Run], path: Path) -> Path:
+    """Median step time per run as bars, with p10-p90 whiskers."""
+    done = [r for r in runs if metric(r, "time/step_median_ms") is not None]
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(done) + 1.6))
+    medians = [metric(r, "time/step_median_ms") or 0.0 for r in done]
+    low = [m - (metric(r, "time/step_p10_ms") or m) for m, r in zip(medians, done, strict=True)]
+    high = [(metric(r, "time/step_p90_ms") or m) - m for m, r in zip(medians, done, strict=True)]
+    bars = ax.barh([label(r) for r in done], medians, xerr=[low, high], color="#4c78a8", capsize=4)
+    ax.bar_label(bars, labels=[f"{m:.4f} ms" for m in medians], padding=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("steady-state step time, ms (bar: median; whiskers: p10 to p90)")
+    ax.set_title("Step time per run")
+    ax.set_xlim(0, max([m + h for m, h in zip(medians, high, strict=True)] or [1]) * 1.35)
+    return _save(fig, path)
+
+
+def op_breakdown(client: MlflowClient, runs: list[Run], path: Path) -> Path:
+    """Self time per step, stacked by op; the ops that matter most across runs, the rest as 'other'."""
+    done = [r for r in runs if r.info.status == FINISHED]
+    tables = {r.info.run_id: per_op(op_table(client, r), metric(r, "profiler/active_steps") or 1) for r in done}
+    totals: dict[str, float] = {}
+    for ops in tables.values():
+        for name, stats in ops.items():
+            totals[name] = totals.get(name, 0.0) + stats.self_ms_per_step
+    top = sorted(totals, key=lambda n: totals[n], reverse=True)[:TOP_OPS]
+    colors = [plt.get_cmap("tab10")(i) for i in range(10)]
+    fig, ax = plt.subplots(figsize=(11, 0.7 * len(done) + 2.2))
+    for row, run in enumerate(done):
+        ops = tables[run.info.run_id]
+        widths = [ops[n].self_ms_per_step if n in ops else 0.0 for n in top]
+        widths.append(sum(s.self_ms_per_step for n, s in ops.items() if n not in top))
+        left = 0.0
+        total = sum(widths) or 1.0
+        for index, (name, width) in enumerate(zip([*top, "other"], widths, strict=True)):
+            color = colors[index % len(colors)] if name != "other" else "#bbbbbb"
+            ax.barh(row, width, left=left, color=color, label=name if row == 0 else None)
+            if width / total > 0.12:
+                ax.text(left + width / 2, row, name.replace("aten::", ""), ha="center", va="center", fontsize=8)
+            left += width
+    ax.set_yticks(range(len(done)), [label(r) for r in done])
+    ax.invert_yaxis()
+    ax.set_xlabel("self time per profiled step, ms (device time when reported, else CPU)")
+    ax.set_title("Where each run's time goes, by op")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=8, frameon=False)
+    return _save(fig, path)
+
+
+def roofline(runs: list[Run], path: Path) -> Path:
+    """Each run as a point (FLOP/byte, GFLOP/s) under its device's bandwidth and compute ceilings."""
+    done = [r for r in runs if metric(r, "roofline/intensity") is not None]
+    fig, ax = plt.subplots(figsize=(9, 6))
+    ceilings = {(metric(r, "roofline/peak_gbps") or 1.0, metric(r, "roofline/peak_gflops") or 1.0) for r in done}
+    intensities = [metric(r, "roofline/intensity") or 1.0 for r in done] or [1.0]
+    x_low, x_high = (
+        min(intensities) / 10,
+        max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10),
+    )
+    for bandwidth, gflops in sorted(ceilings):
+        ridge = gflops / bandwidth
+        ax.plot([x_low, ridge, x_high], [x_low * bandwidth, gflops, gflops], color="#444444", linewidth=1.5)
+        ax.annotate(
+            f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {ridge:.1f} FLOP/B)",
+            (ridge, gflops),
+            textcoords="offset points",
+            xytext=(6, 6),
+            fontsize=8,
+        )
+    for index, run in enumerate(done):
+        x, y = metric(run, "roofline/intensity") or 0.0, metric(run, "roofline/achieved_gflops") or 0.0
+        point = ax.scatter([x], [y], s=40, zorder=3)
+        # runs of one workload share an intensity: stagger their labels so none hides another
+        ax.annotate(
+            f"{label(run)} ({y:.1f} GFLOP/s)",
+            (x, y),
+            textcoords="offset points",
+            xytext=(8, -14 * (index + 1)),
+            fontsize=8,
+            color=point.get_facecolor()[0],
+            arrowprops={"arrowstyle": "-", "color": "#999999", "linewidth": 0.5},
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity, FLOP/byte (workload cost model)")
+    ax.set_ylabel("achieved GFLOP/s (steady-state median)")
+    ax.set_title("Roofline: each run against its device's ceilings")
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(client: MlflowClient, runs: list[Run], out_dir: str | Path) -> list[Path]:
+    """Write step_time.png, op_breakdown.png and roofline.png into `out_dir`."""
+    out = Path(out_dir)
+    return [
+        step_times(runs, out / "step_time.png"),
+        op_breakdown(client, runs, out / "op_breakdown.png"),
+        roofline(runs, out / "roofline.png"),
+    ]

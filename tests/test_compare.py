@@ -1,0 +1,151 @@
+"""The comparison report: the terminal table, the parent run's artifacts, the per-op diff, the MLflow UI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.entities import Run
+
+from runner.compare import comparison_rows, render
+from runner.stats import mann_whitney_p
+from tests.conftest import REPO, serve_mlflow
+
+VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
+
+
+def test_mann_whitney_matches_known_exact_values() -> None:
+    assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+    assert mann_whitney_p([1, 3, 5], [2, 4, 6]) == pytest.approx(0.7)
+    assert mann_whitney_p([], [1.0]) == 1.0
+    many_a, many_b = [float(i) for i in range(15)], [float(i) + 100 for i in range(15)]
+    assert mann_whitney_p(many_a, many_b) < 1e-4  # normal approximation beyond 20 samples
+
+
+class Study:
+    """One three-variant CPU sweep, shared by the tests of this module."""
+
+    def __init__(self, root: Path) -> None:
+        self.uri = f"sqlite:///{root / 'mlflow.db'}"
+        cmd = [
+            sys.executable, "-m", "runner", "-m", "+experiment=rmsnorm_comparison", "backend=cpu",
+            "workload.hidden=64", "workload.seq_len=8", "measure=quick", "schedule=repeat",
+            f"tracking.uri={self.uri}", f"hydra.sweep.dir={root / 'sweep'}",
+        ]  # fmt: skip
+        self.done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        assert self.done.returncode == 0, self.done.stderr[-3000:]
+        self.client = mlflow.MlflowClient(self.uri)
+        runs = self.client.search_runs([e.experiment_id for e in self.client.search_experiments()])
+        self.parent = next(r for r in runs if r.data.tags.get("runner.sweep") == "true")
+        self.children = {r.data.tags["runner.workload"]: r for r in runs if r.info.run_id != self.parent.info.run_id}
+
+    def compare(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "MLFLOW_TRACKING_URI": self.uri}
+        return subprocess.run([sys.executable, "-m", "runner.compare", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Study:
+    return Study(tmp_path_factory.mktemp("study"))
+
+
+def median_text(run: Run) -> str:
+    return f"{run.data.metrics['time/step_median_ms']:.4f}"
+
+
+@pytest.mark.slow
+def test_sweep_prints_the_table_and_logs_it_to_the_parent(study: Study) -> None:
+    assert set(study.children) == set(VARIANTS)
+    for run in study.children.values():
+        assert median_text(run) in study.done.stdout  # the terminal table shows MLflow's numbers
+    parent_id = study.parent.info.run_id
+    files = {a.path for a in study.client.list_artifacts(parent_id)} | {
+        a.path for a in study.client.list_artifacts(parent_id, "plots")
+    }
+    assert {"comparison.json", "comparison.md", "sweep_summary.txt"} <= files
+    assert {"plots/step_time.png", "plots/op_breakdown.png", "plots/roofline.png"} <= files
+    table = json.loads(Path(study.client.download_artifacts(parent_id, "comparison.json")).read_text())
+    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    assert {row["run"].split()[0] for row in rows} == set(VARIANTS)
+    by_name = {row["run"].split()[0]: row for row in rows}
+    for name, run in study.children.items():
+        assert by_name[name]["median ms ± IQR"].startswith(median_text(run))
+        assert by_name[name]["accuracy"] == "pass"
+    assert by_name["rmsnorm_naive"]["speedup"] == "1.00x"
+    markdown = Path(study.client.download_artifacts(parent_id, "comparison.md")).read_text()
+    assert markdown.startswith("| run | status |") and markdown.count("\n") == 5  # header, rule, 3 runs
+
+
+@pytest.mark.slow
+def test_compare_cli_formats_and_default_sweep(study: Study) -> None:
+    as_json = json.loads(study.compare("--format", "json").stdout)
+    assert [row["run"].split()[0] for row in as_json] == list(VARIANTS)
+    as_csv = list(csv.DictReader(io.StringIO(study.compare("--format", "csv", "--baseline", "rmsnorm_builtin").stdout)))
+    assert next(r for r in as_csv if r["run"].startswith("rmsnorm_builtin"))["speedup"] == "1.00x"
+    bad = study.compare("--baseline", "nothing")
+    assert bad.returncode != 0 and "--baseline 'nothing' matches no compared run" in bad.stderr
+
+
+@pytest.mark.slow
+def test_naive_against_builtin_diff(study: Study) -> None:
+    naive, builtin = study.children["rmsnorm_naive"], study.children["rmsnorm_builtin"]
+    done = study.compare("--runs", naive.info.run_id, builtin.info.run_id)
+    assert done.returncode == 0, done.stderr
+    diff = done.stdout.split("per-op diff:")[1]
+    lines = {line.split()[0]: line for line in diff.splitlines()[2:] if line.strip()}
+    assert " gone " in lines["aten::add"]  # the separate +eps disappears into the fused path
+    assert " new " in lines["aten::rms_norm"]
+    assert "significant" in lines["aten::mul"] or "n.s." in lines["aten::mul"]  # samples from 5 cycles
+    assert "1 -> 0" in lines["aten::add"] and "3 -> " in lines["aten::mul"]
+
+
+def test_failed_runs_stay_in_the_table(tracking_uri: str) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("failures")
+    failed = client.create_run(experiment, run_name="broken job")
+    client.set_terminated(failed.info.run_id, "FAILED")
+    rows = comparison_rows([client.get_run(failed.info.run_id)], None)
+    assert rows[0]["run"] == "broken job" and rows[0]["status"] == "FAILED" and rows[0]["median ms ± IQR"] == "-"
+    assert "FAILED" in render(rows, "table")
+
+
+@pytest.fixture
+def ui(study: Study, tmp_path: Path) -> Iterator[str]:
+    store = study.uri.removeprefix("sqlite:///")
+    with serve_mlflow(f"sqlite:///{store}", tmp_path / "artifacts") as url:
+        yield url
+
+
+def chromium(url: str, *args: str) -> str:
+    cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
+           "--window-size=1400,1600", *args, url]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (installed by .ci/run)")
+def test_mlflow_ui_shows_the_sweep_in_a_real_browser(study: Study, ui: str, tmp_path: Path) -> None:
+    experiment = study.parent.info.experiment_id
+    parent_page = chromium(f"{ui}/#/experiments/{experiment}/runs/{study.parent.info.run_id}", "--dump-dom")
+    for name in VARIANTS:
+        assert name in parent_page, f"{name} missing from the parent run page"
+    ids = urllib.parse.quote(json.dumps([r.info.run_id for r in study.children.values()]))
+    compare = f"{ui}/#/compare-runs?runs={ids}&experiments=" + urllib.parse.quote(json.dumps([experiment]))
+    page = chromium(compare, "--dump-dom")
+    assert all(name in page for name in VARIANTS) and "time/step_median_ms" in page
+    shot = tmp_path / "compare.png"
+    chromium(compare, f"--screenshot={shot}")
+    assert shot.stat().st_size > 10_000
