@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,12 +15,52 @@ from runner.config import ConfigError, WorkloadSpec, locate_target
 
 @dataclass
 class BuiltWorkload:
-    """The module to call (compiled when asked) and its inputs, already on the device."""
+    """The module to call (compiled when asked), its inputs on the device, and one measured step."""
 
     module: nn.Module
     # the uncompiled module, which owns the reference implementation when there is one
     eager: nn.Module
     inputs: tuple[torch.Tensor, ...]
+    # what one measured and profiled step runs: a forward, or a whole training step
+    step: Callable[[], Any]
+
+
+def forward_step(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Callable[[], Any]:
+    """A forward call without autograd bookkeeping."""
+
+    def step() -> Any:
+        with torch.no_grad():
+            return module(*inputs)
+
+    return step
+
+
+def train_step(
+    eager: nn.Module, module: nn.Module, inputs: tuple[torch.Tensor, ...], spec: WorkloadSpec
+) -> Callable[[], Any]:
+    """Forward, a scalar loss (mean square of the output), backward, and an optimizer step.
+
+    Floating-point inputs require grad, so a module without parameters still has a backward.
+    """
+    params = [p for p in eager.parameters() if p.requires_grad]
+    optimizers = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
+    optimizer = optimizers[spec.optimizer](params, lr=spec.lr) if params else None
+    for tensor in inputs:
+        if tensor.is_floating_point():
+            tensor.requires_grad_(True)
+
+    def step() -> Any:
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        for tensor in inputs:
+            tensor.grad = None
+        loss = module(*inputs).float().square().mean()
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+        return loss
+
+    return step
 
 
 def _inputs(module: nn.Module, spec: WorkloadSpec, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -53,4 +95,5 @@ def build_workload(spec: WorkloadSpec, backend: CpuBackend) -> BuiltWorkload:
     compiled = eager
     if spec.compile:
         compiled = torch.compile(eager, backend=backend.compile_backend)  # type: ignore[assignment]
-    return BuiltWorkload(module=compiled, eager=eager, inputs=inputs)
+    step = train_step(eager, compiled, inputs, spec) if spec.mode == "train_step" else forward_step(compiled, inputs)
+    return BuiltWorkload(module=compiled, eager=eager, inputs=inputs, step=step)

@@ -116,12 +116,14 @@ def _percent(fraction: float | None) -> float | None:
 
 
 def comparison_rows(runs: list[Run], baseline: Run | None) -> list[dict[str, str]]:
-    """One row per run, with the speedup against `baseline` (its median over the run's)."""
+    """One row per run: its rank by median (1 = fastest) and its speedup against `baseline`."""
     base = metric(baseline, "time/step_median_ms") if baseline is not None else None
+    medians = sorted(m for m in (metric(r, "time/step_median_ms") for r in runs) if m is not None)
     rows = []
     for run in runs:
-        row = {c.header: str(c.value(run)) for c in COLUMNS}
         median = metric(run, "time/step_median_ms")
+        row = {"rank": str(medians.index(median) + 1) if median is not None else "-"}
+        row.update({c.header: str(c.value(run)) for c in COLUMNS})
         row["speedup"] = f"{base / median:.2f}x" if base and median else "-"
         rows.append(row)
     return rows

@@ -23,10 +23,12 @@ from runner import CONF_DIR
 BACKENDS = ("auto", "cpu", "cuda", "neuron")
 NEURON_MODES = ("DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+MODES = ("forward", "train_step")
+OPTIMIZERS = ("sgd", "adamw")
 CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 CORE_SYNTAX = "a core (0), a range (0-1) or a comma list (0,2-3)"
 # Workload keys the runner consumes itself; every other key is a constructor argument.
-RUNNER_WORKLOAD_KEYS = ("_target_", "compile", "dtype", "seed", "inputs")
+RUNNER_WORKLOAD_KEYS = ("_target_", "compile", "dtype", "seed", "inputs", "mode", "optimizer", "lr")
 
 
 class ConfigError(ValueError):
@@ -215,6 +217,11 @@ class WorkloadSpec:
     compile: bool = False
     # input shapes for modules that do not build their own example inputs
     inputs: list[list[int]] | None = None
+    # forward, or train_step: forward, a scalar loss, backward and an optimizer step
+    mode: str = "forward"
+    # the train_step optimizer and its learning rate
+    optimizer: str = "sgd"
+    lr: float = 1e-3
 
 
 @dataclass
@@ -285,9 +292,16 @@ def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
         seed=raw.pop("seed", 0),
         compile=raw.pop("compile", False),
         inputs=raw.pop("inputs", None),
+        mode=raw.pop("mode", "forward"),
+        optimizer=raw.pop("optimizer", "sgd"),
+        lr=raw.pop("lr", 1e-3),
     )
     spec.kwargs = {str(k): v for k, v in raw.items()}
     _allowed("workload.dtype", spec.dtype, DTYPES)
+    _allowed("workload.mode", spec.mode, MODES)
+    _allowed("workload.optimizer", spec.optimizer, OPTIMIZERS)
+    if not isinstance(spec.lr, (int, float)) or spec.lr <= 0:
+        raise ConfigError(f"workload.lr must be a positive number, got {spec.lr!r}")
     if not isinstance(spec.compile, bool):
         raise ConfigError(f"workload.compile must be true or false, got {spec.compile!r}")
     if spec.inputs is not None and not all(

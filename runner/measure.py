@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from torch.profiler import ProfilerAction
 
 from runner.backends import CpuBackend
@@ -40,8 +39,6 @@ class Measurement:
 
     # the first call, which includes torch.compile / graph compilation
     first_call_s: float
-    # the first call's output, for the accuracy check
-    output: object
     # steady-state step times in ms, one list per repeat
     step_ms: list[list[float]]
     # wall time of each recorded step of the profiled window, in ms
@@ -79,12 +76,12 @@ def dynamo_graph_count() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def _timed_call(workload: BuiltWorkload, backend: CpuBackend) -> tuple[float, object]:
+def _timed_step(workload: BuiltWorkload, backend: CpuBackend) -> float:
     backend.synchronize()
     start = time.perf_counter()
-    output = workload.module(*workload.inputs)
+    workload.step()
     backend.synchronize()
-    return time.perf_counter() - start, output
+    return time.perf_counter() - start
 
 
 class Progress:
@@ -108,11 +105,11 @@ def steady_state(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec) ->
     repeats = []
     for repeat in range(1, measure.repeats + 1):
         for _ in range(measure.warmup):
-            workload.module(*workload.inputs)
+            workload.step()
         samples = []
         progress = Progress(f"steady state {repeat}/{measure.repeats}", measure.steps)
         for step in range(1, measure.steps + 1):
-            samples.append(_timed_call(workload, backend)[0] * 1000)
+            samples.append(_timed_step(workload, backend) * 1000)
             progress.step(step)
         repeats.append(samples)
     return repeats
@@ -132,7 +129,7 @@ def profiled_window(
             recorded = action_at(step - 1) in ACTIVE
             backend.synchronize()
             start = time.perf_counter()
-            workload.module(*workload.inputs)
+            workload.step()
             backend.synchronize()
             if recorded:
                 profiled_ms.append((time.perf_counter() - start) * 1000)
@@ -150,15 +147,13 @@ def measure(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, capture
     """Run the phases in order and return their results."""
     started = time.perf_counter()
     graphs_before = dynamo_graph_count()
-    with torch.no_grad():
-        log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
-        first_call_s, output = _timed_call(workload, backend)
-        log.info("first call took %.3f s", first_call_s)
-        step_ms = steady_state(workload, backend, spec)
-        table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
+    log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
+    first_call_s = _timed_step(workload, backend)
+    log.info("first call took %.3f s", first_call_s)
+    step_ms = steady_state(workload, backend, spec)
+    table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
     return Measurement(
         first_call_s=first_call_s,
-        output=output,
         step_ms=step_ms,
         profiled_ms=profiled_ms,
         table=table,

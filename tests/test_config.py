@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR
@@ -31,7 +32,7 @@ def test_every_group_option_composes_and_validates(group: str, option: str) -> N
 def test_every_workload_builds_on_cpu(workload: str) -> None:
     spec = load_run_spec(compose_cfg(f"+workload={workload}"))
     built = build_workload(spec.workload, CpuBackend(BackendConfig(name="cpu")))
-    assert built.inputs[0].shape == (4, 128, 512)
+    assert built.inputs and all(t.dtype == torch.float32 for t in built.inputs)
 
 
 def test_custom_workload_takes_any_module_with_declared_inputs() -> None:
@@ -105,6 +106,6 @@ def test_help_lists_groups_without_importing_torch_or_mlflow() -> None:
         "print('heavy:', sorted(m for m in ('torch', 'mlflow') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    assert "workload: custom, rmsnorm_builtin, rmsnorm_compiled, rmsnorm_naive" in out
+    assert "workload: " + ", ".join(sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))) in out
     assert "backend: auto, base_backend, cpu, cuda, neuron" in out
     assert "heavy: []" in out

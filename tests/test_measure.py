@@ -151,3 +151,16 @@ def test_compiled_run_counts_its_graphs_and_passes_accuracy(tmp_path: Path) -> N
     _, metrics, tags = run_phases(tmp_path, "+workload=rmsnorm_compiled", "workload.hidden=24", "workload.seq_len=3")
     assert metrics["compile/graphs"] >= 1
     assert tags["accuracy.check"] == "pass"
+
+
+def test_train_step_profiles_backward_and_counts_its_flops(tmp_path: Path) -> None:
+    overrides = ("+workload=decoder_layer", "workload.hidden=16", "workload.heads=2", "workload.intermediate=24",
+                 "workload.seq_len=6")  # fmt: skip
+    result, forward, _ = run_phases(tmp_path, *overrides)
+    result_train, train, tags = run_phases(tmp_path / "train", *overrides, "workload.mode=train_step")
+    names = {row["name"] for row in result_train.table.rows}
+    assert any("backward" in name.lower() for name in names), sorted(names)
+    assert not any("backward" in name.lower() for name in {row["name"] for row in result.table.rows})
+    assert any(name.startswith("Optimizer.step") for name in names)
+    assert train["roofline/flops"] == 3 * forward["roofline/flops"]  # the backward counts twice the forward
+    assert tags["accuracy.check"] == "pass"

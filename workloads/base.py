@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Protocol, runtime_checkable
 
 import torch
+from torch import nn
 
 
 @runtime_checkable
@@ -42,3 +44,34 @@ class CostModel(Protocol):
     def flop_count(self, *inputs: torch.Tensor) -> int:
         """Floating-point operations of the forward, for these inputs."""
         ...
+
+
+class TokenWorkload(nn.Module):
+    """A workload over activations of shape (batch, seq_len, hidden), the usual transformer layout."""
+
+    def __init__(self, hidden: int, batch: int = 1, seq_len: int = 1) -> None:
+        super().__init__()
+        require_positive(hidden=hidden, batch=batch, seq_len=seq_len)
+        self.batch, self.seq_len, self.hidden = batch, seq_len, hidden
+
+    def example_inputs(self, dtype: torch.dtype, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """One activation tensor of shape (batch, seq_len, hidden)."""
+        shape = (self.batch, self.seq_len, self.hidden)
+        return (torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype),)
+
+    def tokens(self, x: torch.Tensor) -> int:
+        """Number of token vectors in x."""
+        return x.numel() // self.hidden
+
+
+def float64_copy(module: nn.Module, **changes: object) -> nn.Module:
+    """A float64 CPU copy of `module`, with attributes changed (e.g. attention='naive')."""
+    twin = copy.deepcopy(module).to("cpu", torch.float64)
+    for name, value in changes.items():
+        setattr(twin, name, value)
+    return twin
+
+
+def as_float64(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Detached float64 CPU copies of the inputs, for a reference computation."""
+    return tuple(t.detach().to("cpu", torch.float64) for t in inputs)

@@ -8,25 +8,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workloads.base import require_positive
+from workloads.base import TokenWorkload, as_float64
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(TokenWorkload):
     """Shared shape, weight, inputs and reference for the RMSNorm variants."""
 
     def __init__(self, hidden: int, batch: int = 1, seq_len: int = 1, eps: float = 1e-6) -> None:
-        super().__init__()
-        require_positive(hidden=hidden, batch=batch, seq_len=seq_len)
+        super().__init__(hidden, batch, seq_len)
         if not eps > 0:
             raise ValueError(f"workload.eps must be > 0, got {eps!r}")
-        self.batch, self.seq_len, self.hidden, self.eps = batch, seq_len, hidden, eps
+        self.eps = eps
         # Not all ones, so a variant that forgot the weight fails the reference check.
         self.weight = nn.Parameter(torch.linspace(0.5, 1.5, hidden))
-
-    def example_inputs(self, dtype: torch.dtype, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        """One activation tensor of shape (batch, seq_len, hidden)."""
-        shape = (self.batch, self.seq_len, self.hidden)
-        return (torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype),)
 
     def bytes_moved(self, x: torch.Tensor) -> int:
         """Read x and the weight, write the output: the least traffic any variant needs."""
@@ -34,12 +28,11 @@ class RMSNorm(nn.Module):
 
     def flop_count(self, x: torch.Tensor) -> int:
         """Per element x*x, the sum, *rsqrt and *weight (4); per row the mean, +eps and rsqrt (3)."""
-        return 4 * x.numel() + 3 * (x.numel() // self.hidden)
+        return 4 * x.numel() + 3 * self.tokens(x)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm in float64 on CPU."""
-        x64 = x.detach().to("cpu", torch.float64)
-        weight = self.weight.detach().to("cpu", torch.float64)
+        (x64, weight) = as_float64(x, self.weight)
         return x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + self.eps) * weight
 
 
