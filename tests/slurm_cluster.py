@@ -60,6 +60,20 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
 """
 
 
+def _drain(env: dict[str, str]) -> None:
+    """Let finished jobs' steps close (then cancel what is left) before the daemons stop.
+
+    Stopping slurmd under a job step that is still closing leaves slurmstepd and srun waiting
+    for it forever.
+    """
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip():
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", "--full", "--partition=debug"], env=env, capture_output=True)
+            break
+        time.sleep(0.5)
+
+
 @contextmanager
 def local_slurm(root: Path) -> Iterator[dict[str, str]]:
     """Run a one-node cluster under `root`; yield the environment that points clients at it.
@@ -103,6 +117,7 @@ def local_slurm(root: Path) -> Iterator[dict[str, str]]:
                 raise SlurmUnavailable(f"cluster did not come up (node state {state!r}, exited: {dead}): {logs}")
             time.sleep(0.5)
         yield env
+        _drain(env)
     finally:
         for daemon in reversed(daemons):
             daemon.terminate()
