@@ -85,7 +85,8 @@ def test_sweep_prints_the_table_and_logs_it_to_the_parent(study: Study) -> None:
         assert by_name[name]["accuracy"] == "pass"
     assert by_name["rmsnorm_naive"]["speedup"] == "1.00x"
     markdown = Path(study.client.download_artifacts(parent_id, "comparison.md")).read_text()
-    assert markdown.startswith("| run | status |") and markdown.count("\n") == 5  # header, rule, 3 runs
+    assert markdown.startswith("| rank | run | status |") and markdown.count("\n") == 5  # header, rule, 3 runs
+    assert sorted(row["rank"] for row in rows) == ["1", "2", "3"]
 
 
 @pytest.mark.slow
