@@ -14,11 +14,10 @@ from typing import Any
 
 from torch.autograd.profiler_util import EventList
 
-from runner.profiling import CycleRecorder
+from runner.profiling import US_PER_MS, CycleRecorder
 
 # key_averages() folds the ProfilerStep#N ranges into one row with this prefix.
 STEP_PREFIX = "ProfilerStep"
-US_PER_MS = 1000.0
 
 
 @dataclass
