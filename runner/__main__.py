@@ -19,7 +19,7 @@ from runner.sweep import SWEEP_ID_ENV, one_line, write_status
 register_schemas()
 # Overrides left out of run names: group selections (the workload is the name's first word)
 # and where results go.
-UNNAMED = ("workload=", "experiment=", "tracking.", "hydra.")
+UNNAMED = ("workload=", "experiment=", "tracking=", "tracking.", "hydra.")
 log = logging.getLogger("runner")
 
 
