@@ -13,7 +13,7 @@ class Faulty(nn.Module):
     """Behaves like an identity until its second call, then fails the way `fault` says.
 
     raise: a Python exception; abort: os.abort() (SIGABRT, like a native crash);
-    kill: SIGKILL to itself (like the out-of-memory killer); none: never fails.
+    kill: SIGKILL to itself (like the out-of-memory killer); anything else never fails.
     """
 
     def __init__(self, fault: str = "none", label: str = "") -> None:

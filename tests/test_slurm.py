@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,8 +14,6 @@ import pytest
 from tests.conftest import REPO
 from tests.slurm_cluster import SlurmUnavailable, local_slurm
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture
 def slurm_env(tmp_path: Path) -> Iterator[dict[str, str]]:
@@ -25,6 +24,7 @@ def slurm_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         pytest.skip(f"Slurm cannot start here: {why}")
 
 
+@pytest.mark.slow
 def test_three_job_sweep_on_slurm(tmp_path: Path, tracking_uri: str, slurm_env: dict[str, str]) -> None:
     cmd = [
         sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", "++workload.hidden=16",
@@ -42,3 +42,29 @@ def test_three_job_sweep_on_slurm(tmp_path: Path, tracking_uri: str, slurm_env: 
     # each job ran inside its own Slurm job, on the debug partition
     assert len({r.data.tags["env.SLURM_JOB_ID"] for r in children}) == 3
     assert {r.data.tags["env.SLURM_JOB_PARTITION"] for r in children} == {"debug"}
+
+
+def test_a_dead_slurm_job_yields_nan_instead_of_stopping_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The live cluster above has no accounting (sacct), which submitit needs to notice a dead
+    # job, so the launcher's handling of one is checked here against submitit's own error.
+    import submitit
+    from hydra.core.utils import JobStatus
+    from submitit.core.utils import UncompletedJobError
+
+    from hydra_plugins.runner_launcher import slurm_launcher
+
+    class DeadJob:
+        job_id = "7"
+
+    def results_of_a_dead_job(job: object) -> list[object]:
+        raise UncompletedJobError("Job 7 (task: 0) has not produced any output (state: OUT_OF_MEMORY)")
+
+    def stock_launch(self: object, job_overrides: object, initial_job_idx: int) -> list[object]:
+        return [submitit.Job.results(DeadJob())[0]]  # what the stock launcher does per job
+
+    monkeypatch.setattr(submitit.Job, "results", results_of_a_dead_job)
+    monkeypatch.setattr(slurm_launcher.SubmititSlurmLauncher, "launch", stock_launch)
+    launcher = slurm_launcher.SlurmLauncher.__new__(slurm_launcher.SlurmLauncher)
+    (ret,) = launcher.launch([["workload.seed=1"]], 0)
+    assert ret.status == JobStatus.COMPLETED and math.isnan(ret.return_value)
+    assert submitit.Job.results is results_of_a_dead_job  # the patch is undone after launch
