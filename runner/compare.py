@@ -23,10 +23,12 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from runner.config import TrackingConfig
 from runner.stats import mann_whitney_p
 
-DEFAULT_EXPERIMENT = "runner"
-DEFAULT_URI = "sqlite:///mlflow.db"
+# the same store and experiment a job logs to by default (tracking=local)
+DEFAULT_EXPERIMENT = TrackingConfig.experiment
+DEFAULT_URI = TrackingConfig.uri
 FORMATS = ("table", "markdown", "csv", "json")
 SIGNIFICANCE = 0.05
 

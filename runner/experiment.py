@@ -27,7 +27,7 @@ from runner.measure import Measurement, measure
 from runner.optable import self_time_by_op
 from runner.roofline import Peak, resolve_peak, roofline_metrics
 from runner.sweep import config_hash, one_line, write_status
-from runner.tracking import NullRun, close_orphans, finished_run_id, flatten, git_commit, open_run
+from runner.tracking import NullRun, finished_run_id, flatten, git_commit, open_run
 from workloads.base import CostModel
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,6 @@ def run_experiment(
     started = time.perf_counter()
     digest = config_hash(resolved_config)
     if resume and spec.tracking.enabled:
-        close_orphans(spec.tracking, digest)
         done = finished_run_id(spec.tracking, digest)
         if done is not None:
             log.info("skipped: this configuration already has FINISHED run %s (resume=false runs it again)", done)

@@ -76,9 +76,9 @@ def mark_dead(job_dir: Path, reason: str, tracking_uri: str | None) -> None:
     if run_id and tracking_uri:
         from mlflow import MlflowClient
 
-        client = MlflowClient(tracking_uri)
-        client.set_tag(run_id, "runner.error", reason)
-        client.set_terminated(run_id, "FAILED")
+        from runner.tracking import fail_run
+
+        fail_run(MlflowClient(tracking_uri), run_id, reason)
 
 
 @dataclass

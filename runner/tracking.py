@@ -98,45 +98,46 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     import mlflow
 
     mlflow.set_tracking_uri(tracking.uri)
-    experiment_id: str = retry_locked(lambda: mlflow.set_experiment(tracking.experiment).experiment_id)
-    # MLflow 3's UI opens GenAI views unless an experiment says it holds training-style runs
-    retry_locked(lambda: mlflow.MlflowClient().set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))
+    experiment = retry_locked(lambda: mlflow.set_experiment(tracking.experiment))
+    # MLflow 3's UI opens GenAI views unless an experiment says it holds training-style runs;
+    # set once, so parallel jobs do not all write it again
+    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        client = mlflow.MlflowClient()
+        retry_locked(lambda: client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))
+    experiment_id: str = experiment.experiment_id
     return experiment_id
 
 
+def fail_run(client: Any, run_id: str, reason: str) -> None:
+    """Close a run its own process can no longer close: FAILED, with the reason as runner.error."""
+    client.set_tag(run_id, "runner.error", reason)
+    client.set_terminated(run_id, "FAILED")
+
+
 def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
-    """The id of a FINISHED run of this configuration in the experiment, if there is one."""
-    from mlflow import MlflowClient
+    """The id of a FINISHED run of this configuration in the experiment, if there is one.
 
-    client = MlflowClient(tracking.uri)
-    experiment = client.get_experiment_by_name(tracking.experiment)
-    if experiment is None:
-        return None
-    query = f"tags.`runner.config_hash` = '{config_hash}' and attributes.status = 'FINISHED'"
-    runs = client.search_runs([experiment.experiment_id], query, max_results=1)
-    return runs[0].info.run_id if runs else None
-
-
-def close_orphans(tracking: TrackingConfig, config_hash: str) -> None:
-    """Mark FAILED the RUNNING runs of this configuration whose process on this host is gone.
-
-    A sweep killed as a whole leaves its in-flight run RUNNING; the next job of the same
-    configuration is the first to notice.
+    On the way, RUNNING runs of the same configuration whose process on this host is gone
+    are marked FAILED: a sweep killed as a whole leaves its in-flight run RUNNING, and the
+    next job of that configuration is the first to notice.
     """
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking.uri)
     experiment = client.get_experiment_by_name(tracking.experiment)
     if experiment is None:
-        return
-    query = f"tags.`runner.config_hash` = '{config_hash}' and attributes.status = 'RUNNING'"
+        return None
+    query = f"tags.`runner.config_hash` = '{config_hash}'"
+    finished = None
     for run in client.search_runs([experiment.experiment_id], query):
+        if run.info.status == "FINISHED":
+            finished = finished or run.info.run_id
         host, pid = run.data.tags.get("runner.host"), run.data.tags.get("runner.pid")
-        if host == platform.node() and pid and not _alive(int(pid)):
+        if run.info.status == "RUNNING" and host == platform.node() and pid and not _alive(int(pid)):
             reason = f"orphaned: its process {pid} on {host} is gone"
             log.warning("run %s %s; marking it FAILED", run.info.run_id, reason)
-            client.set_tag(run.info.run_id, "runner.error", reason)
-            client.set_terminated(run.info.run_id, "FAILED")
+            fail_run(client, run.info.run_id, reason)
+    return finished
 
 
 def _alive(pid: int) -> bool:

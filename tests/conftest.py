@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,15 @@ from runner.config import JobInfo
 from runner.tracking import PARENT_RUN_ENV
 
 REPO = CONF_DIR.parent
-__all__ = ["REPO", "compose_cfg", "job_for", "serve_mlflow"]
+__all__ = ["REPO", "all_runs", "compose_cfg", "job_for", "serve_mlflow"]
+
+
+def all_runs(uri: str | None = None) -> list[Any]:
+    """Every run in every experiment of the store at `uri` (default: the current tracking URI)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    return list(client.search_runs([e.experiment_id for e in client.search_experiments()]))
 
 
 def job_for(tmp_path: Path, name: str = "test_job") -> JobInfo:

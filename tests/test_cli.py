@@ -6,10 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, all_runs
 
 pytestmark = pytest.mark.slow
 SMALL = ["workload.hidden=16", "workload.seq_len=2"]
@@ -17,11 +16,6 @@ SMALL = ["workload.hidden=16", "workload.seq_len=2"]
 
 def runner(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "runner", *args], cwd=REPO, capture_output=True, text=True)
-
-
-def all_runs(uri: str) -> list[mlflow.entities.Run]:
-    client = mlflow.MlflowClient(uri)
-    return client.search_runs([e.experiment_id for e in client.search_experiments()])
 
 
 def test_single_run(tmp_path: Path, tracking_uri: str) -> None:

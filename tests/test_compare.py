@@ -19,7 +19,7 @@ from mlflow.entities import Run
 
 from runner.compare import comparison_rows, render
 from runner.stats import mann_whitney_p
-from tests.conftest import REPO, serve_mlflow
+from tests.conftest import REPO, all_runs, serve_mlflow
 
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
 
@@ -46,7 +46,7 @@ class Study:
         self.done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         assert self.done.returncode == 0, self.done.stderr[-3000:]
         self.client = mlflow.MlflowClient(self.uri)
-        runs = self.client.search_runs([e.experiment_id for e in self.client.search_experiments()])
+        runs = all_runs(self.uri)
         self.parent = next(r for r in runs if r.data.tags.get("runner.sweep") == "true")
         self.children = {r.data.tags["runner.workload"]: r for r in runs if r.info.run_id != self.parent.info.run_id}
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from runner.config import load_run_spec
 from runner.experiment import run_experiment
-from tests.conftest import compose_cfg, job_for
+from tests.conftest import all_runs, compose_cfg, job_for
 
 pytestmark = [
     pytest.mark.gpu,
@@ -32,7 +32,7 @@ def test_cuda_run_reports_device_time(tmp_path: Path, workload: str) -> None:
     assert metrics["device/self_total_ms"] > 0
     assert metrics["memory/peak_device_mb"] > 0
     assert 0 < metrics["roofline/bandwidth_fraction"] <= 1
-    run = mlflow.MlflowClient().search_runs([e.experiment_id for e in mlflow.MlflowClient().search_experiments()])[0]
+    run = all_runs()[0]
     assert run.data.tags["runner.backend"] == "cuda" and run.data.tags["runner.device_time"] == "reported"
     table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")
     assert "self_device_ms" in table["columns"]
@@ -40,12 +40,12 @@ def test_cuda_run_reports_device_time(tmp_path: Path, workload: str) -> None:
 
 def test_auto_picks_cuda_when_no_neuron(tmp_path: Path) -> None:
     run_cuda(tmp_path, "+workload=rmsnorm_naive", "backend=auto")
-    run = mlflow.MlflowClient().search_runs([e.experiment_id for e in mlflow.MlflowClient().search_experiments()])[0]
+    run = all_runs()[0]
     assert run.data.tags["runner.backend"] == "cuda" and "NVIDIA" in run.data.tags["runner.device"]
 
 
 def test_compiled_on_cuda_shows_triton_kernels(tmp_path: Path) -> None:
     run_cuda(tmp_path, "+workload=rmsnorm_compiled", "backend=cuda")
-    run = mlflow.MlflowClient().search_runs([e.experiment_id for e in mlflow.MlflowClient().search_experiments()])[0]
+    run = all_runs()[0]
     table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")
     assert any("triton" in row[0] for row in table["data"])

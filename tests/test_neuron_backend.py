@@ -21,7 +21,7 @@ from runner.backends import CpuBackend
 from runner.build import build_workload
 from runner.config import BackendConfig, load_run_spec
 from runner.neuron import NeuronBackend
-from tests.conftest import REPO, compose_cfg
+from tests.conftest import REPO, all_runs, compose_cfg
 
 pytestmark = pytest.mark.slow
 STANDIN = REPO / "tests" / "neuron_standin"
@@ -46,8 +46,7 @@ def calls(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def the_run(uri: str) -> mlflow.entities.Run:
-    client = mlflow.MlflowClient(uri)
-    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (run,) = all_runs(uri)
     return run
 
 
@@ -169,8 +168,7 @@ def test_neuron_refusals_are_one_line(
     done = run_neuron(tmp_path, "backend=neuron", *args, standin=standin, **env)
     assert done.returncode != 0
     assert message in done.stderr and "Traceback" not in done.stderr
-    client = mlflow.MlflowClient(tracking_uri)
-    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+    assert all_runs(tracking_uri) == []
 
 
 def test_compile_uses_the_backends_compiler(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,10 +8,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import mlflow
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, all_runs
 from tests.slurm_cluster import SlurmUnavailable, local_slurm
 
 
@@ -34,8 +33,7 @@ def test_three_job_sweep_on_slurm(tmp_path: Path, tracking_uri: str, slurm_env: 
     env = {**slurm_env, "MLFLOW_TRACKING_URI": tracking_uri}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    client = mlflow.MlflowClient(tracking_uri)
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    runs = all_runs(tracking_uri)
     children = [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
     assert sorted(r.data.params["workload.seed"] for r in children) == ["0", "1", "2"]
     assert all(r.info.status == "FINISHED" for r in runs)

@@ -16,7 +16,7 @@ import pytest
 
 from hydra_plugins.runner_launcher.process_launcher import plan_slots
 from runner.sweep import config_hash
-from tests.conftest import REPO, serve_mlflow
+from tests.conftest import REPO, all_runs, serve_mlflow
 
 FAULTY = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[4]]", "measure=quick"]
 
@@ -28,9 +28,7 @@ def sweep(tmp_path: Path, *args: str, uri: str, **popen: object) -> subprocess.C
 
 
 def job_runs(uri: str) -> list[mlflow.entities.Run]:
-    client = mlflow.MlflowClient(uri)
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    return [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
+    return [r for r in all_runs(uri) if r.data.tags.get("runner.sweep") != "true"]
 
 
 def test_config_hash_ignores_paths_and_placement() -> None:
@@ -71,9 +69,7 @@ def test_faults_fail_alone_under_the_isolated_launcher(tmp_path: Path, tracking_
     assert "error.txt" in artifacts
     assert "sweep: 5 job(s): 2 finished, 0 skipped (already FINISHED), 3 failed" in done.stdout
     assert done.stdout.count("FAILED:") == 3 and "died from signal SIGKILL" in done.stdout
-    client = mlflow.MlflowClient(tracking_uri)
-    (parent,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
-                 if r.data.tags.get("runner.sweep") == "true"]  # fmt: skip
+    (parent,) = [r for r in all_runs(tracking_uri) if r.data.tags.get("runner.sweep") == "true"]
     assert parent.info.status == "FAILED" and parent.data.tags["runner.failed_jobs"] == "3"
 
 
@@ -131,7 +127,7 @@ def test_sweep_against_a_tracking_server(tmp_path: Path, mlflow_server: str) -> 
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     client = mlflow.MlflowClient(mlflow_server)
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    runs = all_runs(mlflow_server)
     children = [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
     assert len(runs) == 3 and len(children) == 2
     assert all(r.info.status == "FINISHED" for r in runs)

@@ -14,12 +14,11 @@ from omegaconf import OmegaConf
 from runner.config import ConfigError, load_run_spec
 from runner.experiment import run_experiment
 from runner.tracking import flatten
-from tests.conftest import compose_cfg, job_for
+from tests.conftest import all_runs, compose_cfg, job_for
 
 
 def only_run() -> Run:
-    client = mlflow.MlflowClient()
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    runs = all_runs()
     assert len(runs) == 1
     return runs[0]
 
@@ -61,14 +60,12 @@ def test_job_that_raises_leaves_its_run_failed(tmp_path: Path) -> None:
 def test_bad_input_leaves_no_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         run_job(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=-4")
-    client = mlflow.MlflowClient()
-    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+    assert all_runs() == []
 
 
 def test_tracking_off_logs_nothing(tmp_path: Path) -> None:
     run_job(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "tracking=off")
-    client = mlflow.MlflowClient()
-    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+    assert all_runs() == []
 
 
 def test_flatten_makes_dotted_params() -> None:
