@@ -10,6 +10,7 @@ import mlflow
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from runner import names
 from workloads.rmsnorm import NaiveRMSNorm
 
 uri, out = sys.argv[1], Path(sys.argv[2])
@@ -40,7 +41,7 @@ with mlflow.start_run(run_name="minimal"), torch.no_grad():
             module(x)
             prof.step()
     events = prof.key_averages(group_by_input_shape=True)
-    mlflow.log_metric("cpu/self_total_ms", sum(e.self_cpu_time_total for e in events) / 1000)
+    mlflow.log_metric(names.CPU_SELF_TOTAL_MS, sum(e.self_cpu_time_total for e in events) / 1000)
     mlflow.log_table({"name": [e.key for e in events], "calls": [e.count for e in events]}, "key_averages.json")
     mlflow.log_text(events.table(sort_by="self_cpu_time_total"), "key_averages.txt")
     mlflow.log_artifacts(str(out / "trace"), "trace")

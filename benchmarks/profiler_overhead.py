@@ -9,11 +9,12 @@ python benchmarks/profiler_overhead.py
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from runner.backends import CpuBackend
-from runner.build import build_workload
+from runner import names
+from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
 from runner.config import load_run_spec
-from runner.measure import measure
+from runner.measure.build import build_workload
+from runner.measure.phases import measure
 
 
 def overhead(variant: str, *overrides: str) -> tuple[float, float]:
@@ -21,7 +22,7 @@ def overhead(variant: str, *overrides: str) -> tuple[float, float]:
     backend = CpuBackend(spec.backend)
     with TemporaryDirectory() as out:
         metrics = measure(build_workload(spec.workload, backend), backend, spec, Path(out)).metrics()
-    return metrics["time/step_median_ms"], metrics["profiler/overhead_pct"]
+    return metrics[names.STEP_MEDIAN_MS], metrics[names.PROFILER_OVERHEAD_PCT]
 
 
 def main() -> None:

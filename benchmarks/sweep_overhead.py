@@ -14,6 +14,8 @@ from pathlib import Path
 
 import mlflow
 
+from runner import names
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -29,11 +31,11 @@ def main() -> None:
     wall = time.perf_counter() - start
     client = mlflow.MlflowClient(uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    runs = [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
+    runs = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) != "true"]
     print(f"{'job':18} {'job s':>7} {'measured s':>11} {'runner s':>9} {'runner %':>9}")
     for run in sorted(runs, key=lambda r: r.info.start_time):
-        job, measured = run.data.metrics["time/job_s"], run.data.metrics["time/measured_s"]
-        name = run.data.tags["runner.workload"]
+        job, measured = run.data.metrics[names.JOB_S], run.data.metrics[names.MEASURED_S]
+        name = run.data.tags[names.TAG_WORKLOAD]
         print(f"{name:18} {job:7.2f} {measured:11.2f} {job - measured:9.2f} {(job - measured) / job:9.1%}")
     print(
         f"whole sweep process: {wall:.1f} s for {len(runs)} jobs (includes interpreter, imports, Hydra, store set-up)"

@@ -13,11 +13,11 @@ import sys
 import torch
 from torch.utils.benchmark import Timer
 
-from runner.backends import CpuBackend
-from runner.build import build_workload
+from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
 from runner.config import load_run_spec
-from runner.measure import steady_state
+from runner.measure.build import build_workload
+from runner.measure.phases import steady_state
 
 
 def main(rounds: int) -> None:

@@ -18,8 +18,10 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import TrackingConfig
-from runner.sweep import SWEEP_ID_ENV, summarise_sweep
+from runner import names
+from runner.config import ConfigError, TrackingConfig
+from runner.job import SWEEP_ID_ENV
+from runner.sweep import summarise_sweep
 from runner.tracking import PARENT_RUN_ENV
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,11 @@ def check_writable_dir(key: str, path: str) -> None:
 
 
 def _tracking(config: DictConfig) -> TrackingConfig:
-    tracking: TrackingConfig = OmegaConf.to_object(config.tracking)  # type: ignore[assignment]
+    """The sweep's tracking settings; bad ones stop the sweep with one line before any job starts."""
+    try:
+        tracking: TrackingConfig = OmegaConf.to_object(config.tracking)  # type: ignore[assignment]
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
     return tracking
 
 
@@ -73,14 +79,15 @@ class RunnerCallback(Callback):
             return
         from mlflow import MlflowClient
 
-        from runner.tracking import ensure_experiment
+        from runner.tracking import ensure_experiment, retry_locked
 
         experiment_id = ensure_experiment(tracking)
         overrides = " ".join(config.hydra.overrides.task)
-        run = MlflowClient(tracking.uri).create_run(
-            experiment_id,
-            run_name=f"sweep {overrides}".strip(),
-            tags={"runner.sweep": "true", "runner.overrides": overrides, "runner.sweep_dir": config.hydra.sweep.dir},
+        tags = {names.TAG_SWEEP: "true", names.TAG_OVERRIDES: overrides, names.TAG_SWEEP_DIR: config.hydra.sweep.dir}
+        run = retry_locked(
+            lambda: MlflowClient(tracking.uri).create_run(
+                experiment_id, run_name=f"sweep {overrides}".strip(), tags=tags
+            )
         )
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
@@ -99,12 +106,14 @@ class RunnerCallback(Callback):
         if self.parent_run_id is not None:
             from mlflow import MlflowClient
 
-            client = MlflowClient(tracking.uri)
+            from runner.tracking import retry_locked
+
+            client, parent = MlflowClient(tracking.uri), self.parent_run_id
             self._report(client, Path(config.hydra.sweep.dir))
-            client.set_tag(self.parent_run_id, "runner.failed_jobs", str(len(summary.failed)))
-            client.set_tag(self.parent_run_id, "runner.skipped_jobs", str(len(summary.skipped)))
-            client.log_text(self.parent_run_id, text + "\n", "sweep_summary.txt")
-            client.set_terminated(self.parent_run_id, "FAILED" if summary.failed else "FINISHED")
+            retry_locked(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
+            retry_locked(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
+            retry_locked(lambda: client.log_text(parent, text + "\n", "sweep_summary.txt"))
+            retry_locked(lambda: client.set_terminated(parent, "FAILED" if summary.failed else "FINISHED"))
             self.parent_run_id = None
         if summary.failed:
             # Hydra turns callback exceptions into warnings; SystemExit is how a sweep fails

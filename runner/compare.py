@@ -11,10 +11,8 @@ import argparse
 import csv
 import io
 import json
-import math
 import os
 import sys
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +21,10 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from runner import names
 from runner.config import TrackingConfig
-from runner.stats import mann_whitney_p
+from runner.measure.stats import mann_whitney_p
+from runner.report.reader import find_sweep, label, latest_sweep, metric, op_table, per_op, sweep_children
 
 # the same store and experiment a job logs to by default (tracking=local)
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
@@ -33,35 +33,24 @@ FORMATS = ("table", "markdown", "csv", "json")
 SIGNIFICANCE = 0.05
 
 
-def label(run: Run) -> str:
-    """The run's readable name."""
-    return str(run.info.run_name or run.info.run_id[:8])
-
-
-def metric(run: Run, key: str) -> float | None:
-    """A metric of the run, None when absent or NaN."""
-    value = run.data.metrics.get(key)
-    return None if value is None or math.isnan(value) else value
-
-
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}"
 
 
 def _median(run: Run) -> str:
-    median, iqr = metric(run, "time/step_median_ms"), metric(run, "time/step_iqr_ms")
+    median, iqr = metric(run, names.STEP_MEDIAN_MS), metric(run, names.STEP_IQR_MS)
     return "-" if median is None else f"{median:.4f} ± {iqr or 0:.4f}"
 
 
 def _device_per_step(run: Run) -> float | None:
-    total, steps = metric(run, "device/self_total_ms"), metric(run, "profiler/active_steps")
+    total, steps = metric(run, names.DEVICE_SELF_TOTAL_MS), metric(run, names.PROFILER_ACTIVE_STEPS)
     return total / steps if total is not None and steps else None
 
 
 def _lowering(run: Run) -> str:
-    kernels = metric(run, "ops/device_kernels")
-    neffs = metric(run, "neuron/neff_files")
-    parts = [f"{_fmt(metric(run, 'ops/aten_ops'), 0)} aten"]
+    kernels = metric(run, names.OPS_DEVICE_KERNELS)
+    neffs = metric(run, names.NEURON_NEFF_FILES)
+    parts = [f"{_fmt(metric(run, names.OPS_ATEN), 0)} aten"]
     if kernels is not None:
         parts.append(f"{kernels:.0f} kernels")
     if neffs is not None:
@@ -70,13 +59,13 @@ def _lowering(run: Run) -> str:
 
 
 def _memory(run: Run) -> str:
-    device = metric(run, "memory/peak_device_mb")
-    return _fmt(device, 1, " dev") if device is not None else _fmt(metric(run, "memory/peak_host_rss_mb"), 0, " host")
+    device = metric(run, names.PEAK_DEVICE_MB)
+    return _fmt(device, 1, " dev") if device is not None else _fmt(metric(run, names.PEAK_HOST_RSS_MB), 0, " host")
 
 
 def _cost(run: Run) -> str:
     price = run.data.params.get("backend.price_per_hour")
-    median = metric(run, "time/step_median_ms")
+    median = metric(run, names.STEP_MEDIAN_MS)
     if price in (None, "None") or median is None:
         return "-"
     return f"${float(price) / 3600 * median / 1000 * 1e6:.4f}"
@@ -93,18 +82,20 @@ class Column:
 COLUMNS = [
     Column("run", label),
     Column("status", lambda r: r.info.status),
-    Column("backend", lambda r: f"{r.data.tags.get('runner.backend', '-')} ({r.data.tags.get('runner.device', '-')})"),
+    Column(
+        "backend", lambda r: f"{r.data.tags.get(names.TAG_BACKEND, '-')} ({r.data.tags.get(names.TAG_DEVICE, '-')})"
+    ),
     Column("median ms ± IQR", _median),
     Column("device ms/step", lambda r: _fmt(_device_per_step(r), 4)),
     Column("lowering", _lowering),
-    Column("top op", lambda r: _short(r.data.tags.get("runner.top_op", "-"))),
-    Column("first call s", lambda r: _fmt(metric(r, "time/first_call_s"))),
-    Column("graphs", lambda r: _fmt(metric(r, "compile/graphs"), 0)),
+    Column("top op", lambda r: _short(r.data.tags.get(names.TAG_TOP_OP, "-"))),
+    Column("first call s", lambda r: _fmt(metric(r, names.FIRST_CALL_S))),
+    Column("graphs", lambda r: _fmt(metric(r, names.COMPILE_GRAPHS), 0)),
     Column("peak MB", _memory),
-    Column("GB/s", lambda r: _fmt(metric(r, "roofline/achieved_gbps"), 2)),
-    Column("roofline", lambda r: _fmt(_percent(metric(r, "roofline/bandwidth_fraction")), 1, "%")),
-    Column("accuracy", lambda r: r.data.tags.get("accuracy.check", "-")),
-    Column("overhead", lambda r: _fmt(metric(r, "profiler/overhead_pct"), 1, "%")),
+    Column("GB/s", lambda r: _fmt(metric(r, names.ROOFLINE_ACHIEVED_GBPS), 2)),
+    Column("roofline", lambda r: _fmt(_percent(metric(r, names.ROOFLINE_BANDWIDTH_FRACTION)), 1, "%")),
+    Column("accuracy", lambda r: r.data.tags.get(names.TAG_ACCURACY, "-")),
+    Column("overhead", lambda r: _fmt(metric(r, names.PROFILER_OVERHEAD_PCT), 1, "%")),
     Column("$/1M steps", _cost),
 ]
 
@@ -119,11 +110,11 @@ def _percent(fraction: float | None) -> float | None:
 
 def comparison_rows(runs: list[Run], baseline: Run | None) -> list[dict[str, str]]:
     """One row per run: its rank by median (1 = fastest) and its speedup against `baseline`."""
-    base = metric(baseline, "time/step_median_ms") if baseline is not None else None
-    medians = sorted(m for m in (metric(r, "time/step_median_ms") for r in runs) if m is not None)
+    base = metric(baseline, names.STEP_MEDIAN_MS) if baseline is not None else None
+    medians = sorted(m for m in (metric(r, names.STEP_MEDIAN_MS) for r in runs) if m is not None)
     rows = []
     for run in runs:
-        median = metric(run, "time/step_median_ms")
+        median = metric(run, names.STEP_MEDIAN_MS)
         row = {"rank": str(medians.index(median) + 1) if median is not None else "-"}
         row.update({c.header: str(c.value(run)) for c in COLUMNS})
         row["speedup"] = f"{base / median:.2f}x" if base and median else "-"
@@ -152,52 +143,14 @@ def render(rows: list[dict[str, str]], fmt: str) -> str:
     return "\n".join(lines)
 
 
-def op_table(client: MlflowClient, run: Run) -> dict[str, Any]:
-    """The run's key_averages.json artifact ({"columns": [...], "data": [...]}), or empty."""
-    try:
-        path = client.download_artifacts(run.info.run_id, "key_averages.json")
-    except Exception:
-        return {"columns": [], "data": []}
-    with open(path) as f:
-        return dict(json.load(f))
-
-
-@dataclass
-class OpStats:
-    """One op of one run, merged across input shapes: per-step numbers and per-cycle samples."""
-
-    calls_per_step: float = 0.0
-    self_ms_per_step: float = 0.0
-    cycle_samples: list[float] | None = None
-
-
-def per_op(table: dict[str, Any], active_steps: float) -> dict[str, OpStats]:
-    """Merge an op table's rows by op name (device self time when present, else CPU)."""
-    columns = table["columns"]
-    clock = "self_device_ms" if "self_device_ms" in columns else "self_cpu_ms"
-    ops: dict[str, OpStats] = defaultdict(OpStats)
-    for values in table["data"]:
-        row = dict(zip(columns, values, strict=True))
-        if str(row["name"]).startswith("ProfilerStep"):
-            continue
-        stats = ops[row["name"]]
-        stats.calls_per_step += row["calls_per_step"]
-        stats.self_ms_per_step += row[clock] / active_steps
-        if row.get("cycle_self_ms"):
-            samples = json.loads(row["cycle_self_ms"])
-            merged = stats.cycle_samples or [0.0] * len(samples)
-            stats.cycle_samples = [a + b for a, b in zip(merged, samples, strict=False)]
-    return dict(ops)
-
-
 def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
     """Per-op differences from run a to run b, largest change in self time first.
 
     Ops that appear or disappear are marked; where both runs have per-cycle samples
     (schedule.repeat > 1) a Mann-Whitney U test says whether the change is significant.
     """
-    ops_a = per_op(op_table(client, a), metric(a, "profiler/active_steps") or 1)
-    ops_b = per_op(op_table(client, b), metric(b, "profiler/active_steps") or 1)
+    ops_a = per_op(op_table(client, a), metric(a, names.PROFILER_ACTIVE_STEPS) or 1)
+    ops_b = per_op(op_table(client, b), metric(b, names.PROFILER_ACTIVE_STEPS) or 1)
     rows = []
     for name in ops_a.keys() | ops_b.keys():
         before, after = ops_a.get(name), ops_b.get(name)
@@ -223,37 +176,12 @@ def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
     return rows
 
 
-def latest_sweep(client: MlflowClient, experiment_id: str) -> Run:
-    """The most recent sweep parent run of the experiment."""
-    parents = client.search_runs([experiment_id], "tags.`runner.sweep` = 'true'", order_by=["start_time DESC"])
-    if not parents:
-        raise SystemExit("error: no sweep in this experiment; run one with python -m runner -m ..., or pass --runs")
-    return parents[0]
-
-
-def sweep_children(client: MlflowClient, experiment_id: str, parent: Run) -> list[Run]:
-    """A sweep's job runs, oldest first."""
-    query = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
-    return list(client.search_runs([experiment_id], query, order_by=["start_time ASC"]))
-
-
-def find_sweep(client: MlflowClient, experiment_id: str, key: str) -> Run:
-    """A sweep parent by run id or by run name."""
-    try:
-        return client.get_run(key)
-    except Exception:
-        found = client.search_runs([experiment_id], f"attributes.run_name = '{key}'")
-        if not found:
-            raise SystemExit(f"error: --sweep {key!r} is neither a run id nor a run name in this experiment") from None
-        return found[0]
-
-
 def pick_baseline(runs: list[Run], key: str | None) -> Run | None:
     """--baseline as a run id or a workload name; by default the first run."""
     if key is None:
         return runs[0] if runs else None
     for run in runs:
-        if key in (run.info.run_id, run.data.tags.get("runner.workload"), label(run)):
+        if key in (run.info.run_id, run.data.tags.get(names.TAG_WORKLOAD), label(run)):
             return run
     raise SystemExit(f"error: --baseline {key!r} matches no compared run (give a run id or a workload name)")
 
@@ -270,7 +198,7 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     run_id = parent.info.run_id
     client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file="comparison.json")
     client.log_text(run_id, render(rows, "markdown") + "\n", "comparison.md")
-    from runner.plots import write_plots
+    from runner.report.plots import write_plots
 
     for path in write_plots(client, runs, plots_dir):
         client.log_artifact(run_id, str(path), "plots")
@@ -309,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}")
         print(render(op_diff(client, runs[0], runs[1]), "table"))
     if args.plots:
-        from runner.plots import write_plots
+        from runner.report.plots import write_plots
 
         for path in write_plots(client, runs, args.plots):
             print(f"wrote {path}")

@@ -1,6 +1,6 @@
 """Typed schemas for the runner-owned config groups, and validation that names the key.
 
-The schemas are registered in Hydra's ConfigStore as `base_<group>`; each option file in
+The schemas are registered in Hydra's ConfigStore as `schema_<group>`; each option file in
 `conf/<group>/` lists its schema first, so unknown keys and wrong types fail at composition.
 Cross-field rules live in `__post_init__` and run when `load_run_spec` builds the objects.
 This module must stay free of torch and mlflow imports: `python -m runner --help` loads it.
@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -26,8 +27,11 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 MODES = ("forward", "train_step")
 OPTIMIZERS = ("sgd", "adamw")
 CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
-CORE_SYNTAX = "a core (0), a range (0-1) or a comma list (0,2-3)"
+CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
 # Workload keys the runner consumes itself; every other key is a constructor argument.
+# Tracking URI schemes MLflow 3 accepts (a database dialect may follow '+': postgresql+psycopg2);
+# it refuses the old ./mlruns file store.
+TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 RUNNER_WORKLOAD_KEYS = ("_target_", "compile", "dtype", "seed", "inputs", "mode", "optimizer", "lr")
 
 
@@ -64,6 +68,22 @@ def parse_cores(spec: str, key: str) -> list[int]:
     return sorted(cores)
 
 
+def parse_core_range(spec: str, key: str) -> list[int]:
+    """Expand a core spec that the Neuron runtime accepts: one core, or one contiguous range.
+
+    Raises:
+        ConfigError: the spec is malformed or its cores are not contiguous (the runtime
+            refuses `NEURON_RT_VISIBLE_CORES=0,2-3`).
+    """
+    cores = parse_cores(spec, key)
+    if cores[-1] - cores[0] + 1 != len(cores):
+        raise ConfigError(
+            f"{key}={spec!r} is not one contiguous range of NeuronCores; the Neuron runtime takes a single core "
+            f"or one range (e.g. {cores[0]} or {cores[0]}-{cores[0] + len(cores) - 1})"
+        )
+    return cores
+
+
 def format_cores(cores: list[int]) -> str:
     """Write cores in the runtime's syntax: '0-3' for a run, '0,2-3' otherwise."""
     parts: list[str] = []
@@ -84,10 +104,9 @@ class BackendConfig:
 
     # auto picks neuron, then cuda, then cpu
     name: str = "auto"
-    # NeuronCores the job may use, e.g. "0", "0-1", "0,2-3"; null leaves the runtime's choice (neuron only)
+    # NeuronCores this job owns, one contiguous range, e.g. "0" or "2-3" (neuron only); null: the cores a
+    # launcher gave the job, else every visible core (the runtime reserves them all)
     cores: str | None = None
-    # NeuronCores each job gets under hydra/launcher=parallel
-    cores_per_job: int = 1
     # NEFF cache that NeuronConfig copies into the capture; null: $TORCH_NEURONX_NEFF_CACHE_DIR or /tmp/neff_cache
     neff_cache_dir: str | None = None
     # hourly price of the device, for cost per million steps in comparisons; no prices are built in
@@ -98,9 +117,8 @@ class BackendConfig:
     def __post_init__(self) -> None:
         _allowed("backend.name", self.name, BACKENDS)
         _at_least("backend.explorer_timeout_s", self.explorer_timeout_s, 1)
-        _at_least("backend.cores_per_job", self.cores_per_job, 1)
         if self.cores is not None:
-            parse_cores(self.cores, "backend.cores")
+            parse_core_range(self.cores, "backend.cores")
 
 
 @dataclass
@@ -204,6 +222,24 @@ class TrackingConfig:
 
     def __post_init__(self) -> None:
         _at_least("tracking.max_artifact_mb", self.max_artifact_mb, 0)
+        scheme = urlsplit(self.uri).scheme.split("+")[0]
+        if scheme not in TRACKING_SCHEMES:
+            raise ConfigError(
+                f"tracking.uri={self.uri!r}: MLflow takes a {', '.join(TRACKING_SCHEMES)} URI here, "
+                "e.g. sqlite:///mlflow.db or http://127.0.0.1:5000"
+            )
+        if not self.experiment.strip():
+            raise ConfigError("tracking.experiment must name an MLflow experiment, e.g. runner; got ''")
+
+
+# the schema behind each config group the runner owns
+SCHEMAS: dict[str, type] = {
+    "backend": BackendConfig,
+    "profiler": ProfilerConfig,
+    "schedule": ScheduleConfig,
+    "measure": MeasureConfig,
+    "tracking": TrackingConfig,
+}
 
 
 @dataclass
@@ -339,10 +375,11 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
 
 
 def register_schemas() -> None:
-    """Register the group schemas so option files can list `base_<group>` in their defaults."""
+    """Register the group schemas as top-level configs (`schema_<group>`), outside the groups.
+
+    Each option file extends its group's schema (`- /schema_backend@_here_`), so unknown keys
+    and wrong types fail at composition, while option lists and `--help` show real options only.
+    """
     store = ConfigStore.instance()
-    store.store(group="backend", name="base_backend", node=BackendConfig)
-    store.store(group="profiler", name="base_profiler", node=ProfilerConfig)
-    store.store(group="schedule", name="base_schedule", node=ScheduleConfig)
-    store.store(group="measure", name="base_measure", node=MeasureConfig)
-    store.store(group="tracking", name="base_tracking", node=TrackingConfig)
+    for group, schema in SCHEMAS.items():
+        store.store(name=f"schema_{group}", node=schema)

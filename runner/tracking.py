@@ -15,9 +15,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from runner import names
 from runner.config import TrackingConfig
+
+if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
+    from runner.result import JobResult
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +114,7 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
 
 def fail_run(client: Any, run_id: str, reason: str) -> None:
     """Close a run its own process can no longer close: FAILED, with the reason as runner.error."""
-    client.set_tag(run_id, "runner.error", reason)
+    client.set_tag(run_id, names.TAG_ERROR, reason)
     client.set_terminated(run_id, "FAILED")
 
 
@@ -132,7 +136,7 @@ def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
     for run in client.search_runs([experiment.experiment_id], query):
         if run.info.status == "FINISHED":
             finished = finished or run.info.run_id
-        host, pid = run.data.tags.get("runner.host"), run.data.tags.get("runner.pid")
+        host, pid = run.data.tags.get(names.TAG_HOST), run.data.tags.get(names.TAG_PID)
         if run.info.status == "RUNNING" and host == platform.node() and pid and not _alive(int(pid)):
             reason = f"orphaned: its process {pid} on {host} is gone"
             log.warning("run %s %s; marking it FAILED", run.info.run_id, reason)
@@ -175,6 +179,16 @@ class NullRun:
 
     def log_capture(self, local_dir: Path, artifact_path: str, max_mb: int) -> None:
         """Ignore a capture directory."""
+
+    def log_result(self, result: JobResult, max_artifact_mb: int) -> None:
+        """Log a job's result: metrics, tags, the op table, text artifacts and the capture folder."""
+        self.log_metrics(result.metrics)
+        self.set_tags(result.tags)
+        self.log_table(result.table.columns(), "key_averages.json")
+        self.log_text(result.printed_table, "key_averages.txt")
+        for name, text in result.texts.items():
+            self.log_text(text, name)
+        self.log_capture(result.capture_dir, result.capture_dir.name, max_artifact_mb)
 
     def describe(self) -> str:
         """One line for the console summary."""
@@ -245,7 +259,7 @@ class MlflowRun(NullRun):
             mlflow.log_artifact(str(path), str(Path(artifact_path) / parent) if parent.parts else artifact_path)
         kept = [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in keep]
         mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, "artifacts_kept_local.json")
-        self.set_tags({"runner.artifacts_kept_local": len(kept)})
+        self.set_tags({names.TAG_ARTIFACTS_KEPT_LOCAL: len(kept)})
         log.warning(
             "%d capture file(s) over tracking.max_artifact_mb=%d stay local; see artifacts_kept_local.json",
             len(kept),

@@ -13,7 +13,8 @@ class Faulty(nn.Module):
     """Behaves like an identity until its second call, then fails the way `fault` says.
 
     raise: a Python exception; abort: os.abort() (SIGABRT, like a native crash);
-    kill: SIGKILL to itself (like the out-of-memory killer); anything else never fails.
+    kill: SIGKILL to itself (like the out-of-memory killer); nonfinite: returns NaN without raising;
+    anything else never fails.
     """
 
     def __init__(self, fault: str = "none", label: str = "") -> None:
@@ -30,4 +31,4 @@ class Faulty(nn.Module):
                 os.abort()
             if self.fault == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
-        return x * 1.0
+        return x * float("nan") if self.fault == "nonfinite" else x * 1.0

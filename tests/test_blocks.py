@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from runner.backends import CpuBackend
-from runner.build import build_workload
+from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
 from runner.config import BackendConfig, load_run_spec
+from runner.measure.build import build_workload
 from workloads.blocks import MatMul, NaiveAttention, NaiveLayerNorm, NaiveSoftmax, SwiGLU
 from workloads.llama import DecoderLayer, DecoderStack
 

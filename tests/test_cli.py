@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import names
 from tests.conftest import REPO, all_runs
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,7 @@ def test_single_run(tmp_path: Path, tracking_uri: str) -> None:
     assert "top ops by self CPU time" in done.stdout and "mlflow ui --backend-store-uri" in done.stdout
     (run,) = all_runs(tracking_uri)
     assert run.info.status == "FINISHED"
-    assert run.data.tags["runner.overrides"].startswith("+workload=rmsnorm_naive")
+    assert run.data.tags[names.TAG_OVERRIDES].startswith("+workload=rmsnorm_naive")
     assert list((tmp_path / "run" / "trace").rglob("trace.json"))
 
 
@@ -34,7 +35,7 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
     done = runner("-m", "+workload=rmsnorm_naive,rmsnorm_builtin", "backend=cpu", f"hydra.sweep.dir={tmp_path}", *small)
     assert done.returncode == 0, done.stderr
     runs = all_runs(tracking_uri)
-    parents = [r for r in runs if r.data.tags.get("runner.sweep") == "true"]
+    parents = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
     children = [r for r in runs if r not in parents]
     assert len(parents) == 1 and len(children) == 2
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
@@ -52,12 +53,19 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
         pytest.param(["+workload=rmsnorm_naive", "schedule.active=0"], "schedule.active must be >= 1", id="active"),
         pytest.param(["+workload=rmsnorm_naive", "profiler.recrod_shapes=true"], "profiler.recrod_shapes", id="key"),
         pytest.param(["+workload=rmsnorm_naive", "hydra.run.dir=/proc/runner"], "hydra.run.dir=/proc/runner", id="dir"),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "tracking.uri=notascheme://x"],
+            "tracking.uri='notascheme://x': MLflow takes a sqlite, postgresql",
+            id="uri",
+        ),
+        pytest.param(["+workload=rmsnorm_naive", "tracking.experiment=''"], "tracking.experiment must name", id="exp"),
+        pytest.param(["+workload=rmsnorm_naive", "workload.eps=abc"], "workload.eps must be a number > 0", id="eps"),
     ],
 )
 def test_bad_input_is_one_line_with_no_traceback_and_no_run(args: list[str], message: str, tracking_uri: str) -> None:
     done = runner(*args)
     assert done.returncode != 0
     assert message in done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and "base_" not in done.stderr  # option lists show real options only
     assert all(r.info.status != "RUNNING" for r in all_runs(tracking_uri))
     assert all_runs(tracking_uri) == []

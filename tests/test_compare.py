@@ -17,8 +17,9 @@ import mlflow
 import pytest
 from mlflow.entities import Run
 
+from runner import names
 from runner.compare import comparison_rows, render
-from runner.stats import mann_whitney_p
+from runner.measure.stats import mann_whitney_p
 from tests.conftest import REPO, all_runs, serve_mlflow
 
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
@@ -47,8 +48,8 @@ class Study:
         assert self.done.returncode == 0, self.done.stderr[-3000:]
         self.client = mlflow.MlflowClient(self.uri)
         runs = all_runs(self.uri)
-        self.parent = next(r for r in runs if r.data.tags.get("runner.sweep") == "true")
-        self.children = {r.data.tags["runner.workload"]: r for r in runs if r.info.run_id != self.parent.info.run_id}
+        self.parent = next(r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true")
+        self.children = {r.data.tags[names.TAG_WORKLOAD]: r for r in runs if r.info.run_id != self.parent.info.run_id}
 
     def compare(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "MLFLOW_TRACKING_URI": self.uri}
@@ -62,7 +63,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Study:
 
 
 def median_text(run: Run) -> str:
-    return f"{run.data.metrics['time/step_median_ms']:.4f}"
+    return f"{run.data.metrics[names.STEP_MEDIAN_MS]:.4f}"
 
 
 @pytest.mark.slow
@@ -146,7 +147,7 @@ def test_mlflow_ui_shows_the_sweep_in_a_real_browser(study: Study, ui: str, tmp_
     ids = urllib.parse.quote(json.dumps([r.info.run_id for r in study.children.values()]))
     compare = f"{ui}/#/compare-runs?runs={ids}&experiments=" + urllib.parse.quote(json.dumps([experiment]))
     page = chromium(compare, "--dump-dom")
-    assert all(name in page for name in VARIANTS) and "time/step_median_ms" in page
+    assert all(name in page for name in VARIANTS) and names.STEP_MEDIAN_MS in page
     shot = tmp_path / "compare.png"
     chromium(compare, f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000

@@ -10,9 +10,9 @@ import torch
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR
-from runner.backends import CpuBackend
-from runner.build import build_workload
+from runner.backends.cpu import CpuBackend
 from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
+from runner.measure.build import build_workload
 from tests.conftest import REPO, compose_cfg
 
 GROUPS = ["backend", "profiler", "schedule", "tracking"]
@@ -71,7 +71,7 @@ def test_compiled_variant_is_the_naive_one_with_compile_on() -> None:
         pytest.param("workload.batch=-1", r"workload\.batch must be a positive integer", id="negative-size"),
         pytest.param("workload.dtype=float8", r"workload\.dtype='float8'.*float32, float16", id="dtype"),
         pytest.param("+workload.hiden=3", r"workload\.hiden is not a parameter.*hidden", id="misspelled-kwarg"),
-        pytest.param("workload.eps=0", r"workload\.eps must be > 0", id="eps"),
+        pytest.param("workload.eps=0", r"workload\.eps must be a number > 0", id="eps"),
         pytest.param("schedule.active=0", r"schedule\.active must be >= 1", id="active-zero"),
         pytest.param("schedule.repeat=0", r"schedule\.repeat must be >= 1", id="repeat-zero"),
         pytest.param("schedule.wait=-1", r"schedule\.wait must be >= 0", id="wait-negative"),
@@ -107,5 +107,6 @@ def test_help_lists_groups_without_importing_torch_or_mlflow() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert "workload: " + ", ".join(sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))) in out
-    assert "backend: auto, base_backend, cpu, cuda, neuron" in out
+    assert "backend: auto, cpu, cuda, neuron" in out and "base_" not in out
+    assert "hydra/launcher: basic (in-process, the default), isolated, parallel, slurm" in out
     assert "heavy: []" in out

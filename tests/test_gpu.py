@@ -9,6 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from runner import names
 from runner.config import load_run_spec
 from runner.experiment import run_experiment
 from tests.conftest import all_runs, compose_cfg, job_for
@@ -29,11 +30,11 @@ def run_cuda(tmp_path: Path, *overrides: str) -> dict[str, float]:
 @pytest.mark.parametrize("workload", ["rmsnorm_naive", "rmsnorm_builtin"])
 def test_cuda_run_reports_device_time(tmp_path: Path, workload: str) -> None:
     metrics = run_cuda(tmp_path, f"+workload={workload}", "backend=cuda")
-    assert metrics["device/self_total_ms"] > 0
-    assert metrics["memory/peak_device_mb"] > 0
-    assert 0 < metrics["roofline/bandwidth_fraction"] <= 1
+    assert metrics[names.DEVICE_SELF_TOTAL_MS] > 0
+    assert metrics[names.PEAK_DEVICE_MB] > 0
+    assert 0 < metrics[names.ROOFLINE_BANDWIDTH_FRACTION] <= 1
     run = all_runs()[0]
-    assert run.data.tags["runner.backend"] == "cuda" and run.data.tags["runner.device_time"] == "reported"
+    assert run.data.tags[names.TAG_BACKEND] == "cuda" and run.data.tags[names.TAG_DEVICE_TIME] == "reported"
     table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")
     assert "self_device_ms" in table["columns"]
 
@@ -41,7 +42,7 @@ def test_cuda_run_reports_device_time(tmp_path: Path, workload: str) -> None:
 def test_auto_picks_cuda_when_no_neuron(tmp_path: Path) -> None:
     run_cuda(tmp_path, "+workload=rmsnorm_naive", "backend=auto")
     run = all_runs()[0]
-    assert run.data.tags["runner.backend"] == "cuda" and "NVIDIA" in run.data.tags["runner.device"]
+    assert run.data.tags[names.TAG_BACKEND] == "cuda" and "NVIDIA" in run.data.tags[names.TAG_DEVICE]
 
 
 def test_compiled_on_cuda_shows_triton_kernels(tmp_path: Path) -> None:

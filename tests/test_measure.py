@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.accuracy import check_accuracy
-from runner.backends import CpuBackend
-from runner.build import build_workload
-from runner.config import ConfigError, load_run_spec
-from runner.experiment import derived_metrics
-from runner.measure import Measurement, measure
-from runner.roofline import Peak, cpu_peak, datasheet_peak, resolve_peak, roofline_metrics
-from runner.stats import coefficient_of_variation, describe_steps, percentile
+from runner import names
+from runner.backends.cpu import CpuBackend
+from runner.backends.peaks import Peak, cpu_peak, datasheet_peak
+from runner.config import BackendConfig, ConfigError, load_run_spec
+from runner.measure.accuracy import check_accuracy
+from runner.measure.build import build_workload
+from runner.measure.phases import Measurement, measure
+from runner.measure.roofline import resolve_peak, roofline_metrics
+from runner.measure.stats import coefficient_of_variation, describe_steps, percentile
+from runner.result import derived_metrics
 from tests.conftest import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
 
@@ -24,24 +26,24 @@ from workloads.rmsnorm import NaiveRMSNorm
 def test_step_statistics_on_known_samples() -> None:
     samples = [float(v) for v in range(1, 11)]  # 1..10 ms
     stats = describe_steps(samples)
-    assert stats["time/step_median_ms"] == 5.5
-    assert stats["time/step_mean_ms"] == 5.5
-    assert stats["time/step_min_ms"] == 1.0
-    assert stats["time/step_p10_ms"] == pytest.approx(1.9)
-    assert stats["time/step_p90_ms"] == pytest.approx(9.1)
-    assert stats["time/step_iqr_ms"] == pytest.approx(7.75 - 3.25)
-    assert stats["time/step_cv"] == pytest.approx(statistics.stdev(samples) / 5.5)
+    assert stats[names.STEP_MEDIAN_MS] == 5.5
+    assert stats[names.STEP_MEAN_MS] == 5.5
+    assert stats[names.STEP_MIN_MS] == 1.0
+    assert stats[names.STEP_P10_MS] == pytest.approx(1.9)
+    assert stats[names.STEP_P90_MS] == pytest.approx(9.1)
+    assert stats[names.STEP_IQR_MS] == pytest.approx(7.75 - 3.25)
+    assert stats[names.STEP_CV] == pytest.approx(statistics.stdev(samples) / 5.5)
     assert percentile([3.0], 90) == 3.0 and coefficient_of_variation([2.0]) == 0.0
 
 
 def test_roofline_arithmetic() -> None:
     peak = Peak(bandwidth_gbps=100.0, gflops=1000.0, source="test")
     metrics = roofline_metrics(bytes_moved=2_000_000, flops=4_000_000, step_ms=0.1, peak=peak)
-    assert metrics["roofline/achieved_gbps"] == pytest.approx(20.0)
-    assert metrics["roofline/achieved_gflops"] == pytest.approx(40.0)
-    assert metrics["roofline/intensity"] == pytest.approx(2.0)
-    assert metrics["roofline/bandwidth_fraction"] == pytest.approx(0.2)
-    assert metrics["roofline/compute_fraction"] == pytest.approx(0.04)
+    assert metrics[names.ROOFLINE_ACHIEVED_GBPS] == pytest.approx(20.0)
+    assert metrics[names.ROOFLINE_ACHIEVED_GFLOPS] == pytest.approx(40.0)
+    assert metrics[names.ROOFLINE_INTENSITY] == pytest.approx(2.0)
+    assert metrics[names.ROOFLINE_BANDWIDTH_FRACTION] == pytest.approx(0.2)
+    assert metrics[names.ROOFLINE_COMPUTE_FRACTION] == pytest.approx(0.04)
 
 
 def test_rmsnorm_cost_model_by_hand() -> None:
@@ -55,10 +57,11 @@ def test_datasheet_peaks_scale_with_cores_and_name_the_source() -> None:
     peak = datasheet_peak("trn2_core", 2, "bfloat16")
     assert peak.bandwidth_gbps == 1450 and peak.gflops == pytest.approx(333_500)
     assert peak.source == "datasheet: trn2_core x 2 (conf/peaks.yaml)"
-    assert resolve_peak("h200_sxm", None, on_cpu=True, dtype="float32").gflops == 67_000
+    cpu = CpuBackend(BackendConfig(name="cpu"))
+    assert resolve_peak("h200_sxm", cpu, dtype="float32").gflops == 67_000
     with pytest.raises(ConfigError, match=r"measure\.peak='tpu' is not in conf/peaks\.yaml; choose one of: auto, trn1"):
-        resolve_peak("tpu", None, on_cpu=True, dtype="float32")
-    assert resolve_peak("auto", None, on_cpu=False, dtype="float32") is None
+        resolve_peak("tpu", cpu, dtype="float32")
+    assert resolve_peak("auto", cpu, dtype="float32").source.startswith("measured:")
 
 
 def test_cpu_calibration_is_measured_once_and_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -66,7 +69,7 @@ def test_cpu_calibration_is_measured_once_and_cached(monkeypatch: pytest.MonkeyP
     first = cpu_peak("float32")
     assert first.bandwidth_gbps > 0 and first.gflops > 0 and first.source.startswith("measured:")
     assert (tmp_path / "runner" / "cpu_peaks.json").is_file()
-    monkeypatch.setattr("runner.roofline.calibrate_cpu", lambda dtype: pytest.fail("calibrated twice"))
+    monkeypatch.setattr("runner.backends.peaks.calibrate_cpu", lambda dtype: pytest.fail("calibrated twice"))
     assert cpu_peak("float32") == first
 
 
@@ -81,12 +84,12 @@ def test_accuracy_passes_and_fails_without_raising() -> None:
     x = torch.randn(2, 4, 16)
     good, wrong = NaiveRMSNorm(hidden=16), WrongRMSNorm(hidden=16)
     metrics, tags = check_accuracy(good, (x,), good(x), "float32")
-    assert tags["accuracy.check"] == "pass" and metrics["accuracy/max_rel_err"] < 1e-6
+    assert tags[names.TAG_ACCURACY] == "pass" and metrics[names.ACCURACY_MAX_REL_ERR] < 1e-6
     metrics, tags = check_accuracy(wrong, (x,), wrong(x), "float32")
-    assert tags["accuracy.check"] == "fail" and metrics["accuracy/max_abs_err"] > 0.1
+    assert tags[names.TAG_ACCURACY] == "fail" and metrics[names.ACCURACY_MAX_ABS_ERR] > 0.1
     assert check_accuracy(torch.nn.Identity(), (x,), x, "float32") == (
         {},
-        {"accuracy.check": "skipped", "accuracy.detail": "the workload has no reference()"},
+        {names.TAG_ACCURACY: "skipped", names.TAG_ACCURACY_DETAIL: "the workload has no reference()"},
     )
 
 
@@ -95,7 +98,7 @@ def run_phases(tmp_path: Path, *overrides: str) -> tuple[Measurement, dict[str, 
     backend = CpuBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
     result = measure(workload, backend, spec, tmp_path / "trace")
-    peak = resolve_peak(spec.measure.peak, None, on_cpu=True, dtype=spec.workload.dtype)
+    peak = resolve_peak(spec.measure.peak, backend, dtype=spec.workload.dtype)
     metrics, tags = derived_metrics(spec, workload, backend, result, peak)
     return result, metrics, tags
 
@@ -103,27 +106,28 @@ def run_phases(tmp_path: Path, *overrides: str) -> tuple[Measurement, dict[str, 
 def test_every_phase_metric_is_logged_for_rmsnorm(tmp_path: Path) -> None:
     result, metrics, tags = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=64")
     for key in (
-        "time/first_call_s", "time/step_median_ms", "time/step_mean_ms", "time/step_min_ms", "time/step_p10_ms",
-        "time/step_p90_ms", "time/step_iqr_ms", "time/step_cv", "profiler/overhead_pct", "compile/graphs",
-        "memory/peak_host_rss_mb", "accuracy/max_abs_err", "accuracy/max_rel_err", "roofline/achieved_gbps",
-        "roofline/achieved_gflops", "roofline/intensity", "roofline/bandwidth_fraction", "roofline/compute_fraction",
+        names.FIRST_CALL_S, names.STEP_MEDIAN_MS, names.STEP_MEAN_MS, names.STEP_MIN_MS, names.STEP_P10_MS,
+        names.STEP_P90_MS, names.STEP_IQR_MS, names.STEP_CV, names.PROFILER_OVERHEAD_PCT, names.COMPILE_GRAPHS,
+        names.PEAK_HOST_RSS_MB, names.ACCURACY_MAX_ABS_ERR, names.ACCURACY_MAX_REL_ERR, names.ROOFLINE_ACHIEVED_GBPS,
+        names.ROOFLINE_ACHIEVED_GFLOPS, names.ROOFLINE_INTENSITY, names.ROOFLINE_BANDWIDTH_FRACTION,
+        names.ROOFLINE_COMPUTE_FRACTION,
     ):  # fmt: skip
         assert key in metrics, key
     assert len(result.step_ms) == 1 and len(result.step_ms[0]) == 20
-    assert metrics["time/step_min_ms"] <= metrics["time/step_median_ms"] <= metrics["time/step_p90_ms"]
-    assert metrics["compile/graphs"] == 0
-    assert "memory/peak_device_mb" not in metrics  # the CPU has no allocator statistic
-    assert "time/repeat_cv" not in metrics
-    assert tags["accuracy.check"] == "pass"
-    assert 0 < metrics["roofline/bandwidth_fraction"] <= 1
-    assert str(tags["roofline.peak"]).startswith("measured:")
+    assert metrics[names.STEP_MIN_MS] <= metrics[names.STEP_MEDIAN_MS] <= metrics[names.STEP_P90_MS]
+    assert metrics[names.COMPILE_GRAPHS] == 0
+    assert names.PEAK_DEVICE_MB not in metrics  # the CPU has no allocator statistic
+    assert names.REPEAT_CV not in metrics
+    assert tags[names.TAG_ACCURACY] == "pass"
+    assert 0 < metrics[names.ROOFLINE_BANDWIDTH_FRACTION] <= 1
+    assert str(tags[names.TAG_ROOFLINE_PEAK]).startswith("measured:")
 
 
 def test_repeats_log_the_spread_of_medians(tmp_path: Path) -> None:
     result, metrics, _ = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.repeats=3")
     assert len(result.step_ms) == 3
     medians = [statistics.median(r) for r in result.step_ms]
-    assert metrics["time/repeat_cv"] == pytest.approx(coefficient_of_variation(medians))
+    assert metrics[names.REPEAT_CV] == pytest.approx(coefficient_of_variation(medians))
 
 
 def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:
@@ -142,15 +146,15 @@ def test_a_workload_without_cost_model_has_no_roofline(tmp_path: Path) -> None:
         tmp_path, "+workload=custom", "workload._target_=torch.nn.Identity", "workload.inputs=[[4,4]]"
     )
     assert not any(key.startswith("roofline/") for key in metrics)
-    assert tags["roofline.peak"] == "none: the workload declares no bytes/FLOPs model"
-    assert tags["accuracy.check"] == "skipped"
+    assert tags[names.TAG_ROOFLINE_PEAK] == "none: the workload declares no bytes/FLOPs model"
+    assert tags[names.TAG_ACCURACY] == "skipped"
 
 
 @pytest.mark.slow
 def test_compiled_run_counts_its_graphs_and_passes_accuracy(tmp_path: Path) -> None:
     _, metrics, tags = run_phases(tmp_path, "+workload=rmsnorm_compiled", "workload.hidden=24", "workload.seq_len=3")
-    assert metrics["compile/graphs"] >= 1
-    assert tags["accuracy.check"] == "pass"
+    assert metrics[names.COMPILE_GRAPHS] >= 1
+    assert tags[names.TAG_ACCURACY] == "pass"
 
 
 def test_train_step_profiles_backward_and_counts_its_flops(tmp_path: Path) -> None:
@@ -158,9 +162,20 @@ def test_train_step_profiles_backward_and_counts_its_flops(tmp_path: Path) -> No
                  "workload.seq_len=6")  # fmt: skip
     result, forward, _ = run_phases(tmp_path, *overrides)
     result_train, train, tags = run_phases(tmp_path / "train", *overrides, "workload.mode=train_step")
-    names = {row["name"] for row in result_train.table.rows}
-    assert any("backward" in name.lower() for name in names), sorted(names)
+    op_names = {row["name"] for row in result_train.table.rows}
+    assert any("backward" in name.lower() for name in op_names), sorted(op_names)
     assert not any("backward" in name.lower() for name in {row["name"] for row in result.table.rows})
-    assert any(name.startswith("Optimizer.step") for name in names)
-    assert train["roofline/flops"] == 3 * forward["roofline/flops"]  # the backward counts twice the forward
-    assert tags["accuracy.check"] == "pass"
+    assert any(name.startswith("Optimizer.step") for name in op_names)
+    assert train[names.ROOFLINE_FLOPS] == 3 * forward[names.ROOFLINE_FLOPS]  # the backward counts twice the forward
+    assert tags[names.TAG_ACCURACY] == "pass"
+
+
+def test_non_finite_output_is_tagged_for_any_workload(tmp_path: Path) -> None:
+    # no reference(): accuracy is skipped, but a NaN output is still a finding
+    custom = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[2,4]]"]
+    custom.append("+workload.fault=nonfinite")
+    _, _, tags = run_phases(tmp_path, *custom)
+    assert tags[names.TAG_ACCURACY] == "skipped"
+    assert tags[names.TAG_OUTPUT_FINITE] == "false: 8 of 8 elements are NaN or infinite"
+    _, _, tags = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=8")
+    assert tags[names.TAG_OUTPUT_FINITE] == "true"

@@ -17,10 +17,12 @@ import mlflow
 import pytest
 import torch
 
-from runner.backends import CpuBackend
-from runner.build import build_workload
+from runner import names
+from runner.backends.cpu import CpuBackend
+from runner.backends.neuron import NeuronBackend
+from runner.backends.peaks import datasheet_peak
 from runner.config import BackendConfig, load_run_spec
-from runner.neuron import NeuronBackend
+from runner.measure.build import build_workload
 from tests.conftest import REPO, all_runs, compose_cfg
 
 pytestmark = pytest.mark.slow
@@ -29,14 +31,16 @@ SECRET = "do-not-leak-4f2a"
 
 
 def run_neuron(tmp_path: Path, *args: str, standin: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m runner` on a stand-in Neuron host; a sweep when args start with -m."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
-    environ.update(env, NEURON_STANDIN_LOG=str(tmp_path / "calls.jsonl"))
+    environ.update(env, NEURON_STANDIN_LOG=str(tmp_path / "calls.jsonl"), NEURON_STANDIN_STATE=str(tmp_path / "nrt"))
     if standin:
         environ["PYTHONPATH"] = str(STANDIN)
         environ["PATH"] = f"{STANDIN / 'bin'}{os.pathsep}{environ['PATH']}"
+    where = f"hydra.sweep.dir={tmp_path / 'sweep'}" if args[:1] == ("-m",) else f"hydra.run.dir={tmp_path / 'run'}"
     cmd = [
-        sys.executable, "-m", "runner", "+workload=rmsnorm_naive", "workload.hidden=16", "workload.seq_len=2",
-        f"hydra.run.dir={tmp_path / 'run'}", f"backend.neff_cache_dir={tmp_path / 'neff_cache'}", *args,
+        sys.executable, "-m", "runner", *args[:1], "+workload=rmsnorm_naive", "workload.hidden=16",
+        "workload.seq_len=2", "measure=quick", where, f"backend.neff_cache_dir={tmp_path / 'neff_cache'}", *args[1:],
     ]  # fmt: skip
     return subprocess.run(cmd, cwd=REPO, env=environ, capture_output=True, text=True)
 
@@ -65,17 +69,17 @@ def test_documented_procedure_end_to_end(tmp_path: Path, tracking_uri: str) -> N
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     events = calls(tmp_path)
-    names = [e["event"] for e in events]
+    order = [e["event"] for e in events]
 
     # the runtime started already pinned to the requested cores
-    assert events[names.index("runtime_start")]["visible_cores"] == "0-1"
-    # NeuronConfig exactly as documented, capture defaulting to the job's cores, NEFFs beside traces
+    assert events[order.index("runtime_start")]["visible_cores"] == "0-1"
+    # NeuronConfig exactly as documented, capture defaulting to the core the work runs on, NEFFs beside traces
     (config,) = [e for e in events if e["event"] == "NeuronConfig"]
     assert config == {
         "event": "NeuronConfig",
         "modes": ["DEVICE", "RUNTIME"],
         "max_events_per_nc": None,
-        "capture_enabled_for_nc": "0-1",
+        "capture_enabled_for_nc": "0",
         "profile_output_dir": str(tmp_path / "run" / "neuron_profile"),
         "neff_cache_dir": str(tmp_path / "neff_cache"),
         "precache_node_info": True,
@@ -84,33 +88,43 @@ def test_documented_procedure_end_to_end(tmp_path: Path, tracking_uri: str) -> N
     (export,) = [e for e in events if e["event"] == "export_trace"]
     assert export["activities"] == ["ProfilerActivity.CPU", "ProfilerActivity.NEURON"]
     # a synchronize right before every profiler step: 2 wait + 1 warmup + 1 active
-    steps = [i for i, name in enumerate(names) if name == "profiler_step"]
-    assert len(steps) == 4 and all(names[i - 1] == "synchronize" for i in steps)
+    steps = [i for i, name in enumerate(order) if name == "profiler_step"]
+    assert len(steps) == 4 and all(order[i - 1] == "synchronize" for i in steps)
 
     run = the_run(tracking_uri)
     assert run.info.status == "FINISHED"
     tags, metrics = run.data.tags, run.data.metrics
-    assert tags["runner.backend"] == "neuron" and tags["neuron.capture"] == "ok"
-    assert tags["neuron.explorer"] == "neuron-explorer: ok"
-    assert tags["runner.device_time"].startswith("absent")
-    assert "device/self_total_ms" not in metrics
-    assert metrics["neuron/capture_ok"] == 1 and metrics["neuron/ntff_files"] == 2 and metrics["neuron/neff_files"] == 2
-    assert metrics["neuron/total_time"] > 0 and metrics["neuron/mfu_estimated_percent"] == 1.5
+    assert tags[names.TAG_BACKEND] == "neuron" and tags[names.TAG_NEURON_CAPTURE] == "ok"
+    assert tags[names.TAG_NEURON_EXPLORER] == "neuron-explorer: ok"
+    assert tags[names.TAG_DEVICE_TIME].startswith("absent")
+    assert names.DEVICE_SELF_TOTAL_MS not in metrics
+    assert (
+        metrics[names.NEURON_CAPTURE_OK] == 1
+        and metrics[names.NEURON_NTFF_FILES] == 1
+        and metrics[names.NEURON_NEFF_FILES] == 2
+    )
+    # core 1 is owned but idle: said in a tag and under the summary, never silently
+    assert tags[names.TAG_NEURON_IDLE_CORES].startswith("pinned 2 NeuronCores (0-1) but the workload runs on 1")
+    assert "WARNING: pinned 2 NeuronCores (0-1)" in done.stdout and "set backend.cores=0" in done.stdout
+    assert tags[names.TAG_PLACEMENT].endswith("NeuronCores 0-1") and "ran on: " in done.stdout
+    explorer = {k.removeprefix(names.NEURON_SUMMARY_PREFIX): v for k, v in metrics.items()}
+    assert explorer["total_time"] > 0 and explorer["mfu_estimated_percent"] == 1.5
     assert tags["env.NEURON_RT_VISIBLE_CORES"] == "0-1" and tags["env.NEURON_RT_LOG_LEVEL"] == "INFO"
     # new NEFFs in the cache count as compilations; memory comes from max_memory_allocated()
-    assert metrics["compile/neffs_new"] == 2 and metrics["memory/peak_device_mb"] == 2
-    assert "time/step_median_ms" in metrics and tags["accuracy.check"] == "pass"
+    assert metrics[names.COMPILE_NEFFS_NEW] == 2 and metrics[names.PEAK_DEVICE_MB] == 2
+    assert names.STEP_MEDIAN_MS in metrics and tags[names.TAG_ACCURACY] == "pass"
 
     files = artifact_files(tracking_uri, run.info.run_id)
     capture = [f for f in files if f.startswith("neuron_profile/")]
     session = {str(Path(f).parent) for f in capture}
     assert len(session) == 1 and "_pid_" in next(iter(session))
     assert {Path(f).name for f in capture} == {
-        "ntrace.pb", "trace_info.pb", "trace.json", "profile_nc_0_session_0.ntff", "profile_nc_1_session_0.ntff",
+        "ntrace.pb", "trace_info.pb", "trace.json", "profile_nc_0_session_0.ntff",
         "neff_1438288577794338_vnc_0.neff", "neff_9911002233445566_vnc_0.neff",
     }  # fmt: skip
     manifest = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/environment.json")
-    assert manifest["device"]["neuron.core_count"] == 2 and manifest["packages"]["torch"]
+    # the cores the job owns, not device_count()'s answer cached before the pin (8)
+    assert manifest["device"][names.MANIFEST_NEURON_CORE_COUNT] == 2 and manifest["packages"]["torch"]
 
     # no credential reaches MLflow: not in params, tags or any artifact
     local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "dl")))
@@ -129,19 +143,19 @@ def test_bad_capture_warns_and_the_run_still_finishes(tmp_path: Path, tracking_u
     assert "1234 trace events were dropped" in done.stderr  # still shown to the user
     run = the_run(tracking_uri)
     assert run.info.status == "FINISHED"
-    assert run.data.tags["neuron.capture"] == "warning"
-    problems = run.data.tags["neuron.capture_problems"]
+    assert run.data.tags[names.TAG_NEURON_CAPTURE] == "warning"
+    problems = run.data.tags[names.TAG_NEURON_CAPTURE_PROBLEMS]
     assert "zero-byte NTFF" in problems and "no .neff" in problems and "1234 trace events were dropped" in problems
-    assert run.data.metrics["neuron/capture_ok"] == 0 and run.data.metrics["neuron/dropped_events"] == 1234
-    assert run.data.tags["neuron.explorer"].startswith("neuron-explorer failed")
+    assert run.data.metrics[names.NEURON_CAPTURE_OK] == 0 and run.data.metrics[names.NEURON_DROPPED_EVENTS] == 1234
+    assert run.data.tags[names.TAG_NEURON_EXPLORER].startswith("neuron-explorer failed")
 
 
 def test_auto_prefers_neuron_and_correlate_is_passed_when_accepted(tmp_path: Path, tracking_uri: str) -> None:
     done = run_neuron(tmp_path, "backend=auto", "profiler.correlate_device_time=true", NEURON_STANDIN_CORRELATE="1")
     assert done.returncode == 0, done.stderr
     run = the_run(tracking_uri)
-    assert run.data.tags["runner.backend"] == "neuron" and run.data.tags["runner.backend_requested"] == "auto"
-    assert run.data.tags["neuron.correlate_device_time"] == "passed"
+    assert run.data.tags[names.TAG_BACKEND] == "neuron" and run.data.tags[names.TAG_BACKEND_REQUESTED] == "auto"
+    assert run.data.tags[names.TAG_NEURON_CORRELATE] == "passed"
     (config,) = [e for e in calls(tmp_path) if e["event"] == "NeuronConfig"]
     assert config["correlate_device_time"] is True and config["capture_enabled_for_nc"] == "0"
 
@@ -149,7 +163,7 @@ def test_auto_prefers_neuron_and_correlate_is_passed_when_accepted(tmp_path: Pat
 def test_correlate_is_dropped_when_the_build_rejects_it(tmp_path: Path, tracking_uri: str) -> None:
     done = run_neuron(tmp_path, "backend=neuron", "profiler.correlate_device_time=true")
     assert done.returncode == 0, done.stderr
-    assert the_run(tracking_uri).data.tags["neuron.correlate_device_time"] == "unsupported by this torch-neuronx"
+    assert the_run(tracking_uri).data.tags[names.TAG_NEURON_CORRELATE] == "unsupported by this torch-neuronx"
 
 
 @pytest.mark.parametrize(
@@ -159,6 +173,8 @@ def test_correlate_is_dropped_when_the_build_rejects_it(tmp_path: Path, tracking
         pytest.param(["backend.cores=0-x"], {}, True, "backend.cores='0-x' is not a core spec", id="bad-spec"),
         pytest.param(["backend.cores=6-9"], {}, True, "NeuronCore(s) 8-9 do not exist here; this job can use 0-7",
                      id="no-such-cores"),
+        pytest.param(["backend.cores='0,2-3'"], {}, True,
+                     "backend.cores='0,2-3' is not one contiguous range of NeuronCores", id="not-contiguous"),
         pytest.param([], {"NEURON_RT_INSPECT_ENABLE": "1"}, True, "NEURON_RT_INSPECT_ENABLE=1 is set", id="inspect"),
     ],
 )  # fmt: skip
@@ -183,3 +199,44 @@ def test_compile_uses_the_backends_compiler(monkeypatch: pytest.MonkeyPatch) -> 
     backend.compile_backend = NeuronBackend.compile_backend
     build_workload(load_run_spec(compose_cfg("+workload=rmsnorm_compiled")).workload, backend)
     assert seen == {"backend": "neuron"}
+
+
+def test_parallel_jobs_on_auto_each_own_their_cores(tmp_path: Path, tracking_uri: str) -> None:
+    # the runtime reserves every visible core for the process that starts it: unpinned
+    # concurrent jobs would fail at runtime start (the stand-in enforces this)
+    done = run_neuron(
+        tmp_path, "-m", "workload.seed=0,1", "backend=auto", "profiler=neuron_system", "hydra/launcher=parallel",
+        "hydra.launcher.jobs=2",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    runs = [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) != "true"]
+    assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
+    starts = [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"]
+    assert sorted(starts) == ["0", "1"]
+    assert {r.data.tags[names.TAG_PLACEMENT].rsplit(" ", 1)[-1] for r in runs} == {"0", "1"}
+    # the share is a tag and an environment variable, never a rewrite of the job's config
+    assert all(r.data.params["backend.cores"] == "None" and "backend.cores" not in r.info.run_name for r in runs)
+
+
+def test_parallel_launcher_refuses_a_single_jobs_pin(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(tmp_path, "-m", "workload.seed=0,1", "backend.cores=0-1", "hydra/launcher=parallel")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "backend.cores=0-1 pins a single job; with several jobs at once give the cores to share" in done.stderr
+    assert [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) != "true"] == []
+
+
+def test_isolated_launcher_keeps_backend_cores(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(tmp_path, "-m", "workload.seed=0,1", "backend=neuron", "backend.cores=0-1",
+                      "profiler=neuron_system", "hydra/launcher=isolated")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    runs = [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) != "true"]
+    assert len(runs) == 2 and all(r.data.params["backend.cores"] == "0-1" for r in runs)
+    assert all(r.info.run_name.count("backend.cores") == 1 and "0-0" not in r.info.run_name for r in runs)
+    assert [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"] == ["0-1", "0-1"]
+
+
+def test_roofline_counts_the_one_core_the_work_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("runner.backends.neuron.instance_type", lambda: "trn2.48xlarge")
+    backend = NeuronBackend.__new__(NeuronBackend)  # no torch-neuronx in this process: skip __init__
+    backend.config, backend.cores = BackendConfig(name="neuron", cores="0-1"), [0, 1]
+    assert backend.peak("bfloat16") == datasheet_peak("trn2_core", 1, "bfloat16")

@@ -8,9 +8,10 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from runner.config import ConfigError, TrackingConfig, format_cores, parse_cores
+from runner import names
+from runner.backends.neuron_capture import check_capture, explorer_summary, parse_summary_json, session_dirs
+from runner.config import BackendConfig, ConfigError, TrackingConfig, format_cores, parse_core_range, parse_cores
 from runner.manifest import allowed_environment
-from runner.neuron_capture import check_capture, explorer_summary, parse_summary_json, session_dirs
 from runner.tracking import open_run, split_by_budget
 
 STANDIN_BIN = Path(__file__).parent / "neuron_standin" / "bin"
@@ -21,14 +22,22 @@ STANDIN_BIN = Path(__file__).parent / "neuron_standin" / "bin"
     [("0", [0], "0"), ("0-1", [0, 1], "0-1"), ("0,2-3", [0, 2, 3], "0,2-3"), ("3,1,2", [1, 2, 3], "1-3")],
 )
 def test_core_specs_round_trip(spec: str, cores: list[int], text: str) -> None:
-    assert parse_cores(spec, "backend.cores") == cores
+    assert parse_cores(spec, "profiler.capture_enabled_for_nc") == cores
     assert format_cores(cores) == text
 
 
 @pytest.mark.parametrize("spec", ["", "a", "0-", "-1", "0,,1", "1-0", "0;1"])
 def test_bad_core_specs_show_the_syntax(spec: str) -> None:
-    with pytest.raises(ConfigError, match=r"backend\.cores=.*a range \(0-1\) or a comma list \(0,2-3\)"):
-        parse_cores(spec, "backend.cores")
+    with pytest.raises(ConfigError, match=r"backend\.cores=.*a range \(0-3\) or a comma list \(0-3,8-11\)"):
+        parse_core_range(spec, "backend.cores")
+
+
+@pytest.mark.parametrize("spec", ["0,2-3", "3,5,6", "0-1,3"])
+def test_neuron_cores_must_be_one_contiguous_range(spec: str) -> None:
+    # the runtime refuses NEURON_RT_VISIBLE_CORES that is not contiguous (reference section 10.1)
+    with pytest.raises(ConfigError, match=rf"backend\.cores='{spec}' is not one contiguous range of NeuronCores"):
+        BackendConfig(name="neuron", cores=spec)
+    assert parse_core_range("3,4,5", "backend.cores") == [3, 4, 5]
 
 
 def write_capture(root: Path, files: dict[str, bytes]) -> Path:
@@ -53,7 +62,7 @@ def test_a_complete_capture_passes(tmp_path: Path) -> None:
     write_capture(tmp_path / "cap", GOOD)
     check = check_capture(tmp_path / "cap", ["DEVICE", "RUNTIME"], "")
     assert check.problems == []
-    assert check.metrics()["neuron/capture_ok"] == 1.0 and check.tags()["neuron.capture"] == "ok"
+    assert check.metrics()[names.NEURON_CAPTURE_OK] == 1.0 and check.tags()[names.TAG_NEURON_CAPTURE] == "ok"
     assert (check.ntff, check.neff, check.pb, check.files) == (1, 1, 2, 5)
 
 
@@ -77,7 +86,7 @@ def test_failure_signs_are_reported(
         write_capture(tmp_path / "cap", files)
     check = check_capture(tmp_path / "cap", modes, output)
     assert any(problem in p for p in check.problems), check.problems
-    assert check.metrics()["neuron/capture_ok"] == 0.0 and check.tags()["neuron.capture"] == "warning"
+    assert check.metrics()[names.NEURON_CAPTURE_OK] == 0.0 and check.tags()[names.TAG_NEURON_CAPTURE] == "warning"
 
 
 def test_a_system_only_capture_is_fine_without_device_files(tmp_path: Path) -> None:
@@ -100,23 +109,28 @@ def test_explorer_summary_from_the_stand_in_tool(tmp_path: Path, monkeypatch: py
     write_capture(tmp_path / "cap", {**GOOD, "neff_2_vnc_0.neff": b"x"})
     monkeypatch.setenv("PATH", f"{STANDIN_BIN}:{Path('/usr/bin')}:{Path('/bin')}")
     summary = explorer_summary(session_dirs(tmp_path / "cap"), timeout_s=60)
-    assert summary.tags["neuron.explorer"] == "neuron-explorer: ok"
-    assert summary.metrics["neuron/profiles"] == 2
-    assert summary.metrics["neuron/total_time"] == pytest.approx(0.002)  # the larger of the two profiles
-    assert summary.metrics["neuron/total_time_sum"] == pytest.approx(0.003)
-    assert summary.metrics["neuron/mbu_estimated_percent"] == 40.0
-    assert "neuron/profile_name" not in summary.metrics
+    assert summary.tags[names.TAG_NEURON_EXPLORER] == "neuron-explorer: ok"
+    assert summary.metrics[names.NEURON_PROFILES] == 2
+    explorer = {k.removeprefix(names.NEURON_SUMMARY_PREFIX): v for k, v in summary.metrics.items()}
+    assert explorer["total_time"] == pytest.approx(0.002)  # the larger of the two profiles
+    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.003)
+    assert explorer["mbu_estimated_percent"] == 40.0 and "profile_name" not in explorer
     assert json.loads(summary.raw)
 
 
 def test_explorer_missing_or_failing_is_tagged_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_capture(tmp_path / "cap", GOOD)
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
-    assert explorer_summary(session_dirs(tmp_path / "cap"), 60).tags["neuron.explorer"].startswith("not on PATH")
+    assert (
+        explorer_summary(session_dirs(tmp_path / "cap"), 60).tags[names.TAG_NEURON_EXPLORER].startswith("not on PATH")
+    )
     monkeypatch.setenv("PATH", f"{STANDIN_BIN}:/usr/bin:/bin")
     monkeypatch.setenv("NEURON_STANDIN_EXPLORER", "fail")
     failed = explorer_summary(session_dirs(tmp_path / "cap"), 60)
-    assert "failed" in failed.tags["neuron.explorer"] and "NTFF version 4" in failed.tags["neuron.explorer"]
+    assert (
+        "failed" in failed.tags[names.TAG_NEURON_EXPLORER]
+        and "NTFF version 4" in failed.tags[names.TAG_NEURON_EXPLORER]
+    )
     assert failed.metrics == {}
 
 
@@ -136,7 +150,7 @@ def test_capture_over_budget_records_local_paths(tmp_path: Path, tracking_uri: s
         run.log_capture(capture, "neuron_profile", tracking.max_artifact_mb)
     client = mlflow.MlflowClient(tracking_uri)
     logged = client.get_run(run.run_id or "")
-    assert logged.data.tags["runner.artifacts_kept_local"] == "5"
+    assert logged.data.tags[names.TAG_ARTIFACTS_KEPT_LOCAL] == "5"
     kept = mlflow.artifacts.load_dict(f"runs:/{run.run_id}/artifacts_kept_local.json")
     assert {Path(k["path"]).name for k in kept["kept_local"]} == set(GOOD)
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends import CpuBackend
-from runner.build import build_workload
+from runner import names
+from runner.backends.cpu import CpuBackend
 from runner.config import RunSpec, load_run_spec
-from runner.measure import Measurement, measure
-from runner.optable import summary_metrics
+from runner.measure.build import build_workload
+from runner.measure.optable import summary_metrics
+from runner.measure.phases import Measurement, measure
 from tests.conftest import compose_cfg
 from tests.counting import CountingModule
 
@@ -53,11 +54,11 @@ def test_table_columns_and_summary_metrics(tmp_path: Path) -> None:
     # CPU reports no device time: no device columns and no device metric, never a zero
     assert "self_device_ms" not in columns
     metrics = summary_metrics(result.table)
-    assert "device/self_total_ms" not in metrics
-    assert metrics["ops/aten_ops"] >= 4
-    assert 0 < metrics["ops/top_op_share"] <= 1
-    assert metrics["time/profiled_step_ms"] > 0
-    assert metrics["cpu/self_total_ms"] > 0
+    assert names.DEVICE_SELF_TOTAL_MS not in metrics
+    assert metrics[names.OPS_ATEN] >= 4
+    assert 0 < metrics[names.OPS_TOP_SHARE] <= 1
+    assert metrics[names.PROFILED_STEP_MS] > 0
+    assert metrics[names.CPU_SELF_TOTAL_MS] > 0
     assert "aten::rsqrt" in result.printed_table
 
 

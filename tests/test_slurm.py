@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import names
 from tests.conftest import REPO, all_runs
 from tests.slurm_cluster import SlurmUnavailable, local_slurm
 
@@ -34,7 +35,7 @@ def test_three_job_sweep_on_slurm(tmp_path: Path, tracking_uri: str, slurm_env: 
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     runs = all_runs(tracking_uri)
-    children = [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
+    children = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) != "true"]
     assert sorted(r.data.params["workload.seed"] for r in children) == ["0", "1", "2"]
     assert all(r.info.status == "FINISHED" for r in runs)
     # each job ran inside its own Slurm job, on the debug partition

@@ -14,7 +14,12 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from hydra_plugins.runner_launcher.process_launcher import plan_slots
+from runner import names
+from runner.backends.base import WHOLE_MACHINE
+from runner.backends.cpu import CpuBackend
+from runner.backends.cuda import CudaBackend
+from runner.backends.neuron import NeuronBackend
+from runner.config import BackendConfig, ConfigError
 from runner.sweep import config_hash
 from tests.conftest import REPO, all_runs, serve_mlflow
 
@@ -28,7 +33,7 @@ def sweep(tmp_path: Path, *args: str, uri: str, **popen: object) -> subprocess.C
 
 
 def job_runs(uri: str) -> list[mlflow.entities.Run]:
-    return [r for r in all_runs(uri) if r.data.tags.get("runner.sweep") != "true"]
+    return [r for r in all_runs(uri) if r.data.tags.get(names.TAG_SWEEP) != "true"]
 
 
 def test_config_hash_ignores_paths_and_placement() -> None:
@@ -42,15 +47,26 @@ def test_config_hash_ignores_paths_and_placement() -> None:
     assert config_hash(base) != config_hash({**base, "workload": {"hidden": 16}})
 
 
-def test_parallel_slots_split_the_machine() -> None:
-    neuron = plan_slots("neuron", 0, list(range(8)), 2, 0, 2)
-    assert [s.overrides for s in neuron] == [(f"backend.cores={i}-{i + 1}",) for i in (0, 2, 4, 6)]
-    assert len(plan_slots("neuron", 0, list(range(32)), 1, 0, 2)) == 32
-    assert [dict(s.env)["CUDA_VISIBLE_DEVICES"] for s in plan_slots("cuda", 0, [], 1, 2, 16)] == ["0", "1"]
-    cpu = plan_slots("cpu", 4, [], 1, 0, 16)
+def test_parallel_slots_split_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    unpinned = BackendConfig(name="neuron")
+    neuron = NeuronBackend.plan_slots(unpinned, 0, "0-7", 2)
+    assert [dict(s.env) for s in neuron] == [{"NEURON_RT_VISIBLE_CORES": f"{i}-{i + 1}"} for i in (0, 2, 4, 6)]
+    assert len(NeuronBackend.plan_slots(unpinned, 0, "0-31", 1)) == 32
+    # groups never span a gap in the pool: the runtime takes contiguous ranges only
+    gapped = NeuronBackend.plan_slots(unpinned, 0, "0-3,8-11", 3)
+    assert [dict(s.env)["NEURON_RT_VISIBLE_CORES"] for s in gapped] == ["0-2", "8-10"]
+    with pytest.raises(ConfigError, match="hydra.launcher.cores_per_job=4 but the pool 0-1 has no run"):
+        NeuronBackend.plan_slots(unpinned, 0, "0-1", 4)
+    with pytest.raises(ConfigError, match="backend.cores=0-1 pins a single job; .* hydra.launcher.cores"):
+        NeuronBackend.plan_slots(BackendConfig(name="neuron", cores="0-1"), 2, None, 1)
+    # one job at a time: the job sees the machine as a single run does, backend.cores untouched
+    assert NeuronBackend.plan_slots(BackendConfig(name="neuron", cores="0-1"), 1, None, 1) == [WHOLE_MACHINE]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    cuda = CudaBackend.plan_slots(BackendConfig(name="cuda"), 0, None, 1)
+    assert [dict(s.env)["CUDA_VISIBLE_DEVICES"] for s in cuda] == ["0", "1"]
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    cpu = CpuBackend.plan_slots(BackendConfig(name="cpu"), 4, None, 1)
     assert len(cpu) == 4 and all(dict(s.env)["OMP_NUM_THREADS"] == "4" for s in cpu)
-    with pytest.raises(ValueError, match="backend.cores_per_job=4 but only 2 NeuronCore"):
-        plan_slots("neuron", 0, [0, 1], 4, 0, 2)
 
 
 @pytest.mark.slow
@@ -61,7 +77,7 @@ def test_faults_fail_alone_under_the_isolated_launcher(tmp_path: Path, tracking_
     runs = job_runs(tracking_uri)
     status = {r.data.params["workload.fault"]: r.info.status for r in runs}
     assert status == {"none": "FINISHED", "fine": "FINISHED", "raise": "FAILED", "abort": "FAILED", "kill": "FAILED"}
-    errors = {r.data.params["workload.fault"]: r.data.tags.get("runner.error") for r in runs}
+    errors = {r.data.params["workload.fault"]: r.data.tags.get(names.TAG_ERROR) for r in runs}
     assert errors["raise"] == "RuntimeError: injected failure"
     assert errors["abort"] == "died from signal SIGABRT" and errors["kill"] == "died from signal SIGKILL"
     failed = next(r for r in runs if r.data.params["workload.fault"] == "raise")
@@ -69,8 +85,8 @@ def test_faults_fail_alone_under_the_isolated_launcher(tmp_path: Path, tracking_
     assert "error.txt" in artifacts
     assert "sweep: 5 job(s): 2 finished, 0 skipped (already FINISHED), 3 failed" in done.stdout
     assert done.stdout.count("FAILED:") == 3 and "died from signal SIGKILL" in done.stdout
-    (parent,) = [r for r in all_runs(tracking_uri) if r.data.tags.get("runner.sweep") == "true"]
-    assert parent.info.status == "FAILED" and parent.data.tags["runner.failed_jobs"] == "3"
+    (parent,) = [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) == "true"]
+    assert parent.info.status == "FAILED" and parent.data.tags[names.TAG_FAILED_JOBS] == "3"
 
 
 @pytest.mark.slow
@@ -87,12 +103,14 @@ def test_a_killed_sweep_resumes_without_duplicates(tmp_path: Path, tracking_uri:
         time.sleep(0.5)
     os.killpg(first.pid, signal.SIGKILL)  # the whole sweep, launcher and job alike
     first.wait()
-    finished_before = {r.data.tags["runner.config_hash"] for r in job_runs(tracking_uri) if r.info.status == "FINISHED"}
+    finished_before = {
+        r.data.tags[names.TAG_CONFIG_HASH] for r in job_runs(tracking_uri) if r.info.status == "FINISHED"
+    }
 
     second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     assert second.returncode == 0, second.stdout[-3000:]
     runs = job_runs(tracking_uri)
-    finished = Counter(r.data.tags["runner.config_hash"] for r in runs if r.info.status == "FINISHED")
+    finished = Counter(r.data.tags[names.TAG_CONFIG_HASH] for r in runs if r.info.status == "FINISHED")
     assert len(finished) == 4 and set(finished.values()) == {1}  # every config once, none twice
     assert f"{len(finished_before)} skipped (already FINISHED)" in second.stdout
     assert not [r for r in runs if r.info.status == "RUNNING"]  # the killed job's run was closed
@@ -128,7 +146,7 @@ def test_sweep_against_a_tracking_server(tmp_path: Path, mlflow_server: str) -> 
     assert done.returncode == 0, done.stderr[-3000:]
     client = mlflow.MlflowClient(mlflow_server)
     runs = all_runs(mlflow_server)
-    children = [r for r in runs if r.data.tags.get("runner.sweep") != "true"]
+    children = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) != "true"]
     assert len(runs) == 3 and len(children) == 2
     assert all(r.info.status == "FINISHED" for r in runs)
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}

@@ -11,6 +11,7 @@ import torch
 from mlflow.entities import Run
 from omegaconf import OmegaConf
 
+from runner import names
 from runner.config import ConfigError, load_run_spec
 from runner.experiment import run_experiment
 from runner.tracking import flatten
@@ -37,12 +38,12 @@ def test_run_lands_with_params_tags_metrics_and_artifacts(tmp_path: Path) -> Non
     assert run.info.run_name == "rmsnorm_naive"
     assert run.data.params["workload.hidden"] == "16"
     assert run.data.params["schedule.wait"] == "2"
-    assert run.data.tags["runner.backend"] == "cpu"
-    assert run.data.tags["runner.workload"] == "rmsnorm_naive"
+    assert run.data.tags[names.TAG_BACKEND] == "cpu"
+    assert run.data.tags[names.TAG_WORKLOAD] == "rmsnorm_naive"
     assert run.data.tags["runner.version.torch"]
-    assert run.data.tags["runner.top_op"].startswith("aten::")
-    assert run.data.metrics["time/profiled_step_ms"] == pytest.approx(metrics["time/profiled_step_ms"])
-    assert "device/self_total_ms" not in run.data.metrics
+    assert run.data.tags[names.TAG_TOP_OP].startswith("aten::")
+    assert run.data.metrics[names.PROFILED_STEP_MS] == pytest.approx(metrics[names.PROFILED_STEP_MS])
+    assert names.DEVICE_SELF_TOTAL_MS not in run.data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"key_averages.json", "key_averages.txt", "trace", "config_resolved.yaml"} <= artifacts
     local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "dl")))
@@ -78,5 +79,5 @@ def test_auto_records_what_it_chose(tmp_path: Path) -> None:
     assert isinstance(resolved, dict)
     run_experiment(load_run_spec(cfg), job_for(tmp_path), resolved)
     tags = only_run().data.tags
-    assert tags["runner.backend_requested"] == "auto"
-    assert tags["runner.backend"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert tags[names.TAG_BACKEND_REQUESTED] == "auto"
+    assert tags[names.TAG_BACKEND] == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -33,6 +33,13 @@ def require_positive(**sizes: int) -> None:
             raise ValueError(f"workload.{name} must be a positive integer, got {value!r}")
 
 
+def require_positive_number(**values: float) -> None:
+    """Reject non-numbers and numbers <= 0 (an epsilon, a theta), naming the `workload.<key>`."""
+    for name, value in values.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ValueError(f"workload.{name} must be a number > 0, got {value!r}")
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """Bytes moved and FLOPs of one forward call, for the roofline; optional for a workload."""

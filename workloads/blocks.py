@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import TokenWorkload, as_float64, require_positive
+from workloads.base import TokenWorkload, as_float64, require_positive, require_positive_number
 
 
 class LayerNorm(TokenWorkload):
@@ -20,6 +20,7 @@ class LayerNorm(TokenWorkload):
 
     def __init__(self, hidden: int, batch: int = 1, seq_len: int = 1, eps: float = 1e-5) -> None:
         super().__init__(hidden, batch, seq_len)
+        require_positive_number(eps=eps)
         self.eps = eps
         self.weight = nn.Parameter(torch.linspace(0.5, 1.5, hidden))
         self.bias = nn.Parameter(torch.linspace(-0.1, 0.1, hidden))

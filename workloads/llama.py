@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import TokenWorkload, as_float64, float64_copy, require_positive
+from workloads.base import TokenWorkload, as_float64, float64_copy, require_positive, require_positive_number
 from workloads.blocks import SwiGLU, naive_attention
 
 ATTENTION = ("sdpa", "naive")
@@ -27,6 +27,12 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     first, second = x.chunk(2, dim=-1)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+
+
+def io_and_weight_bytes(module: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of a block that reads x and each weight once and writes an output shaped like x."""
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    return 2 * x.numel() * x.element_size() + weights
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -53,6 +59,7 @@ class DecoderLayer(TokenWorkload):
     ) -> None:
         super().__init__(hidden, batch, seq_len)
         require_positive(heads=heads, intermediate=intermediate)
+        require_positive_number(eps=eps, rope_theta=rope_theta)
         if hidden % heads or (hidden // heads) % 2:
             raise ValueError(f"workload.hidden={hidden} must split into workload.heads={heads} even-sized heads")
         if attention not in ATTENTION:
@@ -88,8 +95,7 @@ class DecoderLayer(TokenWorkload):
 
     def bytes_moved(self, x: torch.Tensor) -> int:
         """Read x and every weight, write the output."""
-        weights = sum(p.numel() * p.element_size() for p in self.parameters())
-        return 2 * x.numel() * x.element_size() + weights
+        return io_and_weight_bytes(self, x)
 
     def flop_count(self, x: torch.Tensor) -> int:
         """Projections (qkv and out: 8 T h^2), attention (4 b s^2 h), the MLP, and the norms."""
@@ -121,8 +127,7 @@ class DecoderStack(TokenWorkload):
 
     def bytes_moved(self, x: torch.Tensor) -> int:
         """Read x and every weight once, write the output."""
-        weights = sum(p.numel() * p.element_size() for p in self.parameters())
-        return 2 * x.numel() * x.element_size() + weights
+        return io_and_weight_bytes(self, x)
 
     def flop_count(self, x: torch.Tensor) -> int:
         """The layers' FLOPs added up."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workloads.base import TokenWorkload, as_float64
+from workloads.base import TokenWorkload, as_float64, require_positive_number
 
 
 class RMSNorm(TokenWorkload):
@@ -16,8 +16,7 @@ class RMSNorm(TokenWorkload):
 
     def __init__(self, hidden: int, batch: int = 1, seq_len: int = 1, eps: float = 1e-6) -> None:
         super().__init__(hidden, batch, seq_len)
-        if not eps > 0:
-            raise ValueError(f"workload.eps must be > 0, got {eps!r}")
+        require_positive_number(eps=eps)
         self.eps = eps
         # Not all ones, so a variant that forgot the weight fails the reference check.
         self.weight = nn.Parameter(torch.linspace(0.5, 1.5, hidden))

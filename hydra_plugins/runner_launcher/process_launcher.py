@@ -2,10 +2,12 @@
 
 `hydra/launcher=isolated` runs jobs one after another, each in its own process; a job that
 segfaults, aborts, is killed or runs past `timeout_s` fails alone. `hydra/launcher=parallel`
-runs several at once and gives each a share of the machine: its own NeuronCore group
-(`backend.cores_per_job` cores, as `backend.cores`), its own GPU (`CUDA_VISIBLE_DEVICES`), or
-on the CPU `cpu_count / jobs` threads. Processes are started with `spawn`: the Neuron runtime
-refuses forked children. Hydra requires launchers to live in the `hydra_plugins` package.
+runs several at once, each in the share of the machine its backend plans (`Backend.plan_slots`:
+its own NeuronCores, its own GPU, or its share of CPU threads), given to it through
+environment variables; no job's config is rewritten. Processes are started with `spawn`: the
+Neuron runtime refuses children forked after it started. The child gets its Hydra state as
+the submitit plugin hands it over (the Singleton state and the HydraContext). Hydra requires
+launchers to live in the `hydra_plugins` package.
 """
 
 import importlib
@@ -17,15 +19,18 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+if TYPE_CHECKING:
+    from runner.backends.base import Slot
 
 log = logging.getLogger(__name__)
 RESULT_FILE = ".launcher_result.json"
@@ -34,35 +39,6 @@ POLL_S = 0.2
 
 class JobFailed(RuntimeError):
     """A job raised outside the task function's own handling (Hydra reported it as failed)."""
-
-
-@dataclass
-class Slot:
-    """A share of the machine for one job: config overrides and environment variables."""
-
-    name: str
-    overrides: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-
-
-def plan_slots(backend: str, jobs: int, cores: list[int], cores_per_job: int, gpus: int, cpus: int) -> list[Slot]:
-    """Split the machine into slots, one per concurrently running job.
-
-    Raises:
-        ValueError: there are fewer NeuronCores than one job needs.
-    """
-    if backend == "neuron":
-        groups = [cores[i : i + cores_per_job] for i in range(0, len(cores) - cores_per_job + 1, cores_per_job)]
-        if not groups:
-            raise ValueError(f"backend.cores_per_job={cores_per_job} but only {len(cores)} NeuronCore(s) are visible")
-        groups = groups[: jobs or len(groups)]
-        return [Slot(f"NeuronCores {g[0]}-{g[-1]}", (f"backend.cores={g[0]}-{g[-1]}",)) for g in groups]
-    if backend == "cuda" and gpus:
-        return [Slot(f"GPU {i}", (), (("CUDA_VISIBLE_DEVICES", str(i)),)) for i in range(min(jobs or gpus, gpus))]
-    count = jobs or cpus
-    threads = str(max(1, cpus // count))
-    env = (("OMP_NUM_THREADS", threads), ("MKL_NUM_THREADS", threads))
-    return [Slot(f"CPU slot {i} ({threads} threads)", (), env) for i in range(count)]
 
 
 def importable_name(function: TaskFunction) -> tuple[str, str]:
@@ -78,27 +54,31 @@ def importable_name(function: TaskFunction) -> tuple[str, str]:
     return module, function.__qualname__
 
 
-def _child(task: tuple[str, str], config: DictConfig, env: dict[str, str], result: str) -> None:
+def _child(task: tuple[str, str], hydra_state: bytes, env: dict[str, str], result: str) -> None:
     """Entry point of a job's process: run the job as Hydra would and leave its result."""
+    import cloudpickle
+
     os.environ.update(env)
     task_function = getattr(importlib.import_module(task[0]), task[1])
+    hydra_context, singleton_state, config = cloudpickle.loads(hydra_state)
+    Singleton.set_state(singleton_state)
     setup_globals()
-    HydraConfig.instance().set_config(config)
-    from hydra._internal.callbacks import Callbacks
-
-    context = HydraContext(config_loader=None, callbacks=Callbacks(config))  # type: ignore[arg-type]
-    ret = run_job(task_function, config, "hydra.sweep.dir", "hydra.sweep.subdir", hydra_context=context)
-    completed = ret.status == JobStatus.COMPLETED
-    value = ret._return_value if completed else repr(ret._return_value)
+    ret = run_job(task_function, config, "hydra.sweep.dir", "hydra.sweep.subdir", hydra_context=hydra_context)
+    try:
+        value, completed = ret.return_value, True
+    except Exception as err:  # return_value re-raises what the job raised
+        value, completed = repr(err), False
     Path(result).write_text(json.dumps({"completed": completed, "value": value}))
 
 
 class ProcessLauncher(Launcher):
     """Runs each job in a spawned process; `jobs` at a time, each in its own slot."""
 
-    def __init__(self, jobs: int = 1, timeout_s: int = 0) -> None:
+    def __init__(self, jobs: int = 1, timeout_s: int = 0, cores: str | None = None, cores_per_job: int = 1) -> None:
         self.jobs = jobs
         self.timeout_s = timeout_s
+        self.cores = None if cores is None else str(cores)
+        self.cores_per_job = cores_per_job
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
@@ -107,29 +87,24 @@ class ProcessLauncher(Launcher):
         """Keep what launch() needs."""
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
-    def _slots(self) -> list[Slot]:
+    def _slots(self) -> list["Slot"]:
+        """Ask the backend the sweep runs on (auto resolved as a job would) how to share the machine."""
         assert self.config is not None
-        backend = OmegaConf.select(self.config, "backend.name", default="cpu")
-        cores: list[int] = []
-        gpus = 0
-        if backend in ("auto", "cuda"):
-            import torch
+        from runner.backends import backend_class
+        from runner.callbacks import UsageError
+        from runner.config import BackendConfig, ConfigError
 
-            gpus = torch.cuda.device_count()
-            backend = "cuda" if gpus else "cpu"
-        if backend == "neuron":
-            from runner.config import parse_cores
-
-            spec = OmegaConf.select(self.config, "backend.cores") or os.environ.get("NEURON_RT_VISIBLE_CORES")
-            if not spec:
-                raise ValueError("hydra/launcher=parallel with backend=neuron: set backend.cores to the cores to share")
-            cores = parse_cores(spec, "backend.cores")
-        per_job = int(OmegaConf.select(self.config, "backend.cores_per_job", default=1))
-        return plan_slots(backend, self.jobs, cores, per_job, gpus, os.cpu_count() or 1)
+        try:
+            backend: BackendConfig = OmegaConf.to_object(self.config.backend)  # type: ignore[assignment]
+            return backend_class(backend.name).plan_slots(backend, self.jobs, self.cores, self.cores_per_job)
+        except ConfigError as err:
+            raise UsageError(str(err)) from None
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs, at most one per slot at a time, and return one JobReturn each."""
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        import cloudpickle
+
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -143,11 +118,14 @@ class ProcessLauncher(Launcher):
             while pending and free:
                 idx, overrides = pending.pop(0)
                 slot = free.pop(0)
-                config = self._job_config(idx, [*overrides, *slot.overrides])
+                config = self._job_config(idx, list(overrides))
                 log.info("\t#%d : %s  [%s]", idx, " ".join(filter_overrides(overrides)), slot.name)
                 result = self._job_dir(config) / RESULT_FILE
                 result.unlink(missing_ok=True)
-                args = (importable_name(self.task_function), config, dict(slot.env), str(result))
+                # cloudpickle, as the submitit plugin hands its jobs their Hydra state (Hydra's
+                # resolvers are closures, which the standard pickle refuses)
+                state = cloudpickle.dumps((self.hydra_context, Singleton.get_state(), config))
+                args = (importable_name(self.task_function), state, dict(slot.env), str(result))
                 process = spawn.Process(target=_child, args=args)
                 process.start()
                 running[idx] = (process, slot, config, time.monotonic())
@@ -179,7 +157,7 @@ class ProcessLauncher(Launcher):
 
     def _collect(self, config: DictConfig, exitcode: int | None, timed_out: bool) -> JobReturn:
         """Turn a finished process into a JobReturn; mark the run of a dead job FAILED now."""
-        from runner.sweep import mark_dead
+        from runner.job import close_dead_job
 
         job_dir = self._job_dir(config)
         ret = JobReturn(overrides=list(config.hydra.overrides.task), cfg=config, working_dir=str(job_dir))
@@ -197,7 +175,7 @@ class ProcessLauncher(Launcher):
             reason = f"exited with code {exitcode} without a result"
         log.error("job %s %s", job_dir.name, reason)
         uri = OmegaConf.select(config, "tracking.uri") if OmegaConf.select(config, "tracking.enabled") else None
-        mark_dead(job_dir, reason, uri)
+        close_dead_job(job_dir, reason, uri)
         # Like a job that raised: recorded as failed, and the sweep goes on to its summary,
         # which exits non-zero. (A FAILED JobReturn would stop Hydra before that summary.)
         ret.status = JobStatus.COMPLETED

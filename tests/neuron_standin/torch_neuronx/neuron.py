@@ -1,24 +1,171 @@
-"""The `torch.neuron` device module of the stand-in."""
+"""The `torch.neuron` device module of the stand-in, with the runtime's core reservation."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
 import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 from torch_neuronx._record import record
 
+VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
+STATE_ENV = "NEURON_STANDIN_STATE"
+
 _runtime_started = False
+_owned: list[int] = []  # absolute indices of the cores this process's runtime reserved
+_claims: list[Path] = []  # their claim files, released at exit
+_device_count: int | None = None
 
 
 def total_cores() -> int:
     return int(os.environ.get("NEURON_STANDIN_CORES", "8"))
 
 
+def _fail(message: str) -> RuntimeError:
+    return RuntimeError(f"NRT: nrt_init failed: {message}")
+
+
+def _listed_cores(spec: str) -> list[int]:
+    """Every core a NEURON_RT_VISIBLE_CORES value lists (no contiguity check); ValueError if malformed."""
+    cores: list[int] = []
+    for part in spec.split(","):
+        low, dash, high = part.strip().partition("-")
+        first, last = int(low), int(high) if dash else int(low)
+        if first < 0 or last < first:
+            raise ValueError(part)
+        cores.extend(range(first, last + 1))
+    return cores
+
+
+def visible_cores(spec: str | None) -> list[int]:
+    """The cores the runtime would own: NEURON_RT_VISIBLE_CORES checked as NRT does, or all of them."""
+    if not spec:
+        return list(range(total_cores()))
+    try:
+        cores = sorted(set(_listed_cores(spec)))
+    except ValueError:
+        raise _fail(f"{VISIBLE_CORES_ENV}={spec!r} is not a core index, range (2-5) or comma list") from None
+    if cores != list(range(cores[0], cores[-1] + 1)):
+        raise _fail(
+            f"{VISIBLE_CORES_ENV}={spec!r} is not contiguous: it must be a single core, a range (2-5) "
+            "or a comma list, and the resulting range must be contiguous (3,4,5 is valid; 3,5,6 and 0,2-3 are not)"
+        )
+    if cores[-1] >= total_cores():
+        raise _fail(
+            f"{VISIBLE_CORES_ENV}={spec!r} names NeuronCore {cores[-1]}, "
+            f"but this instance has {total_cores()} (0-{total_cores() - 1})"
+        )
+    return cores
+
+
+def state_dir() -> Path:
+    """Where claims live: $NEURON_STANDIN_STATE, else a per-user folder in the temp directory."""
+    configured = os.environ.get(STATE_ENV)
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / f"neuron_standin_{os.getuid()}"
+
+
+@contextlib.contextmanager
+def _locked(state: Path) -> Iterator[None]:
+    """Serialise claims and takeovers between processes sharing a state directory."""
+    state.mkdir(parents=True, exist_ok=True)
+    with open(state / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _owner(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # an exited child nobody has reaped yet still answers signal 0
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _claim(state: Path, cores: list[int]) -> list[Path]:
+    """Reserve every core (one O_EXCL file each holding our pid); all or none."""
+    claimed: list[Path] = []
+    try:
+        for nc in cores:
+            path = state / f"nc_{nc}.owner"
+            while True:
+                try:
+                    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    owner = _owner(path)
+                    if owner is not None and owner != os.getpid() and _alive(owner):
+                        raise _fail(
+                            f"NeuronCore {nc} is in use by process {owner} (reserved by the process that started "
+                            f"the runtime; pin each process to its own cores with {VISIBLE_CORES_ENV})"
+                        ) from None
+                    path.unlink(missing_ok=True)  # a dead process's claim (or our own): take it over
+                    continue
+                with os.fdopen(fd, "w") as f:
+                    f.write(f"{os.getpid()}\n")
+                claimed.append(path)
+                break
+    except BaseException:
+        _unlink_own(claimed)
+        raise
+    return claimed
+
+
+def _unlink_own(paths: list[Path]) -> None:
+    for path in paths:
+        if _owner(path) == os.getpid():  # a forked child must not release its parent's cores
+            path.unlink(missing_ok=True)
+
+
+def _release_claims() -> None:
+    """At exit: give the cores back (skipped if the state directory is gone already)."""
+    if _claims and _claims[0].parent.is_dir():
+        with contextlib.suppress(OSError), _locked(_claims[0].parent):
+            _unlink_own(_claims)
+    _claims.clear()
+
+
 def start_runtime() -> None:
-    """NRT starts on first device use and reads NEURON_RT_VISIBLE_CORES then."""
+    """NRT starts on first device use: it reads NEURON_RT_VISIBLE_CORES and reserves those cores."""
     global _runtime_started
-    if not _runtime_started:
-        _runtime_started = True
-        record("runtime_start", visible_cores=os.environ.get("NEURON_RT_VISIBLE_CORES"))
+    if _runtime_started:
+        return
+    visible = os.environ.get(VISIBLE_CORES_ENV)
+    try:
+        cores = visible_cores(visible)
+        state = state_dir()
+        with _locked(state):
+            claimed = _claim(state, cores)
+    except RuntimeError as err:
+        record("runtime_start_failed", visible_cores=visible, error=str(err))
+        raise
+    _claims.extend(claimed)
+    _owned[:] = cores
+    _runtime_started = True
+    atexit.register(_release_claims)
+    record("runtime_start", visible_cores=visible, cores=cores)
+
+
+def owned_cores() -> list[int]:
+    """Absolute indices of the cores this process reserved (empty before the runtime starts)."""
+    return list(_owned)
 
 
 def is_available() -> bool:
@@ -26,10 +173,15 @@ def is_available() -> bool:
 
 
 def device_count() -> int:
-    visible = os.environ.get("NEURON_RT_VISIBLE_CORES")
-    if _runtime_started and visible:
-        return sum(int(p.split("-")[-1]) - int(p.split("-")[0]) + 1 for p in visible.split(","))
-    return total_cores()
+    """Like SRC's vnc_count(): computed once without starting the runtime, then cached."""
+    global _device_count
+    if _device_count is None:
+        visible = os.environ.get(VISIBLE_CORES_ENV)
+        try:
+            _device_count = len(set(_listed_cores(visible))) if visible else total_cores()
+        except ValueError:
+            _device_count = 0
+    return _device_count
 
 
 def current_device() -> int:

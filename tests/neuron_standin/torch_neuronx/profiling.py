@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from torch_neuronx import neuron
 from torch_neuronx._record import faults, record
 
 INSTANCE_ID = "i-0standin00000000"
@@ -23,14 +24,18 @@ class ProfileMode(enum.Enum):
     HOST_MEMORY = "host_memory"
 
 
-def _cores(spec: str | None) -> list[int]:
+def _captured(spec: str | None, owned: int) -> list[int]:
+    """capture_enabled_for_nc as indices relative to the owned cores (0 = first visible core).
+
+    Unset captures every owned core (NRT's default: all NCs); indices past the owned cores are ignored.
+    """
     if not spec:
-        return [0]
-    cores: list[int] = []
+        return list(range(owned))
+    cores: set[int] = set()
     for part in spec.split(","):
         low, _, high = part.partition("-")
-        cores.extend(range(int(low), int(high or low) + 1))
-    return cores
+        cores.update(range(int(low), int(high or low) + 1))
+    return sorted(c for c in cores if c < owned)
 
 
 class NeuronConfig(torch._C._profiler._ExperimentalConfig):
@@ -99,9 +104,12 @@ class NeuronProfiler:
         if ProfileMode.HOST_MEMORY in modes:
             (session / "host_mem.pb").write_bytes(b"\x0a\x03mem")
         if ProfileMode.DEVICE in modes:
-            payload = b"" if "empty_ntff" in faults() else b"NTFF" * 256
-            for nc in _cores(self.config.capture_enabled_for_nc):
-                (session / f"profile_nc_{nc}_session_0.ntff").write_bytes(payload)
+            # one NTFF per captured core the process owns; only the one the work ran on
+            # ("neuron" = the first visible core, index 0) has content, idle cores give empty files
+            neuron.start_runtime()
+            for nc in _captured(self.config.capture_enabled_for_nc, len(neuron.owned_cores())):
+                busy = nc == 0 and "empty_ntff" not in faults()
+                (session / f"profile_nc_{nc}_session_0.ntff").write_bytes(b"NTFF" * 256 if busy else b"")
             self._copy_neffs(session)
         if "dropped_events" in faults():
             os.write(2, b"Warning: 1234 trace events were dropped\n")

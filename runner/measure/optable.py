@@ -14,7 +14,8 @@ from typing import Any
 
 from torch.autograd.profiler_util import EventList
 
-from runner.profiling import US_PER_MS, CycleRecorder
+from runner import names
+from runner.measure.profiling import US_PER_MS, CycleRecorder
 
 # key_averages() folds the ProfilerStep#N ranges into one row with this prefix.
 STEP_PREFIX = "ProfilerStep"
@@ -90,24 +91,24 @@ def summary_metrics(table: OpTable) -> dict[str, float]:
     """Headline metrics of the profiled window (times in ms, totals over the active steps)."""
     if not table.rows:
         return {}
-    metrics: dict[str, float] = {"cpu/self_total_ms": sum(r["self_cpu_ms"] for r in table.rows)}
+    metrics: dict[str, float] = {names.CPU_SELF_TOTAL_MS: sum(r["self_cpu_ms"] for r in table.rows)}
     if table.has_device_time:
-        metrics["device/self_total_ms"] = sum(r["self_device_ms"] for r in table.rows)
+        metrics[names.DEVICE_SELF_TOTAL_MS] = sum(r["self_device_ms"] for r in table.rows)
         kernels = {
             r["name"]
             for r in table.rows
             if r["self_device_ms"] > 0 and not r["name"].startswith(("aten::", STEP_PREFIX))
         }
-        metrics["ops/device_kernels"] = float(len(kernels))
+        metrics[names.OPS_DEVICE_KERNELS] = float(len(kernels))
     aten = [r for r in table.rows if r["name"].startswith("aten::")]
-    metrics["ops/aten_ops"] = float(len({r["name"] for r in aten}))
-    metrics["ops/calls_per_step"] = sum(r["calls"] for r in aten) / table.active_steps
+    metrics[names.OPS_ATEN] = float(len({r["name"] for r in aten}))
+    metrics[names.OPS_CALLS_PER_STEP] = sum(r["calls"] for r in aten) / table.active_steps
     by_op = self_time_by_op(table)
     total = sum(by_op.values())
     if total > 0:
-        metrics["ops/top_op_share"] = next(iter(by_op.values())) / total
+        metrics[names.OPS_TOP_SHARE] = next(iter(by_op.values())) / total
     steps = [r for r in table.rows if r["name"].startswith(STEP_PREFIX)]
     if steps:
-        metrics["time/profiled_step_ms"] = sum(r["cpu_total_ms"] for r in steps) / sum(r["calls"] for r in steps)
-    metrics["profiler/active_steps"] = float(table.active_steps)
+        metrics[names.PROFILED_STEP_MS] = sum(r["cpu_total_ms"] for r in steps) / sum(r["calls"] for r in steps)
+    metrics[names.PROFILER_ACTIVE_STEPS] = float(table.active_steps)
     return metrics

@@ -6,13 +6,15 @@ from pathlib import Path
 
 import matplotlib
 
+from runner import names
+
 matplotlib.use("Agg")  # files only; no display on build machines or cluster nodes
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Run  # noqa: E402
 
-from runner.compare import label, metric, op_table, per_op  # noqa: E402
+from runner.report.reader import label, metric, op_table, per_op  # noqa: E402
 
 TOP_OPS = 6
 FINISHED = "FINISHED"
@@ -20,11 +22,11 @@ FINISHED = "FINISHED"
 
 def step_times(runs: list[Run], path: Path) -> Path:
     """Median step time per run as bars, with p10-p90 whiskers."""
-    done = [r for r in runs if metric(r, "time/step_median_ms") is not None]
+    done = [r for r in runs if metric(r, names.STEP_MEDIAN_MS) is not None]
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(done) + 1.6))
-    medians = [metric(r, "time/step_median_ms") or 0.0 for r in done]
-    low = [m - (metric(r, "time/step_p10_ms") or m) for m, r in zip(medians, done, strict=True)]
-    high = [(metric(r, "time/step_p90_ms") or m) - m for m, r in zip(medians, done, strict=True)]
+    medians = [metric(r, names.STEP_MEDIAN_MS) or 0.0 for r in done]
+    low = [m - (metric(r, names.STEP_P10_MS) or m) for m, r in zip(medians, done, strict=True)]
+    high = [(metric(r, names.STEP_P90_MS) or m) - m for m, r in zip(medians, done, strict=True)]
     bars = ax.barh([label(r) for r in done], medians, xerr=[low, high], color="#4c78a8", capsize=4)
     ax.bar_label(bars, labels=[f"{m:.4f} ms" for m in medians], padding=6)
     ax.invert_yaxis()
@@ -37,7 +39,7 @@ def step_times(runs: list[Run], path: Path) -> Path:
 def op_breakdown(client: MlflowClient, runs: list[Run], path: Path) -> Path:
     """Self time per step, stacked by op; the ops that matter most across runs, the rest as 'other'."""
     done = [r for r in runs if r.info.status == FINISHED]
-    tables = {r.info.run_id: per_op(op_table(client, r), metric(r, "profiler/active_steps") or 1) for r in done}
+    tables = {r.info.run_id: per_op(op_table(client, r), metric(r, names.PROFILER_ACTIVE_STEPS) or 1) for r in done}
     totals: dict[str, float] = {}
     for ops in tables.values():
         for name, stats in ops.items():
@@ -67,10 +69,12 @@ def op_breakdown(client: MlflowClient, runs: list[Run], path: Path) -> Path:
 
 def roofline(runs: list[Run], path: Path) -> Path:
     """Each run as a point (FLOP/byte, GFLOP/s) under its device's bandwidth and compute ceilings."""
-    done = [r for r in runs if metric(r, "roofline/intensity") is not None]
+    done = [r for r in runs if metric(r, names.ROOFLINE_INTENSITY) is not None]
     fig, ax = plt.subplots(figsize=(9, 6))
-    ceilings = {(metric(r, "roofline/peak_gbps") or 1.0, metric(r, "roofline/peak_gflops") or 1.0) for r in done}
-    intensities = [metric(r, "roofline/intensity") or 1.0 for r in done] or [1.0]
+    ceilings = {
+        (metric(r, names.ROOFLINE_PEAK_GBPS) or 1.0, metric(r, names.ROOFLINE_PEAK_GFLOPS) or 1.0) for r in done
+    }
+    intensities = [metric(r, names.ROOFLINE_INTENSITY) or 1.0 for r in done] or [1.0]
     x_low, x_high = (
         min(intensities) / 10,
         max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10),
@@ -86,7 +90,7 @@ def roofline(runs: list[Run], path: Path) -> Path:
             fontsize=8,
         )
     for index, run in enumerate(done):
-        x, y = metric(run, "roofline/intensity") or 0.0, metric(run, "roofline/achieved_gflops") or 0.0
+        x, y = metric(run, names.ROOFLINE_INTENSITY) or 0.0, metric(run, names.ROOFLINE_ACHIEVED_GFLOPS) or 0.0
         point = ax.scatter([x], [y], s=40, zorder=3)
         # runs of one workload share an intensity: stagger their labels so none hides another
         ax.annotate(

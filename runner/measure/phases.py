@@ -20,12 +20,13 @@ from pathlib import Path
 
 from torch.profiler import ProfilerAction
 
-from runner.backends import CpuBackend
-from runner.build import BuiltWorkload
+from runner import names
+from runner.backends.base import Backend
 from runner.config import RunSpec
-from runner.optable import OpTable, build_op_table, summary_metrics
-from runner.profiling import CycleRecorder, build_profiler, make_schedule, tee_stderr
-from runner.stats import coefficient_of_variation, describe_steps
+from runner.measure.build import BuiltWorkload
+from runner.measure.optable import OpTable, build_op_table, summary_metrics
+from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_stderr
+from runner.measure.stats import coefficient_of_variation, describe_steps
 
 log = logging.getLogger(__name__)
 # Seconds between progress lines within a phase.
@@ -57,15 +58,15 @@ class Measurement:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
         samples = [ms for repeat in self.step_ms for ms in repeat]
         # the headline metric first: the MLflow compare view plots the first logged metric by default
-        metrics = {**describe_steps(samples), "time/first_call_s": self.first_call_s}
+        metrics = {**describe_steps(samples), names.FIRST_CALL_S: self.first_call_s}
         if len(self.step_ms) > 1:
-            metrics["time/repeat_cv"] = coefficient_of_variation([statistics.median(r) for r in self.step_ms])
+            metrics[names.REPEAT_CV] = coefficient_of_variation([statistics.median(r) for r in self.step_ms])
         if self.profiled_ms:
             profiled = statistics.median(self.profiled_ms)
-            metrics["profiler/step_ms"] = profiled
-            metrics["profiler/overhead_pct"] = (profiled / metrics["time/step_median_ms"] - 1) * 100
-        metrics["compile/graphs"] = float(self.compile_graphs)
-        metrics["time/measured_s"] = self.measured_s
+            metrics[names.PROFILER_STEP_MS] = profiled
+            metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / metrics[names.STEP_MEDIAN_MS] - 1) * 100
+        metrics[names.COMPILE_GRAPHS] = float(self.compile_graphs)
+        metrics[names.MEASURED_S] = self.measured_s
         return {**metrics, **summary_metrics(self.table)}
 
 
@@ -76,7 +77,7 @@ def dynamo_graph_count() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def _timed_step(workload: BuiltWorkload, backend: CpuBackend) -> float:
+def _timed_step(workload: BuiltWorkload, backend: Backend) -> float:
     backend.synchronize()
     start = time.perf_counter()
     workload.step()
@@ -99,7 +100,7 @@ class Progress:
             self.last = now
 
 
-def steady_state(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec) -> list[list[float]]:
+def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[list[float]]:
     """Warm up, then time `measure.steps` synchronized steps, `measure.repeats` times."""
     measure = spec.measure
     repeats = []
@@ -116,7 +117,7 @@ def steady_state(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec) ->
 
 
 def profiled_window(
-    workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, capture_dir: Path
+    workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path
 ) -> tuple[OpTable, str, str, list[float]]:
     """Run the schedule's steps under the profiler; return table, printed table, stderr, step times."""
     schedule = spec.schedule
@@ -143,7 +144,7 @@ def profiled_window(
     return table, printed, "".join(output), profiled_ms
 
 
-def measure(workload: BuiltWorkload, backend: CpuBackend, spec: RunSpec, capture_dir: Path) -> Measurement:
+def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path) -> Measurement:
     """Run the phases in order and return their results."""
     started = time.perf_counter()
     graphs_before = dynamo_graph_count()

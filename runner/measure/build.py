@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.backends import CpuBackend
+from runner.backends.base import Backend
 from runner.config import ConfigError, WorkloadSpec, locate_target
 
 
@@ -76,7 +76,7 @@ def _inputs(module: nn.Module, spec: WorkloadSpec, dtype: torch.dtype) -> tuple[
     return tuple(make(dtype, generator))
 
 
-def build_workload(spec: WorkloadSpec, backend: CpuBackend) -> BuiltWorkload:
+def build_workload(spec: WorkloadSpec, backend: Backend) -> BuiltWorkload:
     """Instantiate, seed, cast and place the workload; compile it when `workload.compile`.
 
     Raises:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.autograd.profiler_util import EventList
 
-from runner.backends import CpuBackend
+from runner.backends.base import Backend
 from runner.config import ProfilerConfig, ScheduleConfig
 
 US_PER_MS = 1000.0
@@ -98,8 +98,18 @@ class CycleRecorder:
         }
 
 
+def accumulate_cycles(schedule: ScheduleConfig) -> dict[str, Any]:
+    """`acc_events=True` when there are several cycles, so key_averages() covers them all.
+
+    The Neuron documentation does not list acc_events among the supported profile
+    arguments, so it is passed only where it is needed (one of the points to check on
+    Trainium).
+    """
+    return {"acc_events": True} if schedule.repeat > 1 else {}
+
+
 def build_profiler(
-    backend: CpuBackend, profiler: ProfilerConfig, schedule: ScheduleConfig, capture_dir: Path, recorder: CycleRecorder
+    backend: Backend, profiler: ProfilerConfig, schedule: ScheduleConfig, capture_dir: Path, recorder: CycleRecorder
 ) -> torch.profiler.profile | NullProfiler:
     """Return the profiler for the profiled window, configured for `backend`."""
     if not profiler.enabled:
@@ -113,9 +123,8 @@ def build_profiler(
         profile_memory=profiler.profile_memory,
         with_stack=profiler.with_stack,
         with_flops=profiler.with_flops,
-        # keep every cycle's events, so key_averages() covers all active steps, not the last cycle
-        acc_events=True,
         **kwargs,
+        **accumulate_cycles(schedule),
     )
 
 

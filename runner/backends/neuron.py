@@ -1,10 +1,15 @@
 """backend=neuron: AWS Trainium through TorchNeuron's documented profiling API.
 
-Written against the documented surface (see README, "On Trainium"): `torch.profiler.profile`
+Written against the documented surface (README, "On Trainium"): `torch.profiler.profile`
 with CPU + PrivateUse1 activities, `experimental_config=NeuronConfig(...)` and
-`on_trace_ready=NeuronProfiler(config).export_trace`; `torch_neuron().synchronize()` before
-every profiler step and clock read; `torch.compile(backend="neuron")`. Points the
-documentation leaves open are handled both ways and listed in the README.
+`on_trace_ready=NeuronProfiler(config).export_trace`; `torch.neuron.synchronize()` before
+every profiler step and clock read; `torch.compile(backend="neuron")`.
+
+The runtime's rules, from the Neuron documentation: `NEURON_RT_VISIBLE_CORES` must be one
+contiguous range, set before the runtime starts; the process that starts the runtime
+reserves every visible core, so concurrent jobs each need their own; `device_count()`
+caches what it first read. A job runs on one NeuronCore (device "neuron", the first
+visible core): it captures that core and its roofline counts that core alone.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity
 
-from runner.backends import CaptureReport, CpuBackend
-from runner.config import BackendConfig, ConfigError, ProfilerConfig, format_cores, parse_cores
-from runner.neuron_capture import check_capture, explorer_summary, session_dirs
+from runner import names
+from runner.backends.base import WHOLE_MACHINE, Backend, CaptureReport, Slot
+from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
+from runner.backends.peaks import Peak, datasheet_peak
+from runner.config import BackendConfig, ConfigError, ProfilerConfig, format_cores, parse_core_range, parse_cores
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +37,8 @@ NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
 DRIVER_VERSION = Path("/sys/module/neuron/version")
+# NeuronCores a job's work executes on: the module and inputs live on "neuron", the first visible core
+EXECUTING_CORES = 1
 
 
 def torch_neuron() -> Any:
@@ -45,11 +54,67 @@ def instance_type() -> str | None:
         return None
 
 
-class NeuronBackend(CpuBackend):
+def contiguous_groups(cores: list[int], size: int) -> list[list[int]]:
+    """Split sorted cores into groups of `size` consecutive cores, never across a gap."""
+    runs: list[list[int]] = []
+    for core in cores:
+        if runs and core == runs[-1][-1] + 1:
+            runs[-1].append(core)
+        else:
+            runs.append([core])
+    return [run[i : i + size] for run in runs for i in range(0, len(run) - size + 1, size)]
+
+
+class NeuronBackend(Backend):
     """Trainium NeuronCores through torch-neuronx (TorchNeuron, PrivateUse1 device 'neuron')."""
 
     name = "neuron"
     compile_backend = "neuron"
+
+    @classmethod
+    def available(cls) -> bool:
+        """torch-neuronx is installed and sees a NeuronCore (neither check starts the runtime)."""
+        try:
+            import torch_neuronx  # noqa: F401
+        except ImportError:
+            return False
+        module = getattr(torch, "neuron", None)
+        return bool(module is not None and module.is_available())
+
+    @classmethod
+    def plan_slots(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+        """`cores_per_job` contiguous NeuronCores per job out of the pool, pinned through the environment.
+
+        The runtime reserves every visible core for the process that starts it, so two
+        concurrent jobs must never share one.
+
+        Raises:
+            ConfigError: backend.cores is set (it pins one job), or the pool is too small.
+        """
+        if jobs == 1:
+            return [WHOLE_MACHINE]
+        if config.cores is not None:
+            raise ConfigError(
+                f"backend.cores={config.cores} pins a single job; with several jobs at once give the cores to share "
+                "as hydra.launcher.cores (each job gets hydra.launcher.cores_per_job of them)"
+            )
+        visible = os.environ.get(VISIBLE_CORES_ENV)
+        if pool is not None:
+            cores = parse_cores(pool, "hydra.launcher.cores")
+        elif visible:
+            cores = parse_cores(visible, VISIBLE_CORES_ENV)
+        else:
+            cores = list(range(torch_neuron().device_count()))
+        groups = contiguous_groups(cores, cores_per_job)
+        if not groups:
+            raise ConfigError(
+                f"hydra.launcher.cores_per_job={cores_per_job} but the pool {format_cores(cores)} "
+                "has no run of that many consecutive NeuronCores"
+            )
+        return [
+            Slot(f"NeuronCores {format_cores(group)}", ((VISIBLE_CORES_ENV, format_cores(group)),))
+            for group in groups[: jobs or len(groups)]
+        ]
 
     def __init__(self, config: BackendConfig) -> None:
         super().__init__(config)
@@ -71,11 +136,16 @@ class NeuronBackend(CpuBackend):
         self.correlate_status = "unset"
 
     def _pin_cores(self, spec: str | None) -> list[int] | None:
-        """Validate backend.cores and pin the job to them before the runtime starts."""
-        if spec is None:
-            return None
-        cores = parse_cores(spec, "backend.cores")
+        """The cores this job owns, or None for every visible core.
+
+        backend.cores is pinned here, before the runtime starts; without it, the cores a
+        launcher pinned through the environment are the job's.
+        """
         visible = os.environ.get(VISIBLE_CORES_ENV)
+        if spec is None:
+            return parse_core_range(visible, VISIBLE_CORES_ENV) if visible else None
+        cores = parse_core_range(spec, "backend.cores")
+        # device_count() caches its first answer, so it is read only where nothing is pinned yet
         existing = parse_cores(visible, VISIBLE_CORES_ENV) if visible else list(range(torch_neuron().device_count()))
         missing = [c for c in cores if c not in existing]
         if missing:
@@ -96,6 +166,11 @@ class NeuronBackend(CpuBackend):
         """The instance type when readable, else the torch device name."""
         return instance_type() or str(torch_neuron().get_device_name(0))
 
+    def placement(self) -> str:
+        """The NeuronCores this job owns."""
+        owned = f"NeuronCores {format_cores(self.cores)}" if self.cores else "every visible NeuronCore (unpinned)"
+        return f"{self.device_name()}, {owned}"
+
     def synchronize(self) -> None:
         """Neuron executes asynchronously: wait, or device time comes out empty or wrong."""
         torch_neuron().synchronize()
@@ -109,14 +184,14 @@ class NeuronBackend(CpuBackend):
         return output_dir / "neuron_profile"
 
     def capture_cores(self, profiler: ProfilerConfig) -> str:
-        """profiler.capture_enabled_for_nc, defaulting to the cores this job uses.
+        """profiler.capture_enabled_for_nc, defaulting to the core the job executes on.
 
         Indices are the process's own (0 = its first visible core); whether NeuronConfig
         numbers cores that way or absolutely is one of the unconfirmed points.
         """
         if profiler.capture_enabled_for_nc is not None:
             return format_cores(parse_cores(profiler.capture_enabled_for_nc, "profiler.capture_enabled_for_nc"))
-        return format_cores(list(range(len(self.cores)))) if self.cores else "0"
+        return format_cores(list(range(EXECUTING_CORES)))
 
     def neff_cache_dir(self) -> str:
         """The NEFF cache NeuronConfig copies from, so NEFFs land beside the device traces."""
@@ -148,12 +223,19 @@ class NeuronBackend(CpuBackend):
         return {"experimental_config": config, "on_trace_ready": NeuronProfiler(config).export_trace}
 
     def inspect_capture(self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str) -> CaptureReport:
-        """Check the capture against the documented failure signs and summarise it."""
+        """Check the capture against the documented failure signs, summarise it, note idle cores."""
         check = check_capture(capture_dir, profiler.modes, profiler_output)
-        if check.problems:
-            log.warning("Neuron capture looks wrong: %s", "; ".join(check.problems))
         report = CaptureReport(metrics=check.metrics(), tags=check.tags())
-        report.tags["neuron.correlate_device_time"] = self.correlate_status
+        if check.problems:
+            report.warnings.append(f"Neuron capture looks wrong: {'; '.join(check.problems)}")
+        report.tags[names.TAG_NEURON_CORRELATE] = self.correlate_status
+        if self.cores and len(self.cores) > EXECUTING_CORES:
+            idle = (
+                f"pinned {len(self.cores)} NeuronCores ({format_cores(self.cores)}) but the workload runs on "
+                f"{EXECUTING_CORES}; the others sat idle and no other process could use them"
+            )
+            report.tags[names.TAG_NEURON_IDLE_CORES] = idle
+            report.warnings.append(f"{idle} (set backend.cores={self.cores[0]})")
         summary = explorer_summary(session_dirs(capture_dir), self.config.explorer_timeout_s)
         report.metrics.update(summary.metrics)
         report.tags.update(summary.tags)
@@ -171,12 +253,12 @@ class NeuronBackend(CpuBackend):
         self.synchronize()
         return int(torch_neuron().max_memory_allocated())
 
-    def peak_entry(self) -> tuple[str, int] | None:
-        """Per-NeuronCore figures of this instance's Trainium generation, times the cores used."""
+    def peak(self, dtype: str) -> Peak | None:
+        """Per-NeuronCore figures of this instance's Trainium generation, for the core the work runs on."""
         generation = (instance_type() or "").split(".")[0].rstrip("nu")  # trn1n, trn2u -> trn1, trn2
         if generation not in ("trn1", "trn2", "trn3"):
             return None
-        return f"{generation}_core", len(self.cores) if self.cores else 1
+        return datasheet_peak(f"{generation}_core", EXECUTING_CORES, dtype)
 
     def compiled_artifact_count(self) -> int | None:
         """NEFFs in the NEFF cache; the difference across a job counts its compilations."""
@@ -184,15 +266,14 @@ class NeuronBackend(CpuBackend):
         return sum(1 for _ in cache.rglob("*.neff")) if cache.is_dir() else 0
 
     def manifest(self) -> dict[str, Any]:
-        """NeuronCore count, pinned cores, instance type and driver version."""
+        """NeuronCores owned (counted from the pin, not the cached device_count()), instance, driver."""
         try:
             driver = DRIVER_VERSION.read_text().strip()
         except OSError:
             driver = None
         return {
-            **super().manifest(),
-            "neuron.core_count": torch_neuron().device_count(),
-            "neuron.visible_cores": os.environ.get(VISIBLE_CORES_ENV),
+            names.MANIFEST_NEURON_CORE_COUNT: len(self.cores) if self.cores else torch_neuron().device_count(),
+            names.MANIFEST_NEURON_VISIBLE_CORES: os.environ.get(VISIBLE_CORES_ENV),
             "neuron.instance_type": instance_type(),
             "neuron.driver": driver,
         }

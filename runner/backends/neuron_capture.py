@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner import names
+
 log = logging.getLogger(__name__)
 
 # NRT prints this when the per-NeuronCore ring buffer overflows.
@@ -42,20 +44,20 @@ class CaptureCheck:
     def metrics(self) -> dict[str, float]:
         """`neuron/capture_*` metrics; capture_ok is 1 when no failure sign was found."""
         return {
-            "neuron/capture_ok": float(not self.problems),
-            "neuron/capture_files": float(self.files),
-            "neuron/capture_bytes": float(self.total_bytes),
-            "neuron/ntff_files": float(self.ntff),
-            "neuron/neff_files": float(self.neff),
-            "neuron/pb_files": float(self.pb),
-            "neuron/dropped_events": float(self.dropped_events),
+            names.NEURON_CAPTURE_OK: float(not self.problems),
+            names.NEURON_CAPTURE_FILES: float(self.files),
+            names.NEURON_CAPTURE_BYTES: float(self.total_bytes),
+            names.NEURON_NTFF_FILES: float(self.ntff),
+            names.NEURON_NEFF_FILES: float(self.neff),
+            names.NEURON_PB_FILES: float(self.pb),
+            names.NEURON_DROPPED_EVENTS: float(self.dropped_events),
         }
 
     def tags(self) -> dict[str, Any]:
         """`neuron.capture` is ok or warning; `neuron.capture_problems` says why."""
         return {
-            "neuron.capture": "warning" if self.problems else "ok",
-            "neuron.capture_problems": "; ".join(self.problems) or None,
+            names.TAG_NEURON_CAPTURE: "warning" if self.problems else "ok",
+            names.TAG_NEURON_CAPTURE_PROBLEMS: "; ".join(self.problems) or None,
         }
 
 
@@ -148,9 +150,9 @@ def explorer_summary(sessions: list[Path], timeout_s: int) -> ExplorerSummary:
     """
     tool = next((t for t in EXPLORERS if shutil.which(t)), None)
     if tool is None:
-        return ExplorerSummary(tags={"neuron.explorer": "not on PATH (install aws-neuronx-tools)"})
+        return ExplorerSummary(tags={names.TAG_NEURON_EXPLORER: "not on PATH (install aws-neuronx-tools)"})
     if not sessions:
-        return ExplorerSummary(tags={"neuron.explorer": f"{tool}: no session directory to summarise"})
+        return ExplorerSummary(tags={names.TAG_NEURON_EXPLORER: f"{tool}: no session directory to summarise"})
     entries: dict[str, dict[str, float]] = {}
     outputs = []
     for session in sessions:
@@ -161,11 +163,11 @@ def explorer_summary(sessions: list[Path], timeout_s: int) -> ExplorerSummary:
         except (OSError, subprocess.SubprocessError, ValueError) as err:
             detail = getattr(err, "stderr", None) or str(err)
             log.warning("%s failed on %s: %s", tool, session, str(detail).strip()[:500])
-            return ExplorerSummary(tags={"neuron.explorer": f"{tool} failed: {str(detail).strip()[:200]}"})
+            return ExplorerSummary(tags={names.TAG_NEURON_EXPLORER: f"{tool} failed: {str(detail).strip()[:200]}"})
         outputs.append(json.dumps(first_json_object(done.stdout)))
         entries.update({f"{session.name}/{name}": metrics for name, metrics in found.items()})
     largest = max(entries.values(), key=lambda m: m.get("total_time", 0.0))
-    metrics = {f"neuron/{k}": v for k, v in largest.items()}
-    metrics["neuron/profiles"] = float(len(entries))
-    metrics["neuron/total_time_sum"] = sum(m.get("total_time", 0.0) for m in entries.values())
-    return ExplorerSummary(metrics=metrics, tags={"neuron.explorer": f"{tool}: ok"}, raw="\n".join(outputs))
+    metrics = {f"{names.NEURON_SUMMARY_PREFIX}{k}": v for k, v in largest.items()}
+    metrics[names.NEURON_PROFILES] = float(len(entries))
+    metrics[names.NEURON_TOTAL_TIME_SUM] = sum(m.get("total_time", 0.0) for m in entries.values())
+    return ExplorerSummary(metrics=metrics, tags={names.TAG_NEURON_EXPLORER: f"{tool}: ok"}, raw="\n".join(outputs))

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner import names
+
 # Normwise relative tolerance per dtype, about a few units in the last place after a reduction.
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
@@ -25,18 +27,35 @@ def check_accuracy(
     """
     reference = getattr(eager, "reference", None)
     if reference is None or not isinstance(output, torch.Tensor):
-        return {}, {"accuracy.check": "skipped", "accuracy.detail": "the workload has no reference()"}
+        return {}, {names.TAG_ACCURACY: "skipped", names.TAG_ACCURACY_DETAIL: "the workload has no reference()"}
     with torch.no_grad():
         expected = reference(*inputs).to("cpu", torch.float64)
     actual = output.detach().to("cpu", torch.float64)
     if actual.shape != expected.shape:
         detail = f"output shape {tuple(actual.shape)} != reference {tuple(expected.shape)}"
-        return {}, {"accuracy.check": "fail", "accuracy.detail": detail}
+        return {}, {names.TAG_ACCURACY: "fail", names.TAG_ACCURACY_DETAIL: detail}
     max_abs = (actual - expected).abs().max().item()
     scale = expected.abs().max().item() or 1.0
     tolerance = TOLERANCE[dtype]
     max_rel = max_abs / scale
     verdict = "pass" if max_rel <= tolerance else "fail"
-    metrics = {"accuracy/max_abs_err": max_abs, "accuracy/max_rel_err": max_rel, "accuracy/tolerance": tolerance}
+    metrics = {
+        names.ACCURACY_MAX_ABS_ERR: max_abs,
+        names.ACCURACY_MAX_REL_ERR: max_rel,
+        names.ACCURACY_TOLERANCE: tolerance,
+    }
     detail = f"max_rel_err {max_rel:.2e} against tolerance {tolerance:.0e} for {dtype}"
-    return metrics, {"accuracy.check": verdict, "accuracy.detail": detail}
+    return metrics, {names.TAG_ACCURACY: verdict, names.TAG_ACCURACY_DETAIL: detail}
+
+
+def check_finite(output: Any) -> dict[str, str]:
+    """The `runner.output_finite` tag: "true", or how many output elements are NaN or infinite.
+
+    Runs for every workload, with or without a reference: a NaN is a finding even where
+    there is nothing to compare against.
+    """
+    values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else [output]
+    tensors = [t for t in values if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    bad = sum(int((~torch.isfinite(t.detach())).sum().item()) for t in tensors)
+    total = sum(t.numel() for t in tensors)
+    return {names.TAG_OUTPUT_FINITE: "true" if not bad else f"false: {bad} of {total} elements are NaN or infinite"}

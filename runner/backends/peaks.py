@@ -1,8 +1,8 @@
-"""Roofline numbers: achieved bandwidth and FLOP rate against the device's peaks.
+"""Device ceilings for the roofline: datasheet figures, or a calibration of the host CPU.
 
-Peaks are datasheet figures from `conf/peaks.yaml` on accelerators and, on the CPU, a
-calibration (best copy bandwidth, best matmul rate) measured once per machine and cached.
-Every run tags which it used, so nobody mistakes a datasheet figure for a measurement.
+Accelerators take their figures from `conf/peaks.yaml`; the CPU is measured once per
+machine (best copy bandwidth, best matmul rate) and cached. Every run tags which it used,
+so nobody mistakes a datasheet figure for a measurement.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ class Peak:
 
     bandwidth_gbps: float
     gflops: float
-    # e.g. "datasheet: trn2_core x 2 (conf/peaks.yaml)" or "measured: ..."
+    # e.g. "datasheet: trn2_core (conf/peaks.yaml)" or "measured: ..."
     source: str
 
 
 def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
-    """Look up `entry` in conf/peaks.yaml, scaled to `multiplier` cores.
+    """Look up `entry` in conf/peaks.yaml, scaled to `multiplier` units (NeuronCores).
 
     Raises:
         ConfigError: no such entry, or no figure for the dtype.
@@ -100,35 +100,3 @@ def cpu_peak(dtype: str) -> Peak:
         path.write_text(json.dumps(cache, indent=2))
     bandwidth, gflops = cache[key]
     return Peak(bandwidth, gflops, f"measured: best copy bandwidth and {dtype} matmul on this machine ({path})")
-
-
-def roofline_metrics(bytes_moved: int, flops: int, step_ms: float, peak: Peak) -> dict[str, float]:
-    """`roofline/*` metrics from the workload's cost model and its median step time."""
-    seconds = step_ms / 1000
-    achieved_gbps = bytes_moved / seconds / 1e9
-    achieved_gflops = flops / seconds / 1e9
-    return {
-        "roofline/bytes": float(bytes_moved),
-        "roofline/flops": float(flops),
-        "roofline/step_ms": step_ms,
-        "roofline/achieved_gbps": achieved_gbps,
-        "roofline/achieved_gflops": achieved_gflops,
-        "roofline/intensity": flops / bytes_moved if bytes_moved else 0.0,
-        "roofline/peak_gbps": peak.bandwidth_gbps,
-        "roofline/peak_gflops": peak.gflops,
-        "roofline/bandwidth_fraction": achieved_gbps / peak.bandwidth_gbps,
-        "roofline/compute_fraction": achieved_gflops / peak.gflops,
-    }
-
-
-def resolve_peak(requested: str, entry: tuple[str, int] | None, on_cpu: bool, dtype: str) -> Peak | None:
-    """The peak for this run: `measure.peak` when named, else the device's entry, else (CPU) a calibration.
-
-    Raises:
-        ConfigError: `measure.peak` names no entry of conf/peaks.yaml.
-    """
-    if requested != "auto":
-        return datasheet_peak(requested, 1, dtype)
-    if entry is not None:
-        return datasheet_peak(*entry, dtype)
-    return cpu_peak(dtype) if on_cpu else None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from runner import names
+
 
 def percentile(samples: list[float], q: float) -> float:
     """The q-th percentile (0-100) with linear interpolation between order statistics."""
@@ -26,13 +28,13 @@ def coefficient_of_variation(samples: list[float]) -> float:
 def describe_steps(samples_ms: list[float]) -> dict[str, float]:
     """`time/step_*` metrics from per-step times in milliseconds."""
     return {
-        "time/step_median_ms": statistics.median(samples_ms),
-        "time/step_mean_ms": statistics.fmean(samples_ms),
-        "time/step_min_ms": min(samples_ms),
-        "time/step_p10_ms": percentile(samples_ms, 10),
-        "time/step_p90_ms": percentile(samples_ms, 90),
-        "time/step_iqr_ms": percentile(samples_ms, 75) - percentile(samples_ms, 25),
-        "time/step_cv": coefficient_of_variation(samples_ms),
+        names.STEP_MEDIAN_MS: statistics.median(samples_ms),
+        names.STEP_MEAN_MS: statistics.fmean(samples_ms),
+        names.STEP_MIN_MS: min(samples_ms),
+        names.STEP_P10_MS: percentile(samples_ms, 10),
+        names.STEP_P90_MS: percentile(samples_ms, 90),
+        names.STEP_IQR_MS: percentile(samples_ms, 75) - percentile(samples_ms, 25),
+        names.STEP_CV: coefficient_of_variation(samples_ms),
     }
 
 

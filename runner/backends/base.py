@@ -1,0 +1,132 @@
+"""The backend interface: every device decision, with defaults that suit a host CPU.
+
+The rest of the runner never branches on the device. It asks its backend for the torch
+device, how to synchronise, the profiler's activities and arguments, where the capture
+goes and what it says, the roofline peak, memory, the manifest, the compiled-artifact
+count, and, in the launchers, how to share the machine between concurrent jobs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch.profiler import ProfilerActivity
+
+from runner.backends.peaks import Peak
+from runner.config import BackendConfig, ProfilerConfig
+
+TRACE_FILE = "trace.json"
+# One folder per profiler cycle, named after the step at which the cycle ended.
+TRACE_ITER_DIR = "iteration_{step}"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A share of the machine for one of several concurrent jobs: environment variables it starts with."""
+
+    name: str
+    env: tuple[tuple[str, str], ...] = ()
+
+
+# what one job gets when jobs run one at a time: the machine as a single run would see it
+WHOLE_MACHINE = Slot("the whole machine")
+
+
+@dataclass
+class CaptureReport:
+    """What a backend found in its capture after the profiled window."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, Any] = field(default_factory=dict)
+    # extra text artifacts: artifact file name -> content
+    texts: dict[str, str] = field(default_factory=dict)
+    # lines the console shows under the job's summary
+    warnings: list[str] = field(default_factory=list)
+
+
+def chrome_trace_writer(trace_dir: Path) -> Callable[[torch.profiler.profile], None]:
+    """Return an on_trace_ready handler that writes each cycle's Chrome trace."""
+
+    def write(prof: torch.profiler.profile) -> None:
+        out = trace_dir / TRACE_ITER_DIR.format(step=prof.step_num)
+        out.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(out / TRACE_FILE))
+
+    return write
+
+
+class Backend(ABC):
+    """One device kind. Subclasses override what differs from a host CPU."""
+
+    name: ClassVar[str]
+    # the torch.compile backend for this device; inductor is PyTorch's default
+    compile_backend: ClassVar[str] = "inductor"
+
+    def __init__(self, config: BackendConfig) -> None:
+        self.config = config
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> bool:
+        """Whether this machine has the device (without starting its runtime)."""
+
+    @classmethod
+    def plan_slots(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+        """The machine split for `jobs` concurrent jobs (0: as many as fit); one job gets it whole."""
+        return [WHOLE_MACHINE]
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The torch device tensors and the module are moved to."""
+
+    @abstractmethod
+    def device_name(self) -> str:
+        """A human-readable name of the device, for tags and the console."""
+
+    def placement(self) -> str:
+        """The share of the device this job got, for its tag and console line."""
+        return self.device_name()
+
+    def synchronize(self) -> None:  # noqa: B027  (a no-op default, by design)
+        """Wait for queued device work; the default device has none."""
+
+    def activities(self) -> list[ProfilerActivity]:
+        """torch.profiler activities that cover this device."""
+        return [ProfilerActivity.CPU]
+
+    def capture_dir(self, output_dir: Path) -> Path:
+        """Where the profiler writes; logged as an artifact folder of the same name."""
+        return output_dir / "trace"
+
+    def profiler_kwargs(self, profiler: ProfilerConfig, capture_dir: Path) -> dict[str, Any]:
+        """Extra torch.profiler.profile arguments: here, the Chrome trace exporter."""
+        return {"on_trace_ready": chrome_trace_writer(capture_dir)}
+
+    def inspect_capture(self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str) -> CaptureReport:
+        """Check the capture and derive device-side metrics; a Chrome trace needs neither."""
+        return CaptureReport()
+
+    def manifest(self) -> dict[str, Any]:
+        """Device facts for the environment manifest."""
+        return {}
+
+    def reset_peak_memory(self) -> None:  # noqa: B027  (a no-op default, by design)
+        """Start the device allocator's peak statistic afresh, where there is one."""
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak device memory allocated since the reset, or None without an allocator statistic."""
+        return None
+
+    def peak(self, dtype: str) -> Peak | None:
+        """The roofline ceilings of the share of the device this job runs on; None when unknown."""
+        return None
+
+    def compiled_artifact_count(self) -> int | None:
+        """Compiled programs in the backend's cache (Neuron NEFFs); None where there is no such cache."""
+        return None

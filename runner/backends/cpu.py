@@ -1,0 +1,58 @@
+"""backend=cpu: the host CPU. Nothing to synchronise; peaks come from a calibration."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+import torch
+
+from runner.backends.base import WHOLE_MACHINE, Backend, Slot
+from runner.backends.peaks import Peak, cpu_peak
+from runner.config import BackendConfig
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class CpuBackend(Backend):
+    """Host CPU: CPU activity only, a Chrome trace per profiler cycle."""
+
+    name = "cpu"
+
+    @classmethod
+    def available(cls) -> bool:
+        """There is always a CPU."""
+        return True
+
+    @classmethod
+    def plan_slots(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+        """`cpu_count / jobs` threads per job (one job per core when jobs=0)."""
+        if jobs == 1:
+            return [WHOLE_MACHINE]
+        cpus = os.cpu_count() or 1
+        count = jobs or cpus
+        threads = str(max(1, cpus // count))
+        env = tuple((variable, threads) for variable in THREAD_VARIABLES)
+        return [Slot(f"CPU slot {i} ({threads} threads)", env) for i in range(count)]
+
+    @property
+    def device(self) -> torch.device:
+        """The host CPU."""
+        return torch.device("cpu")
+
+    def device_name(self) -> str:
+        """The processor as the platform names it."""
+        return platform.processor() or platform.machine()
+
+    def placement(self) -> str:
+        """The threads torch uses, which a parallel launcher sets per job."""
+        return f"{self.device_name()}, {torch.get_num_threads()} threads"
+
+    def manifest(self) -> dict[str, Any]:
+        """CPU count, machine and torch's thread count."""
+        return {"cpu.count": os.cpu_count(), "cpu.machine": platform.machine(), "cpu.threads": torch.get_num_threads()}
+
+    def peak(self, dtype: str) -> Peak | None:
+        """Measured once per machine and thread count, then cached."""
+        return cpu_peak(dtype)

@@ -1,0 +1,85 @@
+"""backend=cuda: an NVIDIA GPU, the baseline for the same workload."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity
+
+from runner.backends.base import WHOLE_MACHINE, Backend, Slot
+from runner.backends.peaks import Peak, datasheet_peak
+from runner.config import BackendConfig
+
+# GPU name fragment -> conf/peaks.yaml entry
+GPU_PEAKS = {"H200": "h200_sxm", "H100": "h100_sxm"}
+VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+class CudaBackend(Backend):
+    """CUDA activity, torch.cuda.synchronize before clocks and profiler steps."""
+
+    name = "cuda"
+
+    @classmethod
+    def available(cls) -> bool:
+        """A CUDA device is visible to torch."""
+        return torch.cuda.is_available()
+
+    @classmethod
+    def plan_slots(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+        """One GPU per job, out of the visible ones (one job per GPU when jobs=0)."""
+        if jobs == 1:
+            return [WHOLE_MACHINE]
+        visible = os.environ.get(VISIBLE_DEVICES_ENV)
+        gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+        return [Slot(f"GPU {gpu}", ((VISIBLE_DEVICES_ENV, gpu),)) for gpu in gpus[: jobs or len(gpus)]]
+
+    @property
+    def device(self) -> torch.device:
+        """The first visible GPU."""
+        return torch.device("cuda")
+
+    def device_name(self) -> str:
+        """The GPU's marketing name, e.g. 'NVIDIA H200'."""
+        return torch.cuda.get_device_name(self.device)
+
+    def placement(self) -> str:
+        """The GPU, and which of the host's it is when a launcher chose it."""
+        visible = os.environ.get(VISIBLE_DEVICES_ENV)
+        return f"{self.device_name()} ({VISIBLE_DEVICES_ENV}={visible})" if visible else self.device_name()
+
+    def synchronize(self) -> None:
+        """CUDA kernels run asynchronously; wait so timings and traces are complete."""
+        torch.cuda.synchronize(self.device)
+
+    def activities(self) -> list[ProfilerActivity]:
+        """CPU ops plus CUDA kernels and memcpys."""
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+    def reset_peak_memory(self) -> None:
+        """Reset the CUDA caching allocator's peak."""
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak bytes allocated by tensors, after synchronising."""
+        self.synchronize()
+        return int(torch.cuda.max_memory_allocated(self.device))
+
+    def peak(self, dtype: str) -> Peak | None:
+        """H100 or H200 by name; other GPUs have no entry (set measure.peak)."""
+        name = self.device_name()
+        entry = next((entry for model, entry in GPU_PEAKS.items() if model in name), None)
+        return datasheet_peak(entry, 1, dtype) if entry else None
+
+    def manifest(self) -> dict[str, Any]:
+        """The GPU, its compute capability and the CUDA torch was built with."""
+        major, minor = torch.cuda.get_device_capability(self.device)
+        return {
+            "cuda.device": self.device_name(),
+            "cuda.device_count": torch.cuda.device_count(),
+            "cuda.capability": f"{major}.{minor}",
+            "cuda.version": torch.version.cuda,
+            "cuda.visible_devices": os.environ.get(VISIBLE_DEVICES_ENV),
+        }

@@ -1,0 +1,124 @@
+"""A job's life, in one place: its status file, its MLflow run, its error, the failure policy.
+
+Each job keeps `job_status.json` in its output directory: RUNNING (with its MLflow run id)
+while it works, then FINISHED, FAILED or SKIPPED. A job that dies hard never gets past
+RUNNING, so whoever reads the file later (the launcher that saw the process die, or the
+cleanup at the end of the sweep) closes its MLflow run with `close_dead_job`. Files on the
+shared sweep directory work the same for in-process, local-process and Slurm launchers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from runner import names
+from runner.config import ConfigError, JobInfo, TrackingConfig
+
+log = logging.getLogger(__name__)
+STATUS_FILE = "job_status.json"
+# Set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is
+# summarised one sweep at a time.
+SWEEP_ID_ENV = "RUNNER_SWEEP_ID"
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+
+
+def write_status(job_dir: Path, **fields: Any) -> None:
+    """Merge `fields` into the job's status file (written whole, via a rename)."""
+    path = job_dir / STATUS_FILE
+    status = read_status(job_dir) or {}
+    status.update(fields, updated=time.time())
+    job_dir.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(status, indent=2))
+    temporary.replace(path)
+
+
+def read_status(job_dir: Path) -> dict[str, Any] | None:
+    """The job's status, or None when it never started."""
+    path = job_dir / STATUS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def close_dead_job(job_dir: Path, reason: str, tracking_uri: str | None) -> None:
+    """Record that a job died without closing its run, and mark that run FAILED in MLflow."""
+    status = read_status(job_dir) or {}
+    if status.get("status") not in (None, "RUNNING"):
+        return
+    write_status(job_dir, status="FAILED", error=reason)
+    run_id = status.get("run_id")
+    if run_id and tracking_uri:
+        from mlflow import MlflowClient
+
+        from runner.tracking import fail_run
+
+        fail_run(MlflowClient(tracking_uri), run_id, reason)
+
+
+class JobLife:
+    """Owns one job from start to end.
+
+    `running()` wraps the whole job: status RUNNING, then FINISHED, SKIPPED or FAILED, and
+    the failure policy (in a sweep a failed job is recorded and the sweep goes on; alone,
+    the error propagates). `run()` wraps the job's MLflow run: opened, tagged with the error
+    and its traceback when the job raises, closed FINISHED or FAILED.
+    """
+
+    def __init__(self, job: JobInfo, sweeping: bool = False) -> None:
+        self.job = job
+        self.sweeping = sweeping
+        self.skipped = False
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Run the job's body; in a sweep, a failure is recorded and swallowed."""
+        write_status(
+            self.job.output_dir,
+            status="RUNNING",
+            overrides=" ".join(self.job.overrides),
+            pid=os.getpid(),
+            sweep_id=os.environ.get(SWEEP_ID_ENV),
+            run_id=None,
+            error=None,
+        )
+        try:
+            yield
+        except Exception as err:
+            write_status(self.job.output_dir, status="FAILED", error=one_line(err))
+            if not self.sweeping:
+                raise
+            log.error("job failed, the sweep goes on: %s", one_line(err), exc_info=not isinstance(err, ConfigError))
+            return
+        if not self.skipped:
+            write_status(self.job.output_dir, status="FINISHED")
+
+    def skip(self, run_id: str) -> None:
+        """Record that the configuration already has a FINISHED run, so there is nothing to do."""
+        self.skipped = True
+        write_status(self.job.output_dir, status="SKIPPED", run_id=run_id)
+
+    @contextmanager
+    def run(self, tracking: TrackingConfig) -> Iterator[Any]:
+        """The job's MLflow run (a `NullRun` with tracking off), closed FAILED with the error on failure."""
+        from runner.tracking import open_run
+
+        with open_run(tracking, self.job.run_name) as run:
+            write_status(self.job.output_dir, run_id=run.run_id)
+            try:
+                yield run
+            except Exception as err:
+                run.set_tags({names.TAG_ERROR: one_line(err)})
+                run.log_text(traceback.format_exc(), "error.txt")
+                raise

@@ -1,0 +1,111 @@
+"""Every metric and tag name the runner writes, defined once.
+
+The code that writes a name and the code that reads it (the comparison, the plots, the
+tests) import it from here, so a rename cannot leave a reader behind. Metric names use
+slashes (`time/step_median_ms`) so the MLflow UI groups them; tag names use dots.
+"""
+
+from __future__ import annotations
+
+# --- metrics: the measurement phases (runner.measure) ---
+STEP_MEDIAN_MS = "time/step_median_ms"
+STEP_MEAN_MS = "time/step_mean_ms"
+STEP_MIN_MS = "time/step_min_ms"
+STEP_P10_MS = "time/step_p10_ms"
+STEP_P90_MS = "time/step_p90_ms"
+STEP_IQR_MS = "time/step_iqr_ms"
+STEP_CV = "time/step_cv"
+REPEAT_CV = "time/repeat_cv"
+FIRST_CALL_S = "time/first_call_s"
+MEASURED_S = "time/measured_s"
+JOB_S = "time/job_s"
+PROFILED_STEP_MS = "time/profiled_step_ms"
+PROFILER_STEP_MS = "profiler/step_ms"
+PROFILER_OVERHEAD_PCT = "profiler/overhead_pct"
+PROFILER_ACTIVE_STEPS = "profiler/active_steps"
+COMPILE_GRAPHS = "compile/graphs"
+COMPILE_NEFFS_NEW = "compile/neffs_new"
+
+# --- metrics: the op table ---
+CPU_SELF_TOTAL_MS = "cpu/self_total_ms"
+DEVICE_SELF_TOTAL_MS = "device/self_total_ms"
+OPS_DEVICE_KERNELS = "ops/device_kernels"
+OPS_ATEN = "ops/aten_ops"
+OPS_CALLS_PER_STEP = "ops/calls_per_step"
+OPS_TOP_SHARE = "ops/top_op_share"
+
+# --- metrics: memory, accuracy, roofline ---
+PEAK_DEVICE_MB = "memory/peak_device_mb"
+PEAK_HOST_RSS_MB = "memory/peak_host_rss_mb"
+ACCURACY_MAX_ABS_ERR = "accuracy/max_abs_err"
+ACCURACY_MAX_REL_ERR = "accuracy/max_rel_err"
+ACCURACY_TOLERANCE = "accuracy/tolerance"
+ROOFLINE_BYTES = "roofline/bytes"
+ROOFLINE_FLOPS = "roofline/flops"
+ROOFLINE_STEP_MS = "roofline/step_ms"
+ROOFLINE_ACHIEVED_GBPS = "roofline/achieved_gbps"
+ROOFLINE_ACHIEVED_GFLOPS = "roofline/achieved_gflops"
+ROOFLINE_INTENSITY = "roofline/intensity"
+ROOFLINE_PEAK_GBPS = "roofline/peak_gbps"
+ROOFLINE_PEAK_GFLOPS = "roofline/peak_gflops"
+ROOFLINE_BANDWIDTH_FRACTION = "roofline/bandwidth_fraction"
+ROOFLINE_COMPUTE_FRACTION = "roofline/compute_fraction"
+
+# --- metrics: a Neuron capture and neuron-explorer's summary ---
+NEURON_CAPTURE_OK = "neuron/capture_ok"
+NEURON_CAPTURE_FILES = "neuron/capture_files"
+NEURON_CAPTURE_BYTES = "neuron/capture_bytes"
+NEURON_NTFF_FILES = "neuron/ntff_files"
+NEURON_NEFF_FILES = "neuron/neff_files"
+NEURON_PB_FILES = "neuron/pb_files"
+NEURON_DROPPED_EVENTS = "neuron/dropped_events"
+NEURON_PROFILES = "neuron/profiles"
+NEURON_TOTAL_TIME_SUM = "neuron/total_time_sum"
+# neuron-explorer's own summary metrics are logged under this prefix, with its names
+NEURON_SUMMARY_PREFIX = "neuron/"
+
+# --- tags: what ran where ---
+TAG_WORKLOAD = "runner.workload"
+TAG_WORKLOAD_TARGET = "runner.workload_target"
+TAG_BACKEND = "runner.backend"
+TAG_BACKEND_REQUESTED = "runner.backend_requested"
+TAG_DEVICE = "runner.device"
+# the device share the job got: NeuronCores, a GPU, or CPU threads
+TAG_PLACEMENT = "runner.placement"
+TAG_HOST = "runner.host"
+TAG_PID = "runner.pid"
+TAG_OVERRIDES = "runner.overrides"
+TAG_OUTPUT_DIR = "runner.output_dir"
+TAG_GIT_COMMIT = "runner.git_commit"
+TAG_CONFIG_HASH = "runner.config_hash"
+TAG_VERSION_PREFIX = "runner.version."
+TAG_ENV_PREFIX = "env."
+TAG_TOP_OP = "runner.top_op"
+TAG_DEVICE_TIME = "runner.device_time"
+TAG_ERROR = "runner.error"
+TAG_ARTIFACTS_KEPT_LOCAL = "runner.artifacts_kept_local"
+# "warning" when the output holds NaN or infinity, with the count in the detail
+TAG_OUTPUT_FINITE = "runner.output_finite"
+
+# --- tags: the sweep's parent run ---
+TAG_SWEEP = "runner.sweep"
+TAG_SWEEP_DIR = "runner.sweep_dir"
+TAG_FAILED_JOBS = "runner.failed_jobs"
+TAG_SKIPPED_JOBS = "runner.skipped_jobs"
+
+# --- tags: accuracy and roofline ---
+TAG_ACCURACY = "accuracy.check"
+TAG_ACCURACY_DETAIL = "accuracy.detail"
+TAG_ROOFLINE_PEAK = "roofline.peak"
+
+# --- tags: Neuron ---
+TAG_NEURON_CAPTURE = "neuron.capture"
+TAG_NEURON_CAPTURE_PROBLEMS = "neuron.capture_problems"
+TAG_NEURON_CORRELATE = "neuron.correlate_device_time"
+TAG_NEURON_EXPLORER = "neuron.explorer"
+# set when a job pins more NeuronCores than its workload executes on
+TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
+
+# --- manifest keys (environment.json), read back by tests ---
+MANIFEST_NEURON_CORE_COUNT = "neuron.core_count"
+MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"

@@ -1,0 +1,1 @@
+"""Reports: the console summary, reading runs back from MLflow, the comparison's plots."""

@@ -1,0 +1,47 @@
+"""What the terminal shows at the end of a job."""
+
+from __future__ import annotations
+
+from runner import names
+from runner.measure.optable import self_time_by_op
+from runner.result import JobResult
+
+TOP_OPS = 5
+
+
+def job_summary(run_name: str, placement: str, result: JobResult, where: str) -> str:
+    """A short block: where it ran, headline numbers, the top ops, warnings, the trace and the run."""
+    m, tags, table, trace_dir = result.metrics, result.tags, result.table, result.capture_dir
+    lines = [
+        f"== {run_name} ==",
+        f"ran on: {placement}",
+        f"steady state: median {m[names.STEP_MEDIAN_MS]:.4f} ms/step (p10 {m[names.STEP_P10_MS]:.4f}, "
+        f"p90 {m[names.STEP_P90_MS]:.4f}, cv {m[names.STEP_CV]:.2f}); first call {m[names.FIRST_CALL_S]:.3f} s",
+    ]
+    if names.PROFILER_OVERHEAD_PCT in m:
+        lines.append(
+            f"profiled step: {m[names.PROFILER_STEP_MS]:.4f} ms "
+            f"({m[names.PROFILER_OVERHEAD_PCT]:+.1f}% profiler overhead)"
+        )
+    if names.TAG_ACCURACY in tags:
+        lines.append(f"accuracy: {tags[names.TAG_ACCURACY]} ({tags.get(names.TAG_ACCURACY_DETAIL, '')})")
+    if names.ROOFLINE_ACHIEVED_GBPS in m:
+        lines.append(
+            f"roofline: {m[names.ROOFLINE_ACHIEVED_GBPS]:.2f} GB/s = {m[names.ROOFLINE_BANDWIDTH_FRACTION]:.1%} of "
+            f"{m[names.ROOFLINE_PEAK_GBPS]:.1f} GB/s; {m[names.ROOFLINE_ACHIEVED_GFLOPS]:.2f} GFLOP/s "
+            f"[{tags[names.TAG_ROOFLINE_PEAK]}]"
+        )
+    by_op = self_time_by_op(table)
+    total = sum(by_op.values())
+    if by_op:
+        clock = "device" if table.has_device_time else "CPU"
+        lines.append(f"top ops by self {clock} time over {table.active_steps} active step(s):")
+        for name, ms in list(by_op.items())[:TOP_OPS]:
+            share = ms / total if total else 0.0
+            lines.append(f"  {ms:10.3f} ms  {share:6.1%}  {name}")
+    traces = sorted(trace_dir.rglob("*.json")) if trace_dir.is_dir() else []
+    if traces:
+        lines.append(f"trace: {traces[-1]}  (open in https://ui.perfetto.dev or chrome://tracing)")
+    lines += [f"WARNING: {warning}" for warning in result.warnings]
+    lines.append(where)
+    return "\n".join(lines)

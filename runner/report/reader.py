@@ -1,0 +1,89 @@
+"""Reading runs back from MLflow: names, metrics, op tables and a sweep's jobs.
+
+The comparison and its plots both read through here, so neither depends on the other.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+
+def label(run: Run) -> str:
+    """The run's readable name."""
+    return str(run.info.run_name or run.info.run_id[:8])
+
+
+def metric(run: Run, key: str) -> float | None:
+    """A metric of the run, None when absent or NaN."""
+    value = run.data.metrics.get(key)
+    return None if value is None or math.isnan(value) else value
+
+
+def op_table(client: MlflowClient, run: Run) -> dict[str, Any]:
+    """The run's key_averages.json artifact ({"columns": [...], "data": [...]}), or empty."""
+    try:
+        path = client.download_artifacts(run.info.run_id, "key_averages.json")
+    except Exception:
+        return {"columns": [], "data": []}
+    with open(path) as f:
+        return dict(json.load(f))
+
+
+@dataclass
+class OpStats:
+    """One op of one run, merged across input shapes: per-step numbers and per-cycle samples."""
+
+    calls_per_step: float = 0.0
+    self_ms_per_step: float = 0.0
+    cycle_samples: list[float] | None = None
+
+
+def per_op(table: dict[str, Any], active_steps: float) -> dict[str, OpStats]:
+    """Merge an op table's rows by op name (device self time when present, else CPU)."""
+    columns = table["columns"]
+    clock = "self_device_ms" if "self_device_ms" in columns else "self_cpu_ms"
+    ops: dict[str, OpStats] = defaultdict(OpStats)
+    for values in table["data"]:
+        row = dict(zip(columns, values, strict=True))
+        if str(row["name"]).startswith("ProfilerStep"):
+            continue
+        stats = ops[row["name"]]
+        stats.calls_per_step += row["calls_per_step"]
+        stats.self_ms_per_step += row[clock] / active_steps
+        if row.get("cycle_self_ms"):
+            samples = json.loads(row["cycle_self_ms"])
+            merged = stats.cycle_samples or [0.0] * len(samples)
+            stats.cycle_samples = [a + b for a, b in zip(merged, samples, strict=False)]
+    return dict(ops)
+
+
+def latest_sweep(client: MlflowClient, experiment_id: str) -> Run:
+    """The most recent sweep parent run of the experiment."""
+    parents = client.search_runs([experiment_id], "tags.`runner.sweep` = 'true'", order_by=["start_time DESC"])
+    if not parents:
+        raise SystemExit("error: no sweep in this experiment; run one with python -m runner -m ..., or pass --runs")
+    return parents[0]
+
+
+def sweep_children(client: MlflowClient, experiment_id: str, parent: Run) -> list[Run]:
+    """A sweep's job runs, oldest first."""
+    query = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+    return list(client.search_runs([experiment_id], query, order_by=["start_time ASC"]))
+
+
+def find_sweep(client: MlflowClient, experiment_id: str, key: str) -> Run:
+    """A sweep parent by run id or by run name."""
+    try:
+        return client.get_run(key)
+    except Exception:
+        found = client.search_runs([experiment_id], f"attributes.run_name = '{key}'")
+        if not found:
+            raise SystemExit(f"error: --sweep {key!r} is neither a run id nor a run name in this experiment") from None
+        return found[0]

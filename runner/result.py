@@ -1,0 +1,109 @@
+"""A job's result as data: the phases' numbers, what is derived from them, the capture's report.
+
+`collect_result` builds one `JobResult`; `runner.tracking` logs it with one call and
+`runner.report.console` prints it with one call. Nothing here writes anywhere.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runner import names
+from runner.backends.base import Backend, CaptureReport
+from runner.backends.peaks import Peak
+from runner.config import RunSpec
+from runner.measure.accuracy import check_accuracy, check_finite
+from runner.measure.build import BuiltWorkload
+from runner.measure.optable import OpTable, self_time_by_op
+from runner.measure.phases import Measurement
+from runner.measure.roofline import roofline_metrics
+from workloads.base import CostModel
+
+MIB = 2**20
+# A training step costs about three forwards: the backward computes gradients for both the
+# inputs and the weights (twice the forward's matmul FLOPs) and reads and writes as much again.
+TRAIN_COST_FACTOR = 3
+
+
+@dataclass
+class JobResult:
+    """Everything one job found, ready to log and to print."""
+
+    metrics: dict[str, float]
+    tags: dict[str, Any]
+    table: OpTable
+    # key_averages().table(): the profiler's own printed table
+    printed_table: str
+    # where the profiler wrote its traces (logged as an artifact folder of the same name)
+    capture_dir: Path
+    # extra text artifacts: file name -> content
+    texts: dict[str, str] = field(default_factory=dict)
+    # what the console shows as warnings under the summary
+    warnings: list[str] = field(default_factory=list)
+
+
+def derived_metrics(
+    spec: RunSpec, workload: BuiltWorkload, backend: Backend, result: Measurement, peak: Peak | None
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Metrics and tags computed from the phases: timing, memory, finiteness, accuracy, roofline."""
+    metrics = result.metrics()
+    peak_device = backend.peak_memory_bytes()
+    if peak_device is not None:
+        metrics[names.PEAK_DEVICE_MB] = peak_device / MIB
+    # ru_maxrss is in KiB on Linux: the process's peak, which in a sweep run in one process
+    # includes the jobs before this one
+    metrics[names.PEAK_HOST_RSS_MB] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    by_op = self_time_by_op(result.table)
+    device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
+    tags: dict[str, Any] = {names.TAG_TOP_OP: next(iter(by_op), None), names.TAG_DEVICE_TIME: device_time}
+    # after the phases, so compilation stays in the first call; in train_step mode the
+    # module and its reference both see the updated weights
+    with torch.no_grad():
+        output = workload.module(*workload.inputs)
+    tags.update(check_finite(output))
+    if spec.measure.accuracy:
+        accuracy, accuracy_tags = check_accuracy(workload.eager, workload.inputs, output, spec.workload.dtype)
+        metrics.update(accuracy)
+        tags.update(accuracy_tags)
+    if not isinstance(workload.eager, CostModel):
+        tags[names.TAG_ROOFLINE_PEAK] = "none: the workload declares no bytes/FLOPs model"
+    elif peak is None:
+        tags[names.TAG_ROOFLINE_PEAK] = f"none: no peak figure for {backend.device_name()}; set measure.peak"
+    else:
+        factor = TRAIN_COST_FACTOR if spec.workload.mode == "train_step" else 1
+        cost = workload.eager.bytes_moved(*workload.inputs), workload.eager.flop_count(*workload.inputs)
+        metrics.update(roofline_metrics(cost[0] * factor, cost[1] * factor, metrics[names.STEP_MEDIAN_MS], peak))
+        tags[names.TAG_ROOFLINE_PEAK] = peak.source
+    return metrics, tags
+
+
+def collect_result(
+    spec: RunSpec,
+    workload: BuiltWorkload,
+    backend: Backend,
+    measurement: Measurement,
+    peak: Peak | None,
+    capture: CaptureReport,
+    capture_dir: Path,
+) -> JobResult:
+    """One result from the phases, the derived numbers and the backend's capture report."""
+    metrics, tags = derived_metrics(spec, workload, backend, measurement, peak)
+    metrics.update(capture.metrics)
+    tags.update(capture.tags)
+    warnings = list(capture.warnings)
+    if tags.get(names.TAG_OUTPUT_FINITE, "true") != "true":
+        warnings.append(f"the workload's output is not finite: {tags[names.TAG_OUTPUT_FINITE]}")
+    return JobResult(
+        metrics=metrics,
+        tags=tags,
+        table=measurement.table,
+        printed_table=measurement.printed_table,
+        capture_dir=capture_dir,
+        texts=dict(capture.texts),
+        warnings=warnings,
+    )
