@@ -210,6 +210,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m runner.compare", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", help="sweep parent run id or name (default: the latest sweep)")
     parser.add_argument("--runs", nargs="+", metavar="ID", help="compare these runs instead of a sweep")
+    parser.add_argument(
+        "--uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI),
+        help=f"MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})",
+    )
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: runner)")
     parser.add_argument("--baseline", help="run id or workload name for speedups (default: the first run)")
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
@@ -220,7 +225,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison (and, for two runs, the per-op diff)."""
     args = parse_args(argv)
-    client = MlflowClient(os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI))
+    client = MlflowClient(args.uri)
     experiment = client.get_experiment_by_name(args.experiment)
     if experiment is None:
         raise SystemExit(f"error: --experiment {args.experiment!r} does not exist in this tracking store")

@@ -51,8 +51,9 @@ class Study:
         self.parent = next(r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true")
         self.children = {r.data.tags[names.TAG_WORKLOAD]: r for r in runs if r.info.run_id != self.parent.info.run_id}
 
-    def compare(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "MLFLOW_TRACKING_URI": self.uri}
+    def compare(self, *args: str, uri: str | None = None) -> subprocess.CompletedProcess[str]:
+        """`python -m runner.compare` with the study's store in MLFLOW_TRACKING_URI (or `uri` there)."""
+        env = {**os.environ, "MLFLOW_TRACKING_URI": uri or self.uri}
         return subprocess.run([sys.executable, "-m", "runner.compare", *args], cwd=REPO, env=env,
                               capture_output=True, text=True)  # fmt: skip
 
@@ -96,6 +97,9 @@ def test_compare_cli_formats_and_default_sweep(study: Study) -> None:
     assert [row["run"].split()[0] for row in as_json] == list(VARIANTS)
     as_csv = list(csv.DictReader(io.StringIO(study.compare("--format", "csv", "--baseline", "rmsnorm_builtin").stdout)))
     assert next(r for r in as_csv if r["run"].startswith("rmsnorm_builtin"))["speedup"] == "1.00x"
+    # --uri wins over the environment
+    pointed = study.compare("--format", "json", "--uri", study.uri, uri="sqlite:////nonexistent/elsewhere.db")
+    assert pointed.returncode == 0 and json.loads(pointed.stdout) == as_json
     bad = study.compare("--baseline", "nothing")
     assert bad.returncode != 0 and "--baseline 'nothing' matches no compared run" in bad.stderr
 

@@ -43,27 +43,24 @@ def test_three_job_sweep_on_slurm(tmp_path: Path, tracking_uri: str, slurm_env: 
     assert {r.data.tags["env.SLURM_JOB_PARTITION"] for r in children} == {"debug"}
 
 
-def test_a_dead_slurm_job_yields_nan_instead_of_stopping_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dead_slurm_job_yields_nan_instead_of_stopping_the_sweep(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # The live cluster above has no accounting (sacct), which submitit needs to notice a dead
     # job, so the launcher's handling of one is checked here against submitit's own error.
     import submitit
     from hydra.core.utils import JobStatus
+    from submitit.core import plugins
     from submitit.core.utils import UncompletedJobError
 
-    from hydra_plugins.runner_launcher import slurm_launcher
-
-    class DeadJob:
-        job_id = "7"
+    from hydra_plugins.runner_launcher.slurm_launcher import SlurmLauncher, TolerantSlurmExecutor, TolerantSlurmJob
 
     def results_of_a_dead_job(job: object) -> list[object]:
         raise UncompletedJobError("Job 7 (task: 0) has not produced any output (state: OUT_OF_MEMORY)")
 
-    def stock_launch(self: object, job_overrides: object, initial_job_idx: int) -> list[object]:
-        return [submitit.Job.results(DeadJob())[0]]  # what the stock launcher does per job
-
-    monkeypatch.setattr(submitit.Job, "results", results_of_a_dead_job)
-    monkeypatch.setattr(slurm_launcher.SubmititSlurmLauncher, "launch", stock_launch)
-    launcher = slurm_launcher.SlurmLauncher.__new__(slurm_launcher.SlurmLauncher)
-    (ret,) = launcher.launch([["workload.seed=1"]], 0)
+    monkeypatch.setattr(submitit.SlurmJob, "results", results_of_a_dead_job)
+    (ret,) = TolerantSlurmJob(folder=tmp_path, job_id="7").results()
     assert ret.status == JobStatus.COMPLETED and math.isnan(ret.return_value)
-    assert submitit.Job.results is results_of_a_dead_job  # the patch is undone after launch
+    # the launcher reaches that job class through submitit's executor plugins, by name
+    assert plugins.get_executors()[SlurmLauncher._EXECUTOR] is TolerantSlurmExecutor
+    assert TolerantSlurmExecutor.job_class is TolerantSlurmJob
