@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import hydra
@@ -13,22 +14,33 @@ from omegaconf import DictConfig, OmegaConf
 from runner import CONF_DIR, names
 from runner.callbacks import UsageError
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
-from runner.job import JobLife
+from runner.job import ERROR_FILE, JobLife, one_line
+from runner.secrets import redact, redact_file, redact_log_records
+from runner.signals import exit_code_of
 
 register_schemas()
+redact_log_records()
+# what Hydra's sweeper writes into the sweep folder
+MULTIRUN_FILE = "multirun.yaml"
 # Overrides left out of run names: group selections (the workload is the name's first word)
 # and where results go.
-UNNAMED = ("workload=", "experiment=", "tracking=", "tracking.", "hydra.")
+UNNAMED = ("workload=", "experiment=", "tracking=", "tracking.", "hydra.", "resume=")
 
 
 def job_info() -> JobInfo:
-    """Describe this job from Hydra's runtime config."""
+    """Describe this job from Hydra's runtime config, with any credential in it masked.
+
+    Hydra has already written the composed config into the job's folder (and a sweep's
+    multirun.yaml beside it): those files are masked in place here, before anything else.
+    """
     hydra_cfg = HydraConfig.get()
     workload = hydra_cfg.runtime.choices.get("workload") or "custom"
-    overrides = list(hydra_cfg.overrides.task)
+    overrides = [redact(o) for o in hydra_cfg.overrides.task]
     shown = [o for o in overrides if not o.lstrip("+").startswith(UNNAMED)]
     output_dir = Path(hydra_cfg.runtime.output_dir)
     hydra_dir = output_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
+    for written in [*(hydra_dir.glob("*.yaml") if hydra_dir else []), output_dir.parent / MULTIRUN_FILE]:
+        redact_file(written)
     return JobInfo(" ".join([workload, *shown]), workload, overrides, output_dir, hydra_dir)
 
 
@@ -51,6 +63,9 @@ def run(cfg: DictConfig) -> float:
             metrics = run_experiment(spec, life.job, resolved, life, resume)  # type: ignore[arg-type]
     except ConfigError as err:
         raise UsageError(str(err)) from None
+    except Exception as err:  # recorded by the job's life: one line here, the traceback in error.txt
+        where = life.job.output_dir / ERROR_FILE
+        raise UsageError(f"the job failed: {one_line(err)} (traceback: {where}; its run is FAILED)") from err
     return metrics.get(names.STEP_MEDIAN_MS, math.nan)
 
 
@@ -58,4 +73,7 @@ main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="co
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: runs and status files are closed already
+        sys.exit(exit_code_of(stop))

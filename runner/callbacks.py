@@ -7,8 +7,10 @@ one-line error instead of a traceback.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import platform
 import sys
 import uuid
 from pathlib import Path
@@ -21,6 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from runner import names
 from runner.config import ConfigError, TrackingConfig
 from runner.job import SWEEP_ID_ENV
+from runner.secrets import redact
+from runner.signals import stop_on_signals
 from runner.sweep import summarise_sweep
 from runner.tracking import PARENT_RUN_ENV
 
@@ -56,11 +60,17 @@ def _tracking(config: DictConfig) -> TrackingConfig:
 
 
 class RunnerCallback(Callback):
-    """Checks output directories up front; opens and closes a sweep's parent run."""
+    """Checks output directories up front; opens and closes a sweep's parent run.
+
+    A sweep stopped by SIGINT or SIGTERM still gets its summary and a closed (KILLED)
+    parent: the stop unwinds the process, and an exit hook closes what is still open.
+    """
 
     def __init__(self) -> None:
         self.parent_run_id: str | None = None
         self.sweep_id = ""
+        self.sweep_dir = Path()
+        self.tracking: TrackingConfig | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Refuse an unwritable output directory before Hydra trips over it."""
@@ -70,62 +80,88 @@ class RunnerCallback(Callback):
         """Check the sweep directory; create the store, experiment and parent run once.
 
         Creating the store here, before any job starts, keeps parallel jobs from racing
-        on the first schema migration of a SQLite store.
+        on the first schema migration of a SQLite store. Parent runs of earlier sweeps on
+        this host whose process is gone are closed on the way.
         """
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
-        tracking = _tracking(config)
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+        tracking = self.tracking = _tracking(config)
+        stop_on_signals()
+        atexit.register(self._close_if_stopped)
         if not tracking.enabled:
             return
         from mlflow import MlflowClient
 
-        from runner.tracking import ensure_experiment, retry_locked
+        from runner.tracking import close_orphans, ensure_experiment, retry_locked
 
         experiment_id = ensure_experiment(tracking)
-        overrides = " ".join(config.hydra.overrides.task)
-        tags = {names.TAG_SWEEP: "true", names.TAG_OVERRIDES: overrides, names.TAG_SWEEP_DIR: config.hydra.sweep.dir}
-        run = retry_locked(
-            lambda: MlflowClient(tracking.uri).create_run(
-                experiment_id, run_name=f"sweep {overrides}".strip(), tags=tags
-            )
-        )
+        client = MlflowClient(tracking.uri)
+        close_orphans(client, client.search_runs([experiment_id], f"tags.`{names.TAG_SWEEP}` = 'true'"))
+        overrides = redact(" ".join(config.hydra.overrides.task))
+        tags = {
+            names.TAG_SWEEP: "true",
+            names.TAG_OVERRIDES: overrides,
+            names.TAG_SWEEP_DIR: config.hydra.sweep.dir,
+            names.TAG_HOST: platform.node(),
+            names.TAG_PID: str(os.getpid()),
+        }
+        run = retry_locked(lambda: client.create_run(experiment_id, run_name=f"sweep {overrides}".strip(), tags=tags))
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
         log.info("sweep parent run %s in experiment '%s'", self.parent_run_id, tracking.experiment)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Close dead jobs' runs, print the summary, close the parent; exit 1 if a job failed."""
+        if self._close(stopped=False):
+            # Hydra turns callback exceptions into warnings; SystemExit is how a sweep fails
+            sys.exit(1)
+
+    def _close_if_stopped(self) -> None:
+        """At exit: a sweep that never reached on_multirun_end was stopped; close it as KILLED."""
+        if self.sweep_id:
+            self._close(stopped=True)
+
+    def _close(self, stopped: bool) -> bool:
+        """Summarise the jobs, report and close the parent; True when the sweep failed."""
         os.environ.pop(PARENT_RUN_ENV, None)
         os.environ.pop(SWEEP_ID_ENV, None)
-        tracking = _tracking(config)
-        summary = summarise_sweep(
-            Path(config.hydra.sweep.dir), self.sweep_id, tracking.uri if tracking.enabled else None
-        )
-        text = "\n".join(summary.lines())
+        tracking, sweep_id, self.sweep_id = self.tracking, self.sweep_id, ""
+        enabled = tracking is not None and tracking.enabled
+        summary = summarise_sweep(self.sweep_dir, sweep_id, tracking.uri if tracking and enabled else None)
+        lines = summary.lines()
+        if stopped:
+            lines.insert(0, "sweep stopped by a signal: the job in flight was closed KILLED, the rest did not run")
+        elif not summary.total:
+            lines.insert(0, "sweep: no job to run (the sweep's overrides expand to nothing)")
+        text = "\n".join(lines)
         print(text, flush=True)
-        if self.parent_run_id is not None:
+        failed = stopped or bool(summary.failed) or not summary.total
+        if self.parent_run_id is not None and tracking is not None:
             from mlflow import MlflowClient
 
             from runner.tracking import retry_locked
 
             client, parent = MlflowClient(tracking.uri), self.parent_run_id
-            self._report(client, Path(config.hydra.sweep.dir))
+            if summary.reused_run_ids:
+                reused = ",".join(summary.reused_run_ids)
+                retry_locked(lambda: client.set_tag(parent, names.TAG_REUSED_RUNS, reused))
+            self._report(client)
             retry_locked(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
             retry_locked(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
             retry_locked(lambda: client.log_text(parent, text + "\n", "sweep_summary.txt"))
-            retry_locked(lambda: client.set_terminated(parent, "FAILED" if summary.failed else "FINISHED"))
+            status = "KILLED" if stopped else "FAILED" if failed else "FINISHED"
+            retry_locked(lambda: client.set_terminated(parent, status))
             self.parent_run_id = None
-        if summary.failed:
-            # Hydra turns callback exceptions into warnings; SystemExit is how a sweep fails
-            sys.exit(1)
+        return failed
 
-    def _report(self, client: Any, sweep_dir: Path) -> None:
+    def _report(self, client: Any) -> None:
         """Print the side-by-side comparison and log it (table, markdown, plots) to the parent."""
         from runner.compare import report_sweep
 
         assert self.parent_run_id is not None
         try:
-            table = report_sweep(client, client.get_run(self.parent_run_id), sweep_dir / "comparison")
+            table = report_sweep(client, client.get_run(self.parent_run_id), self.sweep_dir / "comparison")
         except Exception as err:  # the comparison is a view of the results, never worth losing them over
             log.warning("could not build the sweep comparison: %s", err)
             return

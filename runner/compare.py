@@ -24,7 +24,18 @@ from mlflow.entities import Run
 from runner import names
 from runner.config import TrackingConfig
 from runner.measure.stats import mann_whitney_p
-from runner.report.reader import find_sweep, label, latest_sweep, metric, op_table, per_op, sweep_children
+from runner.report.reader import (
+    find_sweep,
+    is_reused,
+    label,
+    latest_sweep,
+    metric,
+    op_table,
+    per_op,
+    sweep_children,
+)
+from runner.secrets import redact
+from runner.store import sqlite_path
 
 # the same store and experiment a job logs to by default (tracking=local)
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
@@ -108,8 +119,11 @@ def _percent(fraction: float | None) -> float | None:
     return None if fraction is None else fraction * 100
 
 
-def comparison_rows(runs: list[Run], baseline: Run | None) -> list[dict[str, str]]:
-    """One row per run: its rank by median (1 = fastest) and its speedup against `baseline`."""
+def comparison_rows(runs: list[Run], baseline: Run | None, parent: Run | None = None) -> list[dict[str, str]]:
+    """One row per run: its rank by median (1 = fastest) and its speedup against `baseline`.
+
+    With the sweep's `parent`, runs the sweep reused instead of running are marked so.
+    """
     base = metric(baseline, names.STEP_MEDIAN_MS) if baseline is not None else None
     medians = sorted(m for m in (metric(r, names.STEP_MEDIAN_MS) for r in runs) if m is not None)
     rows = []
@@ -117,7 +131,10 @@ def comparison_rows(runs: list[Run], baseline: Run | None) -> list[dict[str, str
         median = metric(run, names.STEP_MEDIAN_MS)
         row = {"rank": str(medians.index(median) + 1) if median is not None else "-"}
         row.update({c.header: str(c.value(run)) for c in COLUMNS})
+        if is_reused(run, parent):
+            row["status"] += " (reused)"
         row["speedup"] = f"{base / median:.2f}x" if base and median else "-"
+        row["run id"] = run.info.run_id
         rows.append(row)
     return rows
 
@@ -176,6 +193,21 @@ def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
     return rows
 
 
+def find_run(client: MlflowClient, experiment_id: str, key: str) -> Run:
+    """A run by its id, or by an unambiguous prefix of it (as the MLflow UI shortens them)."""
+    matches = [
+        run.info.run_id
+        for run in client.search_runs([experiment_id], max_results=50000)
+        if run.info.run_id.startswith(key)
+    ]
+    if len(matches) != 1:
+        found = "no run" if not matches else f"{len(matches)} runs"
+        raise SystemExit(
+            f"error: --runs {key!r}: {found} in this experiment has an id starting so; give more of the id"
+        )
+    return client.get_run(matches[0])
+
+
 def pick_baseline(runs: list[Run], key: str | None) -> Run | None:
     """--baseline as a run id or a workload name; by default the first run."""
     if key is None:
@@ -192,7 +224,7 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     The parent gets `comparison.json` (an MLflow table), `comparison.md` and `plots/*.png`.
     """
     runs = sweep_children(client, parent.info.experiment_id, parent)
-    rows = comparison_rows(runs, pick_baseline(runs, None))
+    rows = comparison_rows(runs, pick_baseline(runs, None), parent)
     if not rows:
         return "no job runs to compare"
     run_id = parent.info.run_id
@@ -225,22 +257,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison (and, for two runs, the per-op diff)."""
     args = parse_args(argv)
+    path = sqlite_path(args.uri)
+    if path is not None and not path.is_file():
+        raise SystemExit(f"error: --uri {redact(args.uri)}: no MLflow store there (run a job first, or pass --uri)")
     client = MlflowClient(args.uri)
     experiment = client.get_experiment_by_name(args.experiment)
     if experiment is None:
         raise SystemExit(f"error: --experiment {args.experiment!r} does not exist in this tracking store")
+    parent = None
     if args.runs:
-        runs = [client.get_run(run_id) for run_id in args.runs]
+        runs = [find_run(client, experiment.experiment_id, key) for key in args.runs]
     else:
         parent = find_sweep(client, experiment.experiment_id, args.sweep) if args.sweep else None
-        runs = sweep_children(
-            client, experiment.experiment_id, parent or latest_sweep(client, experiment.experiment_id)
-        )
+        parent = parent or latest_sweep(client, experiment.experiment_id)
+        runs = sweep_children(client, experiment.experiment_id, parent)
     baseline = pick_baseline(runs, args.baseline)
-    print(render(comparison_rows(runs, baseline), args.format))
-    if len(runs) == 2 and args.format == "table":
-        print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}")
-        print(render(op_diff(client, runs[0], runs[1]), "table"))
+    rows = comparison_rows(runs, baseline, parent)
+    diff = op_diff(client, runs[0], runs[1]) if len(runs) == 2 else None
+    if args.format == "json":  # one document: the runs, and the per-op diff of two
+        print(json.dumps({"runs": rows, "op_diff": diff} if diff is not None else rows, indent=2))
+    else:
+        print(render(rows, args.format))
+    if diff is not None and args.format != "json":
+        print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
+        print(render(diff, args.format))
     if args.plots:
         from runner.report.plots import write_plots
 

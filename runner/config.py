@@ -8,10 +8,11 @@ This module must stay free of torch and mlflow imports: `python -m runner --help
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -232,6 +233,17 @@ class TrackingConfig:
             raise ConfigError("tracking.experiment must name an MLflow experiment, e.g. runner; got ''")
 
 
+# Keys of the composed config: the groups, and resume (sweeps skip FINISHED configurations).
+TOP_LEVEL_KEYS = ("workload", "backend", "profiler", "schedule", "measure", "tracking", "resume")
+# The runner's own workload keys and their defaults, so every workload accepts them without a `+`.
+WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "dtype": "float32",
+    "seed": 0,
+    "compile": False,
+    "mode": "forward",
+    "optimizer": "sgd",
+    "lr": 1e-3,
+}
 # the schema behind each config group the runner owns
 SCHEMAS: dict[str, type] = {
     "backend": BackendConfig,
@@ -348,6 +360,22 @@ def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
     return spec
 
 
+def _unknown_key(key: str, known: list[str]) -> ConfigError:
+    """The error for a key no schema has, with the nearest known key as a hint."""
+    group, _, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {group + '.' if group else ''}{close[0]}? " if close else ""
+    return ConfigError(f"{key} is not a config key; {hint}allowed{' in ' + group if group else ''}: {', '.join(known)}")
+
+
+def _check_keys(node: DictConfig, group: str) -> None:
+    """Refuse keys a `+` added to a group with a schema: Hydra lets `+measure.step=10` through."""
+    known = [f.name for f in fields(SCHEMAS[group])]
+    for key in node:
+        if key not in known:
+            raise _unknown_key(f"{group}.{str(key)}", known)
+
+
 def _to_object(node: DictConfig | ListConfig, key: str) -> Any:
     try:
         return OmegaConf.to_object(node)
@@ -364,6 +392,11 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
         ConfigError: a value is out of range, unknown, or of the wrong kind; the message
             names the full key and the allowed values.
     """
+    for key in cfg:
+        if key not in TOP_LEVEL_KEYS:
+            raise _unknown_key(str(key), list(TOP_LEVEL_KEYS))
+    for group in SCHEMAS:
+        _check_keys(cfg[group], group)
     return RunSpec(
         workload=_workload_spec(cfg.get("workload")),
         backend=_to_object(cfg.backend, "backend"),
@@ -383,3 +416,5 @@ def register_schemas() -> None:
     store = ConfigStore.instance()
     for group, schema in SCHEMAS.items():
         store.store(name=f"schema_{group}", node=schema)
+    # workloads are open (every other key is a constructor argument): defaults only, no schema
+    store.store(name="schema_workload", node=WORKLOAD_DEFAULTS)

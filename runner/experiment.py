@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from runner import CONF_DIR, names
 from runner.backends import Backend, make_backend
-from runner.config import JobInfo, RunSpec
+from runner.config import ConfigError, JobInfo, RunSpec
 from runner.job import JobLife
 from runner.manifest import build_manifest
 from runner.measure.build import build_workload
@@ -24,6 +24,7 @@ from runner.measure.phases import measure
 from runner.measure.roofline import resolve_peak
 from runner.report.console import job_summary
 from runner.result import collect_result
+from runner.secrets import redact_tree
 from runner.sweep import config_hash
 from runner.tracking import finished_run_id, flatten, git_commit
 
@@ -66,23 +67,32 @@ def run_experiment(
     started = time.perf_counter()
     life = life or JobLife(job)
     digest = config_hash(resolved_config)
+    published_config = redact_tree(resolved_config)
     if resume and spec.tracking.enabled:
         done = finished_run_id(spec.tracking, digest)
         if done is not None:
             log.info("skipped: this configuration already has FINISHED run %s (resume=false runs it again)", done)
             life.skip(done)
             return {}
-    backend = make_backend(spec.backend)
-    workload = build_workload(spec.workload, backend)
-    peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
+    try:
+        backend = make_backend(spec.backend)
+        workload = build_workload(spec.workload, backend)
+        peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
+    except ConfigError:
+        raise  # bad input: one line, and no run left behind
+    except Exception:  # the machine failed the job (out of memory, a driver error): a FAILED run says so
+        with life.run(spec.tracking) as run:
+            run.log_params(flatten(published_config))
+            run.set_tags({names.TAG_CONFIG_HASH: digest, names.TAG_WORKLOAD: job.workload_name})
+            raise
     capture_dir = backend.capture_dir(job.output_dir)
     manifest = build_manifest(backend.manifest())
     log.info("%s on %s (%s)", job.run_name, backend.name, backend.placement())
     with life.run(spec.tracking) as run:
-        run.log_params(flatten(resolved_config))
+        run.log_params(flatten(published_config))
         run.set_tags({**run_tags(spec, job, backend, manifest), names.TAG_CONFIG_HASH: digest})
         run.log_text(json.dumps(manifest, indent=2), "environment.json")
-        run.log_text(OmegaConf.to_yaml(resolved_config), "config_resolved.yaml")
+        run.log_text(OmegaConf.to_yaml(published_config), "config_resolved.yaml")
         if job.hydra_dir is not None:
             run.log_artifacts(job.hydra_dir, "hydra")
         backend.reset_peak_memory()

@@ -21,9 +21,12 @@ from typing import Any
 
 from runner import names
 from runner.config import ConfigError, JobInfo, TrackingConfig
+from runner.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
 STATUS_FILE = "job_status.json"
+# the traceback of a job that raised, in its folder and in its run
+ERROR_FILE = "error.txt"
 # Set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is
 # summarised one sweep at a time.
 SWEEP_ID_ENV = "RUNNER_SWEEP_ID"
@@ -81,11 +84,22 @@ class JobLife:
         self.sweeping = sweeping
         self.skipped = False
 
+    def status(self, **fields: Any) -> None:
+        """Update the status file; a full disk costs the file, not the job, and says so."""
+        try:
+            write_status(self.job.output_dir, **fields)
+        except OSError as err:
+            log.error("could not write %s in %s: %s", STATUS_FILE, self.job.output_dir, err.strerror or err)
+
     @contextmanager
     def running(self) -> Iterator[None]:
-        """Run the job's body; in a sweep, a failure is recorded and swallowed."""
-        write_status(
-            self.job.output_dir,
+        """Run the job's body; in a sweep, a failure is recorded and swallowed.
+
+        SIGINT and SIGTERM stop the job: status KILLED, run KILLED, and `Interrupted`
+        propagates so the whole process (or sweep) ends with 130 or 143.
+        """
+        stop_on_signals()
+        self.status(
             status="RUNNING",
             overrides=" ".join(self.job.overrides),
             pid=os.getpid(),
@@ -95,19 +109,33 @@ class JobLife:
         )
         try:
             yield
+        except KeyboardInterrupt as stop:
+            reason = f"interrupted by {stop}" if str(stop) else "interrupted"
+            self.status(status="KILLED", error=reason)
+            log.error("%s: %s stopped; its run is closed KILLED", reason, self.job.run_name)
+            raise
         except Exception as err:
-            write_status(self.job.output_dir, status="FAILED", error=one_line(err))
+            self.status(status="FAILED", error=one_line(err))
+            if not isinstance(err, ConfigError):
+                self.keep_traceback()
             if not self.sweeping:
                 raise
             log.error("job failed, the sweep goes on: %s", one_line(err), exc_info=not isinstance(err, ConfigError))
             return
         if not self.skipped:
-            write_status(self.job.output_dir, status="FINISHED")
+            self.status(status="FINISHED")
+
+    def keep_traceback(self) -> None:
+        """Write the traceback being handled to the job's folder, beside its status file."""
+        try:
+            (self.job.output_dir / ERROR_FILE).write_text(traceback.format_exc())
+        except OSError as err:
+            log.error("could not write %s: %s", ERROR_FILE, err.strerror or err)
 
     def skip(self, run_id: str) -> None:
         """Record that the configuration already has a FINISHED run, so there is nothing to do."""
         self.skipped = True
-        write_status(self.job.output_dir, status="SKIPPED", run_id=run_id)
+        self.status(status="SKIPPED", run_id=run_id)
 
     @contextmanager
     def run(self, tracking: TrackingConfig) -> Iterator[Any]:
@@ -115,10 +143,13 @@ class JobLife:
         from runner.tracking import open_run
 
         with open_run(tracking, self.job.run_name) as run:
-            write_status(self.job.output_dir, run_id=run.run_id)
+            self.status(run_id=run.run_id)
             try:
                 yield run
+            except KeyboardInterrupt as stop:
+                run.set_tags({names.TAG_ERROR: f"interrupted by {stop}" if str(stop) else "interrupted"})
+                raise
             except Exception as err:
                 run.set_tags({names.TAG_ERROR: one_line(err)})
-                run.log_text(traceback.format_exc(), "error.txt")
+                run.log_text(traceback.format_exc(), ERROR_FILE)
                 raise

@@ -1,7 +1,8 @@
 """The environment manifest: software versions, device facts, allow-listed variables.
 
-Only variables with an allowed prefix are read, and any whose name looks like a secret is
-dropped even then, so credentials and tokens never reach MLflow.
+Only variables with an allowed prefix are read, any whose name looks like a secret is
+dropped even then, and the values kept are redacted (a URI's password, `token=...` in a
+flag), so credentials and tokens never reach MLflow.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import subprocess
 from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
+
+from runner.secrets import redact
 
 ALLOWED_PREFIXES = (
     "NEURON_",
@@ -34,7 +37,7 @@ SYSTEM_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-tools", "aws-neuronx-
 def allowed_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The allow-listed variables, minus anything named like a credential."""
     return {
-        name: value
+        name: redact(value)
         for name, value in sorted(environ.items())
         if name.startswith(ALLOWED_PREFIXES) and not any(marker in name.upper() for marker in SECRET_MARKERS)
     }

@@ -92,6 +92,8 @@ TAG_SWEEP = "runner.sweep"
 TAG_SWEEP_DIR = "runner.sweep_dir"
 TAG_FAILED_JOBS = "runner.failed_jobs"
 TAG_SKIPPED_JOBS = "runner.skipped_jobs"
+# comma-separated ids of the FINISHED runs that the sweep's skipped jobs reused
+TAG_REUSED_RUNS = "runner.reused_runs"
 
 # --- tags: accuracy and roofline ---
 TAG_ACCURACY = "accuracy.check"

@@ -14,7 +14,7 @@ from typing import Any
 from runner.job import STATUS_FILE, close_dead_job, read_status
 
 # Config keys that say where things go, not what runs: left out of the config hash.
-UNHASHED_TOP = ("tracking",)
+UNHASHED_TOP = ("tracking", "resume")
 UNHASHED_KEYS = ("backend.cores",)
 UNHASHED_SUFFIXES = ("_dir", "_path")
 
@@ -42,12 +42,18 @@ class SweepSummary:
     finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    # the FINISHED runs that skipped jobs found: the comparison shows them, marked reused
+    reused_run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        """Jobs of the sweep, whatever became of them."""
+        return len(self.finished) + len(self.skipped) + len(self.failed)
 
     def lines(self) -> list[str]:
         """The summary printed at the end of a sweep."""
-        total = len(self.finished) + len(self.skipped) + len(self.failed)
         lines = [
-            f"sweep: {total} job(s): {len(self.finished)} finished, {len(self.skipped)} skipped "
+            f"sweep: {self.total} job(s): {len(self.finished)} finished, {len(self.skipped)} skipped "
             f"(already FINISHED), {len(self.failed)} failed"
         ]
         lines += [f"  skipped: {name}" for name in self.skipped]
@@ -70,6 +76,7 @@ def summarise_sweep(sweep_dir: Path, sweep_id: str, tracking_uri: str | None) ->
             summary.finished.append(name)
         elif status.get("status") == "SKIPPED":
             summary.skipped.append(f"{name} -> run {status.get('run_id')}")
+            summary.reused_run_ids.append(str(status.get("run_id")))
         else:
             summary.failed.append(f"{name}: {status.get('error', 'no error recorded')}")
     return summary

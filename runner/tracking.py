@@ -16,9 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from runner import names
 from runner.config import TrackingConfig
+from runner.secrets import redact
+from runner.store import prepare_store, store_lock
 
 if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
     from runner.result import JobResult
@@ -101,8 +104,10 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     """Point MLflow at `tracking.uri` and return the id of `tracking.experiment`, creating it."""
     import mlflow
 
+    prepare_store(tracking.uri)
     mlflow.set_tracking_uri(tracking.uri)
-    experiment = retry_locked(lambda: mlflow.set_experiment(tracking.experiment))
+    with store_lock(tracking.uri):  # two first jobs would both try to create the experiment
+        experiment = retry_locked(lambda: mlflow.set_experiment(tracking.experiment))
     # MLflow 3's UI opens GenAI views unless an experiment says it holds training-style runs;
     # set once, so parallel jobs do not all write it again
     if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
@@ -127,21 +132,29 @@ def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
     """
     from mlflow import MlflowClient
 
+    prepare_store(tracking.uri)
     client = MlflowClient(tracking.uri)
     experiment = client.get_experiment_by_name(tracking.experiment)
     if experiment is None:
         return None
-    query = f"tags.`runner.config_hash` = '{config_hash}'"
-    finished = None
-    for run in client.search_runs([experiment.experiment_id], query):
-        if run.info.status == "FINISHED":
-            finished = finished or run.info.run_id
+    query = f"tags.`{names.TAG_CONFIG_HASH}` = '{config_hash}'"
+    runs = client.search_runs([experiment.experiment_id], query)
+    close_orphans(client, runs)
+    return next((run.info.run_id for run in runs if run.info.status == "FINISHED"), None)
+
+
+def close_orphans(client: Any, runs: list[Any]) -> None:
+    """Mark FAILED the RUNNING runs among `runs` whose process on this host is gone.
+
+    A process killed as a whole (SIGKILL, a crash of the machine's session) leaves its run
+    RUNNING; the next job of the same configuration, or the next sweep, is the first to notice.
+    """
+    for run in runs:
         host, pid = run.data.tags.get(names.TAG_HOST), run.data.tags.get(names.TAG_PID)
         if run.info.status == "RUNNING" and host == platform.node() and pid and not _alive(int(pid)):
             reason = f"orphaned: its process {pid} on {host} is gone"
             log.warning("run %s %s; marking it FAILED", run.info.run_id, reason)
             fail_run(client, run.info.run_id, reason)
-    return finished
 
 
 def _alive(pid: int) -> bool:
@@ -267,19 +280,21 @@ class MlflowRun(NullRun):
         )
 
     def describe(self) -> str:
-        """Where to find the run, and how to open it."""
-        return (
-            f"MLflow run {self.run_id} in experiment '{self.tracking.experiment}' at {self.tracking.uri}\n"
-            f"  open it: mlflow ui --backend-store-uri {self.tracking.uri}\n"
-            f"  then:    http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}"
-        )
+        """Where to find the run, and how to open it (credentials masked)."""
+        uri = redact(self.tracking.uri)
+        page = f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        where = f"MLflow run {self.run_id} in experiment '{self.tracking.experiment}' at {uri}\n"
+        if urlsplit(uri).scheme in ("http", "https"):  # a tracking server serves the UI itself
+            return f"{where}  open it: {uri.rstrip('/')}/{page}"
+        return f"{where}  open it: mlflow ui --backend-store-uri {uri}\n  then:    http://127.0.0.1:5000/{page}"
 
 
 @contextmanager
 def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
     """Start this job's run (a child of the sweep's parent run when there is one).
 
-    The run ends FINISHED when the block completes and FAILED when it raises.
+    The run ends FINISHED when the block completes, KILLED when interrupted and FAILED when
+    it raises.
     """
     if not tracking.enabled:
         yield NullRun()
@@ -289,4 +304,8 @@ def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
     experiment_id = ensure_experiment(tracking)
     parent = os.environ.get(PARENT_RUN_ENV) or None
     with retry_locked(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent)) as active:
-        yield MlflowRun(active.info.run_id, experiment_id, tracking)
+        try:
+            yield MlflowRun(active.info.run_id, experiment_id, tracking)
+        except KeyboardInterrupt:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
+            mlflow.end_run("KILLED")
+            raise

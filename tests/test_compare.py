@@ -20,6 +20,7 @@ from mlflow.entities import Run
 from runner import names
 from runner.compare import comparison_rows, render
 from runner.measure.stats import mann_whitney_p
+from runner.report.plots import roof
 from tests.conftest import REPO, all_runs, serve_mlflow
 
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
@@ -155,3 +156,13 @@ def test_mlflow_ui_shows_the_sweep_in_a_real_browser(study: Study, ui: str, tmp_
     shot = tmp_path / "compare.png"
     chromium(compare, f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(("x_low", "x_high"), [(0.01, 1000.0), (20.0, 2000.0), (0.001, 0.1)])
+def test_roof_never_rises_above_either_ceiling(x_low: float, x_high: float) -> None:
+    # 187 GFLOP/s over 25 GB/s: the ridge is at 7.48 FLOP/B; (20, 2000) starts past it, as the
+    # attention sweep did, and (0.001, 0.1) ends before it
+    xs, ys = roof(25.0, 187.0, x_low, x_high)
+    assert xs[0] == x_low and xs[-1] == x_high and xs == sorted(xs)
+    assert all(y <= 187.0 + 1e-9 and y <= x * 25.0 + 1e-9 for x, y in zip(xs, ys, strict=True))
+    assert ys[-1] == min(x_high * 25.0, 187.0)

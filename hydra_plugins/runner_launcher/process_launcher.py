@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 RESULT_FILE = ".launcher_result.json"
 POLL_S = 0.2
+# seconds a stopped job gets to close its run before it is killed
+STOP_GRACE_S = 30
 
 
 class JobFailed(RuntimeError):
@@ -63,7 +65,12 @@ def _child(task: tuple[str, str], hydra_state: bytes, env: dict[str, str], resul
     hydra_context, singleton_state, config = cloudpickle.loads(hydra_state)
     Singleton.set_state(singleton_state)
     setup_globals()
-    ret = run_job(task_function, config, "hydra.sweep.dir", "hydra.sweep.subdir", hydra_context=hydra_context)
+    try:
+        ret = run_job(task_function, config, "hydra.sweep.dir", "hydra.sweep.subdir", hydra_context=hydra_context)
+    except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: the job closed its run KILLED; exit quietly
+        from runner.signals import exit_code_of
+
+        sys.exit(exit_code_of(stop))
     try:
         value, completed = ret.return_value, True
     except Exception as err:  # return_value re-raises what the job raised
@@ -102,18 +109,34 @@ class ProcessLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs, at most one per slot at a time, and return one JobReturn each."""
-        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
-        import cloudpickle
-
+        assert self.config is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         free = self._slots()
         log.info("Launching %d jobs, %d at a time, each in a fresh process", len(job_overrides), len(free))
-        spawn = multiprocessing.get_context("spawn")
         pending = list(enumerate(job_overrides, start=initial_job_idx))
         running: dict[int, tuple[Any, Slot, DictConfig, float]] = {}
         results: dict[int, JobReturn] = {}
+        try:
+            self._run_all(pending, running, free, results)
+        except KeyboardInterrupt:
+            self._stop(running, results)
+            raise
+        return [results[idx] for idx in sorted(results)]
+
+    def _run_all(
+        self,
+        pending: list[tuple[int, Sequence[str]]],
+        running: dict[int, tuple[Any, "Slot", DictConfig, float]],
+        free: list["Slot"],
+        results: dict[int, JobReturn],
+    ) -> None:
+        """Start jobs as slots free up until every job has a result."""
+        assert self.hydra_context is not None and self.task_function is not None
+        import cloudpickle
+
+        spawn = multiprocessing.get_context("spawn")
         while pending or running:
             while pending and free:
                 idx, overrides = pending.pop(0)
@@ -140,7 +163,17 @@ class ProcessLauncher(Launcher):
                 results[idx] = self._collect(config, process.exitcode, bool(timed_out))
                 free.append(slot)
                 del running[idx]
-        return [results[idx] for idx in sorted(results)]
+
+    def _stop(self, running: dict[int, tuple[Any, "Slot", DictConfig, float]], results: dict[int, JobReturn]) -> None:
+        """The sweep was stopped: ask running jobs to stop (SIGTERM), wait for them to close their runs."""
+        for process, *_ in running.values():
+            process.terminate()
+        for idx, (process, _, config, _) in running.items():
+            process.join(STOP_GRACE_S)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            results[idx] = self._collect(config, process.exitcode, False)
 
     def _job_config(self, idx: int, overrides: list[str]) -> DictConfig:
         assert self.config is not None and self.hydra_context is not None

@@ -8,6 +8,8 @@ count, and, in the launchers, how to share the machine between concurrent jobs.
 
 from __future__ import annotations
 
+import json
+import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +62,36 @@ def chrome_trace_writer(trace_dir: Path) -> Callable[[torch.profiler.profile], N
     return write
 
 
+class CaptureIncomplete(RuntimeError):
+    """A trace file was not written whole (a full disk, most often): the run must not pass as FINISHED."""
+
+
+def require_complete_traces(capture_dir: Path) -> None:
+    """Refuse leftovers of an export cut short: `*.tmp` files, or `*.json` traces that do not parse.
+
+    torch's exporter prints "Failed to write to log file!" and leaves `trace.json.tmp` when the
+    disk fills up; nothing raises, so the runner looks.
+
+    Raises:
+        CaptureIncomplete: naming the first broken file and the free space left.
+    """
+    if not capture_dir.is_dir():
+        return
+    for path in sorted(capture_dir.rglob("*")):
+        broken = path.suffix == ".tmp"
+        if path.suffix == ".json":
+            try:
+                with path.open() as trace:
+                    json.load(trace)
+            except (OSError, ValueError):
+                broken = True
+        if broken:
+            free = shutil.disk_usage(capture_dir).free / 2**20
+            raise CaptureIncomplete(
+                f"the profiler's trace {path} is incomplete ({free:.1f} MiB free on its disk; is it full?)"
+            )
+
+
 class Backend(ABC):
     """One device kind. Subclasses override what differs from a host CPU."""
 
@@ -109,7 +141,12 @@ class Backend(ABC):
         return {"on_trace_ready": chrome_trace_writer(capture_dir)}
 
     def inspect_capture(self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str) -> CaptureReport:
-        """Check the capture and derive device-side metrics; a Chrome trace needs neither."""
+        """Check that every trace was written whole; a Chrome trace has no device-side metrics.
+
+        Raises:
+            CaptureIncomplete: a trace is truncated or was never moved into place.
+        """
+        require_complete_traces(capture_dir)
         return CaptureReport()
 
     def manifest(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
-from runner.backends.base import WHOLE_MACHINE, Backend, CaptureReport, Slot
+from runner.backends.base import WHOLE_MACHINE, Backend, CaptureReport, Slot, require_complete_traces
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.config import BackendConfig, ConfigError, ProfilerConfig, format_cores, parse_core_range, parse_cores
@@ -223,7 +223,12 @@ class NeuronBackend(Backend):
         return {"experimental_config": config, "on_trace_ready": NeuronProfiler(config).export_trace}
 
     def inspect_capture(self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str) -> CaptureReport:
-        """Check the capture against the documented failure signs, summarise it, note idle cores."""
+        """Check the capture against the documented failure signs, summarise it, note idle cores.
+
+        Raises:
+            CaptureIncomplete: the framework trace is truncated (device files only warn).
+        """
+        require_complete_traces(capture_dir)
         check = check_capture(capture_dir, profiler.modes, profiler_output)
         report = CaptureReport(metrics=check.metrics(), tags=check.tags())
         if check.problems:

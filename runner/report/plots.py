@@ -63,8 +63,20 @@ def op_breakdown(client: MlflowClient, runs: list[Run], path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("self time per profiled step, ms (device time when reported, else CPU)")
     ax.set_title("Where each run's time goes, by op")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=8, frameon=False)
+    if done:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=8, frameon=False)
     return _save(fig, path)
+
+
+def roof(bandwidth: float, gflops: float, x_low: float, x_high: float) -> tuple[list[float], list[float]]:
+    """The ceiling min(intensity x bandwidth, peak) between two intensities, as a polyline.
+
+    The ridge is clamped into the plotted range, so a range that starts past the ridge
+    (compute-bound workloads) draws the flat compute roof only.
+    """
+    ridge = min(max(gflops / bandwidth, x_low), x_high)
+    xs = [x_low, ridge, x_high]
+    return xs, [min(x * bandwidth, gflops) for x in xs]
 
 
 def roofline(runs: list[Run], path: Path) -> Path:
@@ -81,7 +93,7 @@ def roofline(runs: list[Run], path: Path) -> Path:
     )
     for bandwidth, gflops in sorted(ceilings):
         ridge = gflops / bandwidth
-        ax.plot([x_low, ridge, x_high], [x_low * bandwidth, gflops, gflops], color="#444444", linewidth=1.5)
+        ax.plot(*roof(bandwidth, gflops, x_low, x_high), color="#444444", linewidth=1.5)
         ax.annotate(
             f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {ridge:.1f} FLOP/B)",
             (ridge, gflops),

@@ -14,6 +14,8 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from runner import names
+
 
 def label(run: Run) -> str:
     """The run's readable name."""
@@ -73,9 +75,17 @@ def latest_sweep(client: MlflowClient, experiment_id: str) -> Run:
 
 
 def sweep_children(client: MlflowClient, experiment_id: str, parent: Run) -> list[Run]:
-    """A sweep's job runs, oldest first."""
+    """A sweep's job runs, oldest first: its children, and the FINISHED runs its skipped jobs reused."""
     query = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
-    return list(client.search_runs([experiment_id], query, order_by=["start_time ASC"]))
+    runs = list(client.search_runs([experiment_id], query))
+    reused = parent.data.tags.get(names.TAG_REUSED_RUNS, "")
+    runs += [client.get_run(run_id) for run_id in reused.split(",") if run_id]
+    return sorted(runs, key=lambda run: run.info.start_time)
+
+
+def is_reused(run: Run, parent: Run | None) -> bool:
+    """True for a run a sweep showed without running it (resume found it FINISHED)."""
+    return parent is not None and run.data.tags.get("mlflow.parentRunId") != parent.info.run_id
 
 
 def find_sweep(client: MlflowClient, experiment_id: str, key: str) -> Run:

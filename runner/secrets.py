@@ -1,0 +1,75 @@
+"""Credentials never leave the process: redaction for everything the runner writes or prints.
+
+A tracking URI may carry a password (`http://alice:pw@host`), a signed URL a token in its
+query, and an allow-listed variable anything at all. Params, tags, run names, artifacts,
+local files, status files and log lines all pass through `redact` first; only the MLflow
+client itself sees the real URI.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+MASK = "***"
+# scheme://user:password@ or scheme://token@
+USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s'\"]+)@")
+# ?token=..., &X-Amz-Signature=..., password: ..., api_key=...
+SECRET_VALUE = re.compile(
+    r"(?i)(?P<name>\b(?:[a-z0-9_-]*(?:password|passwd|pwd|token|secret|signature|credential|api[_-]?key|"
+    r"access[_-]?key|auth|sig)))(?P<sep>\s*[=:]\s*)(?P<value>[^\s&'\",;}]+)"
+)
+
+
+def _mask_userinfo(match: re.Match[str]) -> str:
+    user, colon, _ = match["userinfo"].partition(":")
+    return f"{match['scheme']}{user}:{MASK}@" if colon else f"{match['scheme']}{MASK}@"
+
+
+def redact(text: str) -> str:
+    """The text with URI passwords, bare URI tokens and secret-named values masked."""
+    text = USERINFO.sub(_mask_userinfo, text)
+    return SECRET_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{MASK}", text)
+
+
+def redact_tree(tree: Any) -> Any:
+    """A copy of nested dicts and lists with every string redacted."""
+    if isinstance(tree, dict):
+        return {key: redact_tree(value) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [redact_tree(value) for value in tree]
+    return redact(tree) if isinstance(tree, str) else tree
+
+
+def redact_file(path: Path) -> None:
+    """Rewrite a text file (Hydra's .hydra/*.yaml, multirun.yaml) with its secrets masked."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return
+    clean = redact(text)
+    if clean != text:
+        temporary = path.with_name(f".{path.name}.redacted")
+        temporary.write_text(clean)
+        temporary.replace(path)
+
+
+def redact_log_records() -> None:
+    """Mask secrets in every log record of this process, whoever logs it (Hydra logs overrides)."""
+    make_record = logging.getLogRecordFactory()
+    if getattr(make_record, "redacts", False):
+        return
+
+    def redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call is logging's to report, at emit time, as usual
+            return record
+        record.msg, record.args = redact(message), None
+        return record
+
+    redacted_record.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacted_record)

@@ -1,0 +1,66 @@
+"""SIGINT and SIGTERM end a job or a sweep cleanly: they become an exception, at a safe point.
+
+The first signal raises `Interrupted` (a KeyboardInterrupt, so code that lets Ctrl-C through
+lets it through too) in the main thread; later ones are ignored, so the cleanup the first
+started (runs closed KILLED, status files, the sweep's summary) is not cut short. Inside
+`signals_held()` (a store migration, which a stop would leave half-done) a signal waits until
+the block ends.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# signals that arrived while held, and how deep the holding goes
+_pending: list[int] = []
+_holds = [0]
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived: the job stops where it is, and its run ends KILLED."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention: 128 + the signal number (130 for SIGINT, 143 for SIGTERM)."""
+        return 128 + self.signum
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    if _holds[0]:
+        _pending.append(signum)
+        return
+    for each in STOP_SIGNALS:
+        signal.signal(each, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def stop_on_signals() -> None:
+    """Turn the first SIGINT or SIGTERM into `Interrupted` (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is threading.main_thread():
+        for each in STOP_SIGNALS:
+            signal.signal(each, _interrupt)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Let a stop wait until the block is done, then raise it."""
+    _holds[0] += 1
+    try:
+        yield
+    finally:
+        _holds[0] -= 1
+        if not _holds[0] and _pending:
+            _interrupt(_pending.pop(0), None)
+
+
+def exit_code_of(error: KeyboardInterrupt) -> int:
+    """The exit status for an interrupted process: 130/143, or 130 for a plain KeyboardInterrupt."""
+    return error.exit_code if isinstance(error, Interrupted) else 128 + signal.SIGINT
