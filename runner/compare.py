@@ -202,9 +202,7 @@ def find_run(client: MlflowClient, experiment_id: str, key: str) -> Run:
     ]
     if len(matches) != 1:
         found = "no run" if not matches else f"{len(matches)} runs"
-        raise SystemExit(
-            f"error: --runs {key!r}: {found} in this experiment has an id starting so; give more of the id"
-        )
+        raise SystemExit(f"error: --runs {key!r}: {found} in this experiment with an id starting so; give more of it")
     return client.get_run(matches[0])
 
 

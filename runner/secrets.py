@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 MASK = "***"
-# scheme://user:password@ or scheme://token@
-USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s'\"]+)@")
+# scheme://user:password@ or scheme://token@ (Hydra writes overrides with escaped colons: http\://a\:b@)
+USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*\\?://)(?P<userinfo>[^/@\s'\"]+)@")
 # ?token=..., &X-Amz-Signature=..., password: ..., api_key=...
 SECRET_VALUE = re.compile(
     r"(?i)(?P<name>\b(?:[a-z0-9_-]*(?:password|passwd|pwd|token|secret|signature|credential|api[_-]?key|"
@@ -25,7 +25,7 @@ SECRET_VALUE = re.compile(
 
 def _mask_userinfo(match: re.Match[str]) -> str:
     user, colon, _ = match["userinfo"].partition(":")
-    return f"{match['scheme']}{user}:{MASK}@" if colon else f"{match['scheme']}{MASK}@"
+    return f"{match['scheme']}{user}{colon}{MASK}@" if colon else f"{match['scheme']}{MASK}@"
 
 
 def redact(text: str) -> str:

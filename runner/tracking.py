@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 # The sweep callback puts the parent run's id here; jobs (in-process or spawned) read it.
 PARENT_RUN_ENV = "RUNNER_PARENT_RUN_ID"
+SUPPRESS_URL_PRINTING_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 # MLflow caps param values at 6000 characters; longer values are cut, not rejected.
 MAX_PARAM_CHARS = 6000
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
@@ -105,6 +106,9 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     import mlflow
 
     prepare_store(tracking.uri)
+    # MLflow prints a server's run links with the URI as given, password included; the
+    # runner prints its own, masked
+    os.environ[SUPPRESS_URL_PRINTING_ENV] = "true"
     mlflow.set_tracking_uri(tracking.uri)
     with store_lock(tracking.uri):  # two first jobs would both try to create the experiment
         experiment = retry_locked(lambda: mlflow.set_experiment(tracking.experiment))

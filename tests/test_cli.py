@@ -60,6 +60,14 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
         ),
         pytest.param(["+workload=rmsnorm_naive", "tracking.experiment=''"], "tracking.experiment must name", id="exp"),
         pytest.param(["+workload=rmsnorm_naive", "workload.eps=abc"], "workload.eps must be a number > 0", id="eps"),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "+measure.step=10"],
+            "measure.step is not a config key; did you mean measure.steps?",
+            id="plus-typo",
+        ),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "+foo=1"], "foo is not a config key; allowed: workload", id="plus-top"
+        ),
     ],
 )
 def test_bad_input_is_one_line_with_no_traceback_and_no_run(args: list[str], message: str, tracking_uri: str) -> None:

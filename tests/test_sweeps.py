@@ -42,6 +42,7 @@ def test_config_hash_ignores_paths_and_placement() -> None:
         "workload": {"hidden": 8},
         "tracking": {"uri": "b"},
         "backend": {"name": "neuron", "cores": "3", "neff_cache_dir": "/x"},
+        "resume": False,  # how a sweep treats finished work, not what a job runs
     }
     assert config_hash(base) == config_hash(moved)
     assert config_hash(base) != config_hash({**base, "workload": {"hidden": 16}})

@@ -1,0 +1,216 @@
+"""Nothing lost, nothing leaked, nothing left RUNNING: concurrent starts on a fresh store, a
+half-migrated store, a full disk, planted passwords, SIGINT and SIGTERM, resumed sweeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pytest
+
+from runner import names
+from tests.conftest import REPO, all_runs, serve_mlflow
+
+pytestmark = pytest.mark.slow
+TINY = ["workload.hidden=16", "workload.seq_len=2", "measure=quick", "backend=cpu"]
+PASSWORD = "pw-4f2a-do-not-leak"
+
+
+def start(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", *args], cwd=REPO, env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **popen,
+    )  # fmt: skip
+
+
+def statuses(uri: str) -> list[str]:
+    return [r.info.status for r in all_runs(uri)]
+
+
+def test_four_processes_start_together_on_a_fresh_store(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'fresh.db'}"
+    env = {"MLFLOW_TRACKING_URI": uri}
+    procs = [start("+workload=rmsnorm_naive", *TINY, f"workload.seed={i}", f"hydra.run.dir={tmp_path}/r{i}", env=env)
+             for i in range(2)]  # fmt: skip
+    procs += [start("-m", "+workload=rmsnorm_naive", *TINY, f"workload.seed={i}", f"hydra.sweep.dir={tmp_path}/s{i}",
+                    env=env) for i in (2, 3)]  # fmt: skip
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in outputs]
+    assert not any("Traceback" in err for _, err in outputs)
+    assert statuses(uri) == ["FINISHED"] * 6  # two runs, two sweeps of one job and their parents
+    with sqlite3.connect(tmp_path / "fresh.db") as db:
+        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert not [t for t in tables if t.startswith("_alembic_tmp_")]
+
+
+def test_a_half_migrated_store_is_reported_with_what_to_do(tmp_path: Path, tracking_uri: str) -> None:
+    store = Path(tracking_uri.removeprefix("sqlite:///"))
+    with sqlite3.connect(store) as db:
+        db.execute("CREATE TABLE _alembic_tmp_tags (key VARCHAR(250))")
+    done = subprocess.run([sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY,
+                           f"hydra.run.dir={tmp_path}/run"], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"tracking.uri=sqlite:///{store}: the store was left half-migrated" in done.stderr
+    assert "_alembic_tmp_tags" in done.stderr and "back up" in done.stderr
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Any:
+    """A 2 MiB tmpfs; the test skips where mounting is not allowed."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if (
+        shutil.which("mount") is None
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_gives_a_failed_run_and_no_broken_artifact(full_disk: Path, tracking_uri: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "runner", "+workload=rmsnorm_naive", "measure=quick",
+                           "schedule.active=200", f"hydra.run.dir={full_disk}/run"],
+                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "is incomplete" in done.stderr and "is it full?" in done.stderr
+    (run,) = all_runs(tracking_uri)
+    assert run.info.status == "FAILED" and run.data.tags[names.TAG_ERROR].startswith("CaptureIncomplete")
+    logged = [a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(run.info.run_id)]
+    assert "trace" not in logged  # the truncated trace stays out of the store
+    # the status file says FAILED, or, when even that could not be written, the console says so
+    status = json.loads((full_disk / "run" / "job_status.json").read_text())["status"]
+    assert status == "FAILED" or "could not write job_status.json" in done.stdout + done.stderr
+
+
+def every_text(root: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
+
+
+def test_a_password_in_the_tracking_uri_is_published_nowhere(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'server.db'}"
+    with serve_mlflow(store, tmp_path / "artifacts") as url:
+        secret_url = url.replace("http://", f"http://alice:{PASSWORD}@")
+        sweep = subprocess.run(
+            [sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", *TINY, f"tracking.uri={secret_url}",
+             f"hydra.sweep.dir={tmp_path}/out/sweep"], cwd=REPO, capture_output=True, text=True,
+        )  # fmt: skip
+        env = {**os.environ, "MLFLOW_TRACKING_URI": secret_url, "NEURON_CC_FLAGS": f"--O1 --password={PASSWORD}"}
+        single = subprocess.run(
+            [sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY, f"hydra.run.dir={tmp_path}/out/run"],
+            cwd=REPO, capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        assert sweep.returncode == 0 and single.returncode == 0, (sweep.stderr[-2000:], single.stderr[-2000:])
+        runs = all_runs(url)
+        assert len(runs) == 3
+        published = json.dumps([[r.info.run_name, r.data.params, r.data.tags] for r in runs])
+        for run in runs:
+            mlflow.artifacts.download_artifacts(
+                run_id=run.info.run_id, dst_path=str(tmp_path / "dl" / run.info.run_id), tracking_uri=url
+            )
+    assert "alice:***@" in published  # masked, not dropped: the user can still tell which server
+    terminal = sweep.stdout + sweep.stderr + single.stdout + single.stderr
+    assert "alice:***@" in terminal
+    for where, text in [("store", published), ("artifacts", every_text(tmp_path / "dl")),
+                        ("output folders", every_text(tmp_path / "out")), ("terminal", terminal)]:  # fmt: skip
+        assert PASSWORD not in text, f"the password reached the {where}"
+
+
+def wait_for_run(job_dir: Path, timeout_s: float = 120) -> None:
+    """Until the job's status file names its MLflow run, i.e. the run is open."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = job_dir / "job_status.json"
+        if status.is_file() and json.loads(status.read_text()).get("run_id"):
+            time.sleep(1)  # into the measurement
+            return
+        time.sleep(0.2)
+    pytest.fail(f"no run opened in {job_dir}")
+
+
+@pytest.mark.parametrize(
+    ("signum", "launcher", "group"),
+    [
+        pytest.param(signal.SIGTERM, None, False, id="single-SIGTERM"),
+        pytest.param(signal.SIGINT, None, False, id="single-SIGINT"),
+        pytest.param(signal.SIGTERM, "basic", False, id="sweep-basic-SIGTERM"),
+        pytest.param(signal.SIGINT, "isolated", True, id="sweep-isolated-ctrl-c"),
+        pytest.param(signal.SIGTERM, "isolated", False, id="sweep-isolated-SIGTERM"),
+    ],
+)  # fmt: skip
+def test_a_signal_leaves_nothing_running(
+    tmp_path: Path, tracking_uri: str, signum: int, launcher: str | None, group: bool
+) -> None:
+    long = ["measure.steps=10000000", *TINY[:2], "backend=cpu"]
+    if launcher is None:
+        proc = start("+workload=rmsnorm_naive", *long, f"hydra.run.dir={tmp_path}/run")
+        job_dir = tmp_path / "run"
+    else:
+        proc = start("-m", "+workload=rmsnorm_naive", "workload.seed=0,1", *long, f"hydra/launcher={launcher}",
+                     f"hydra.sweep.dir={tmp_path}/sweep")  # fmt: skip
+        job_dir = tmp_path / "sweep" / "0_rmsnorm_naive"
+    wait_for_run(job_dir)
+    os.killpg(proc.pid, signum) if group else proc.send_signal(signum)  # Ctrl-C reaches the whole group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, err[-3000:]
+    assert "Traceback" not in err
+    runs = all_runs(tracking_uri)
+    assert runs and "RUNNING" not in statuses(tracking_uri)
+    job = next(r for r in runs if r.data.tags.get(names.TAG_SWEEP) != "true")
+    assert (
+        job.info.status == "KILLED"
+        and job.data.tags[names.TAG_ERROR] == f"interrupted by {signal.Signals(signum).name}"
+    )
+    assert json.loads((job_dir / "job_status.json").read_text())["status"] == "KILLED"
+    if launcher is not None:
+        (parent,) = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
+        assert parent.info.status == "KILLED"
+        assert "sweep stopped by a signal" in out and "sweep: 1 job(s)" in out
+
+
+def test_the_readme_order_gives_a_row_per_config(tmp_path: Path, tracking_uri: str) -> None:
+    # make run, then the study: the study reuses make run's FINISHED naive run and still shows it
+    first = subprocess.run([sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY,
+                            f"hydra.run.dir={tmp_path}/run"], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    small = [f"++{o}" for o in TINY[:2]] + TINY[2:]
+    study = subprocess.run([sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive,rmsnorm_builtin", *small,
+                            f"hydra.sweep.dir={tmp_path}/sweep"], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert study.returncode == 0, study.stderr[-2000:]
+    assert "1 skipped (already FINISHED)" in study.stdout
+    table = [line for line in study.stdout.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    assert len(table) == 2 and any("FINISHED (reused)" in line for line in table)
+    compared = subprocess.run([sys.executable, "-m", "runner.compare", "--uri", tracking_uri, "--format", "json"],
+                              cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    rows = json.loads(compared.stdout)["runs"]
+    assert {row["run"].split()[0] for row in rows} == {"rmsnorm_naive", "rmsnorm_builtin"}
+    assert all("resume" not in row["run"] for row in rows)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("http://alice:s3cret@host:5000", "http://alice:***@host:5000"),
+        (r"tracking.uri=http\://alice\:s3cret@host\:5000", r"tracking.uri=http\://alice\:***@host\:5000"),
+        ("https://ghp_token123@github.example/x", "https://***@github.example/x"),
+        ("https://bucket/x?X-Amz-Signature=abc123&part=1", "https://bucket/x?X-Amz-Signature=***&part=1"),
+        ("--O1 --password=s3cret", "--O1 --password=***"),
+        ("sqlite:///mlflow.db", "sqlite:///mlflow.db"),
+        ("hydra.sweep.dir=/tmp/a@b author: me", "hydra.sweep.dir=/tmp/a@b author: me"),
+    ],
+)
+def test_redaction(text: str, shown: str) -> None:
+    from runner.secrets import redact
+
+    assert redact(text) == shown
