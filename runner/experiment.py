@@ -16,10 +16,11 @@ from omegaconf import OmegaConf
 
 from runner import CONF_DIR, names
 from runner.backends import Backend, make_backend
+from runner.backends.peaks import Peak
 from runner.config import ConfigError, JobInfo, RunSpec
 from runner.job import JobLife
 from runner.manifest import build_manifest
-from runner.measure.build import build_workload
+from runner.measure.build import BuiltWorkload, build_workload
 from runner.measure.phases import measure
 from runner.measure.roofline import resolve_peak
 from runner.report.console import job_summary
@@ -52,6 +53,31 @@ def run_tags(spec: RunSpec, job: JobInfo, backend: Backend, manifest: dict[str, 
     }
 
 
+def prepare(
+    spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str
+) -> tuple[Backend, BuiltWorkload, Peak | None]:
+    """The backend, the workload on it, and the roofline peak.
+
+    Bad input raises with no run left behind; any other failure here (out of memory while
+    building the workload, a driver error) gets a FAILED run, so a sweep's comparison has a
+    row for the job.
+
+    Raises:
+        ConfigError: the config cannot run here; the message names the key.
+    """
+    try:
+        backend = make_backend(spec.backend)
+        workload = build_workload(spec.workload, backend)
+        return backend, workload, resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
+    except ConfigError:
+        raise
+    except Exception:
+        with life.run(spec.tracking) as run:
+            run.log_params(flatten(published_config))
+            run.set_tags({names.TAG_CONFIG_HASH: digest, names.TAG_WORKLOAD: job.workload_name})
+            raise
+
+
 def run_experiment(
     spec: RunSpec, job: JobInfo, resolved_config: dict[str, Any], life: JobLife | None = None, resume: bool = False
 ) -> dict[str, float]:
@@ -74,17 +100,7 @@ def run_experiment(
             log.info("skipped: this configuration already has FINISHED run %s (resume=false runs it again)", done)
             life.skip(done)
             return {}
-    try:
-        backend = make_backend(spec.backend)
-        workload = build_workload(spec.workload, backend)
-        peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
-    except ConfigError:
-        raise  # bad input: one line, and no run left behind
-    except Exception:  # the machine failed the job (out of memory, a driver error): a FAILED run says so
-        with life.run(spec.tracking) as run:
-            run.log_params(flatten(published_config))
-            run.set_tags({names.TAG_CONFIG_HASH: digest, names.TAG_WORKLOAD: job.workload_name})
-            raise
+    backend, workload, peak = prepare(spec, job, life, published_config, digest)
     capture_dir = backend.capture_dir(job.output_dir)
     manifest = build_manifest(backend.manifest())
     log.info("%s on %s (%s)", job.run_name, backend.name, backend.placement())

@@ -214,3 +214,16 @@ def test_redaction(text: str, shown: str) -> None:
     from runner.secrets import redact
 
     assert redact(text) == shown
+
+
+def test_a_job_that_fails_before_measuring_still_has_a_failed_run(tmp_path: Path, tracking_uri: str) -> None:
+    # not bad input (the config is valid): the machine cannot hold the tensors
+    done = subprocess.run([sys.executable, "-m", "runner", "+workload=rmsnorm_naive", "workload.hidden=1000000000",
+                           "tracking=local", f"hydra.run.dir={tmp_path}/run"],
+                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "the job failed: RuntimeError" in done.stderr and "error.txt" in done.stderr
+    (run,) = all_runs(tracking_uri)
+    assert run.info.status == "FAILED" and "allocate" in run.data.tags[names.TAG_ERROR]
+    assert run.data.params["workload.hidden"] == "1000000000"
+    assert (tmp_path / "run" / "error.txt").read_text().startswith("Traceback")
