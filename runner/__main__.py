@@ -65,7 +65,8 @@ def run(cfg: DictConfig) -> float:
         raise UsageError(str(err)) from None
     except Exception as err:  # recorded by the job's life: one line here, the traceback in error.txt
         where = life.job.output_dir / ERROR_FILE
-        raise UsageError(f"the job failed: {one_line(err)} (traceback: {where}; its run is FAILED)") from err
+        run = f"run {life.run_id} is FAILED" if life.run_id else "no run was opened"
+        raise UsageError(f"the job failed: {one_line(err)} (traceback: {where}; {run})") from err
     return metrics.get(names.STEP_MEDIAN_MS, math.nan)
 
 

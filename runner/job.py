@@ -83,6 +83,8 @@ class JobLife:
         self.job = job
         self.sweeping = sweeping
         self.skipped = False
+        # the MLflow run, once one is open
+        self.run_id: str | None = None
 
     def status(self, **fields: Any) -> None:
         """Update the status file; a full disk costs the file, not the job, and says so."""
@@ -143,6 +145,7 @@ class JobLife:
         from runner.tracking import open_run
 
         with open_run(tracking, self.job.run_name) as run:
+            self.run_id = run.run_id
             self.status(run_id=run.run_id)
             try:
                 yield run

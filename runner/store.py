@@ -39,7 +39,11 @@ def store_lock(uri: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
+    try:
+        lock = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115  (closed below, after unlocking)
+    except OSError as err:
+        raise ConfigError(f"tracking.uri={redact(uri)}: the store cannot be used here: {err.strerror}") from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

@@ -58,6 +58,11 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
             "tracking.uri='notascheme://x': MLflow takes a sqlite, postgresql",
             id="uri",
         ),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "tracking.uri=sqlite:////proc/runner/mlflow.db"],
+            "the store cannot be created: /proc/runner is not a writable folder",
+            id="store-dir",
+        ),
         pytest.param(["+workload=rmsnorm_naive", "tracking.experiment=''"], "tracking.experiment must name", id="exp"),
         pytest.param(["+workload=rmsnorm_naive", "workload.eps=abc"], "workload.eps must be a number > 0", id="eps"),
         pytest.param(

@@ -116,6 +116,13 @@ def test_naive_against_builtin_diff(study: Study) -> None:
     assert " new " in lines["aten::rms_norm"]
     assert "significant" in lines["aten::mul"] or "n.s." in lines["aten::mul"]  # samples from 5 cycles
     assert "1 -> 0" in lines["aten::add"] and "3 -> " in lines["aten::mul"]
+    # short id prefixes, as the UI shows them; JSON holds the rows with their ids and the diff
+    short = study.compare("--runs", naive.info.run_id[:8], builtin.info.run_id[:8], "--format", "json")
+    document = json.loads(short.stdout)
+    assert [row["run id"] for row in document["runs"]] == [naive.info.run_id, builtin.info.run_id]
+    assert {row["op"] for row in document["op_diff"]} >= {"aten::rms_norm", "aten::add"}
+    unknown = study.compare("--runs", "zzzz")
+    assert unknown.returncode != 0 and "--runs 'zzzz': no run in this experiment" in unknown.stderr
 
 
 def test_failed_runs_stay_in_the_table(tracking_uri: str) -> None:

@@ -227,3 +227,11 @@ def test_a_job_that_fails_before_measuring_still_has_a_failed_run(tmp_path: Path
     assert run.info.status == "FAILED" and "allocate" in run.data.tags[names.TAG_ERROR]
     assert run.data.params["workload.hidden"] == "1000000000"
     assert (tmp_path / "run" / "error.txt").read_text().startswith("Traceback")
+
+
+def test_an_empty_sweep_fails(tmp_path: Path, tracking_uri: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", "workload.seed=range(0,0)",
+                           f"hydra.sweep.dir={tmp_path}/sweep"], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1 and "sweep: no job to run" in done.stdout
+    (parent,) = all_runs(tracking_uri)
+    assert parent.info.status == "FAILED"
