@@ -17,7 +17,7 @@ from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
-from runner.measure.stats import coefficient_of_variation, describe_steps, percentile
+from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.result import derived_metrics
 from tests.conftest import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
@@ -33,7 +33,9 @@ def test_step_statistics_on_known_samples() -> None:
     assert stats[names.STEP_P90_MS] == pytest.approx(9.1)
     assert stats[names.STEP_IQR_MS] == pytest.approx(7.75 - 3.25)
     assert stats[names.STEP_CV] == pytest.approx(statistics.stdev(samples) / 5.5)
-    assert percentile([3.0], 90) == 3.0 and coefficient_of_variation([2.0]) == 0.0
+    single = describe_steps([3.0])
+    assert single[names.STEP_P90_MS] == 3.0 and single[names.STEP_IQR_MS] == 0.0
+    assert coefficient_of_variation([2.0]) == 0.0
 
 
 def test_roofline_arithmetic() -> None:
