@@ -93,7 +93,7 @@ class RunnerCallback(Callback):
             return
         from mlflow import MlflowClient
 
-        from runner.tracking import close_orphans, ensure_experiment, retry_locked
+        from runner.tracking import close_orphans, ensure_experiment, mlflow_write
 
         experiment_id = ensure_experiment(tracking)
         client = MlflowClient(tracking.uri)
@@ -106,7 +106,7 @@ class RunnerCallback(Callback):
             names.TAG_HOST: platform.node(),
             names.TAG_PID: str(os.getpid()),
         }
-        run = retry_locked(lambda: client.create_run(experiment_id, run_name=f"sweep {overrides}".strip(), tags=tags))
+        run = mlflow_write(lambda: client.create_run(experiment_id, run_name=f"sweep {overrides}".strip(), tags=tags))
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
         log.info("sweep parent run %s in experiment '%s'", self.parent_run_id, tracking.experiment)
@@ -140,18 +140,18 @@ class RunnerCallback(Callback):
         if self.parent_run_id is not None and tracking is not None:
             from mlflow import MlflowClient
 
-            from runner.tracking import retry_locked
+            from runner.tracking import mlflow_write
 
             client, parent = MlflowClient(tracking.uri), self.parent_run_id
             if summary.reused_run_ids:
                 reused = ",".join(summary.reused_run_ids)
-                retry_locked(lambda: client.set_tag(parent, names.TAG_REUSED_RUNS, reused))
+                mlflow_write(lambda: client.set_tag(parent, names.TAG_REUSED_RUNS, reused))
             self._report(client)
-            retry_locked(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
-            retry_locked(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
-            retry_locked(lambda: client.log_text(parent, text + "\n", "sweep_summary.txt"))
+            mlflow_write(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
+            mlflow_write(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
+            mlflow_write(lambda: client.log_text(parent, text + "\n", "sweep_summary.txt"))
             status = "KILLED" if stopped else "FAILED" if failed else "FINISHED"
-            retry_locked(lambda: client.set_terminated(parent, status))
+            mlflow_write(lambda: client.set_terminated(parent, status))
             self.parent_run_id = None
         return failed
 

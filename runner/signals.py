@@ -3,8 +3,8 @@
 The first signal raises `Interrupted` (a KeyboardInterrupt, so code that lets Ctrl-C through
 lets it through too) in the main thread; later ones are ignored, so the cleanup the first
 started (runs closed KILLED, status files, the sweep's summary) is not cut short. Inside
-`signals_held()` (a store migration, which a stop would leave half-done) a signal waits until
-the block ends.
+`signals_held()` (a store migration or any MLflow write, which a stop would leave half-done,
+with the store locked) a signal waits until the block ends.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# signals that arrived while held, and how deep the holding goes
+# signals that arrived while held, how deep the holding goes, and whether a stop was raised
 _pending: list[int] = []
 _holds = [0]
+_stopped = [False]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -34,11 +35,13 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    # no signal.signal() in here: changing handlers while a second signal is pending raises
+    if _stopped[0]:
+        return
     if _holds[0]:
         _pending.append(signum)
         return
-    for each in STOP_SIGNALS:
-        signal.signal(each, signal.SIG_IGN)
+    _stopped[0] = True
     raise Interrupted(signum)
 
 

@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 from runner import names
 from runner.config import TrackingConfig
 from runner.secrets import redact
+from runner.signals import signals_held
 from runner.store import prepare_store, store_lock
 
 if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
@@ -39,11 +41,16 @@ LOCKED_RETRIES = 12
 T = TypeVar("T")
 
 
-def retry_locked(call: Callable[[], T]) -> T:
-    """Run an MLflow call, retrying with jittered backoff while SQLite says it is locked."""
+def mlflow_write(call: Callable[[], T]) -> T:
+    """Run an MLflow write whole: SIGINT/SIGTERM wait until it is done, and a locked SQLite store is retried.
+
+    A stop raised inside SQLAlchemy would leave the store's connection mid-transaction, and the
+    run could then not even be closed KILLED.
+    """
     for attempt in range(LOCKED_RETRIES):
         try:
-            return call()
+            with signals_held():
+                return call()
         except Exception as err:
             if "database is locked" not in str(err) or attempt == LOCKED_RETRIES - 1:
                 raise
@@ -111,12 +118,12 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     os.environ[SUPPRESS_URL_PRINTING_ENV] = "true"
     mlflow.set_tracking_uri(tracking.uri)
     with store_lock(tracking.uri):  # two first jobs would both try to create the experiment
-        experiment = retry_locked(lambda: mlflow.set_experiment(tracking.experiment))
+        experiment = mlflow_write(lambda: mlflow.set_experiment(tracking.experiment))
     # MLflow 3's UI opens GenAI views unless an experiment says it holds training-style runs;
     # set once, so parallel jobs do not all write it again
     if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
         client = mlflow.MlflowClient()
-        retry_locked(lambda: client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))
+        mlflow_write(lambda: client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))
     experiment_id: str = experiment.experiment_id
     return experiment_id
 
@@ -224,38 +231,38 @@ class MlflowRun(NullRun):
         """Log params, cutting values MLflow would reject for length."""
         import mlflow
 
-        retry_locked(lambda: mlflow.log_params({k: str(v)[:MAX_PARAM_CHARS] for k, v in params.items()}))
+        mlflow_write(lambda: mlflow.log_params({k: str(v)[:MAX_PARAM_CHARS] for k, v in params.items()}))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         """Set tags; None values are skipped rather than logged as 'None'."""
         import mlflow
 
-        retry_locked(lambda: mlflow.set_tags({k: str(v) for k, v in tags.items() if v is not None}))
+        mlflow_write(lambda: mlflow.set_tags({k: str(v) for k, v in tags.items() if v is not None}))
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         """Log metrics at step 0."""
         import mlflow
 
-        retry_locked(lambda: mlflow.log_metrics(metrics))
+        mlflow_write(lambda: mlflow.log_metrics(metrics))
 
     def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
         """Log a table the MLflow UI can show (a JSON artifact)."""
         import mlflow
 
-        mlflow.log_table(data=columns, artifact_file=artifact_file)
+        mlflow_write(lambda: mlflow.log_table(data=columns, artifact_file=artifact_file))
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Log a text artifact."""
         import mlflow
 
-        mlflow.log_text(text, artifact_file)
+        mlflow_write(lambda: mlflow.log_text(text, artifact_file))
 
     def log_artifacts(self, local_dir: Path, artifact_path: str) -> None:
         """Log a directory tree, when it exists."""
         import mlflow
 
         if local_dir.is_dir():
-            mlflow.log_artifacts(str(local_dir), artifact_path)
+            mlflow_write(lambda: mlflow.log_artifacts(str(local_dir), artifact_path))
 
     def log_capture(self, local_dir: Path, artifact_path: str, max_mb: int) -> None:
         """Log a capture tree as is, keeping files past the `max_mb` budget local.
@@ -269,13 +276,14 @@ class MlflowRun(NullRun):
             return
         upload, keep = split_by_budget(local_dir, max_mb * 2**20)
         if not keep:
-            mlflow.log_artifacts(str(local_dir), artifact_path)
+            mlflow_write(lambda: mlflow.log_artifacts(str(local_dir), artifact_path))
             return
         for path in upload:
             parent = path.parent.relative_to(local_dir)
-            mlflow.log_artifact(str(path), str(Path(artifact_path) / parent) if parent.parts else artifact_path)
+            folder = str(Path(artifact_path) / parent) if parent.parts else artifact_path
+            mlflow_write(partial(mlflow.log_artifact, str(path), folder))
         kept = [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in keep]
-        mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, "artifacts_kept_local.json")
+        mlflow_write(lambda: mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, "artifacts_kept_local.json"))
         self.set_tags({names.TAG_ARTIFACTS_KEPT_LOCAL: len(kept)})
         log.warning(
             "%d capture file(s) over tracking.max_artifact_mb=%d stay local; see artifacts_kept_local.json",
@@ -307,9 +315,9 @@ def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
 
     experiment_id = ensure_experiment(tracking)
     parent = os.environ.get(PARENT_RUN_ENV) or None
-    with retry_locked(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent)) as active:
+    with mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent)) as active:
         try:
             yield MlflowRun(active.info.run_id, experiment_id, tracking)
         except KeyboardInterrupt:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
-            mlflow.end_run("KILLED")
+            mlflow_write(lambda: mlflow.end_run("KILLED"))
             raise
