@@ -20,6 +20,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
 
 from runner import names
 from runner.config import TrackingConfig
@@ -195,6 +196,10 @@ def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
 
 def find_run(client: MlflowClient, experiment_id: str, key: str) -> Run:
     """A run by its id, or by an unambiguous prefix of it (as the MLflow UI shortens them)."""
+    try:
+        return client.get_run(key)
+    except MlflowException:  # not a whole id: look for a prefix
+        pass
     matches = [
         run.info.run_id
         for run in client.search_runs([experiment_id], max_results=50000)

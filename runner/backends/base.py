@@ -110,6 +110,11 @@ class Backend(ABC):
     @classmethod
     def plan_slots(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
         """The machine split for `jobs` concurrent jobs (0: as many as fit); one job gets it whole."""
+        return [WHOLE_MACHINE] if jobs == 1 else cls.split_machine(config, jobs, pool, cores_per_job)
+
+    @classmethod
+    def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+        """Shares for several concurrent jobs; a device without shares runs them whole, one slot."""
         return [WHOLE_MACHINE]
 
     @property

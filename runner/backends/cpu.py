@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from runner.backends.base import WHOLE_MACHINE, Backend, Slot
+from runner.backends.base import Backend, Slot
 from runner.backends.peaks import Peak, cpu_peak
 from runner.config import BackendConfig
 
@@ -26,10 +26,8 @@ class CpuBackend(Backend):
         return True
 
     @classmethod
-    def plan_slots(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+    def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
         """`cpu_count / jobs` threads per job (one job per core when jobs=0)."""
-        if jobs == 1:
-            return [WHOLE_MACHINE]
         cpus = os.cpu_count() or 1
         count = jobs or cpus
         threads = str(max(1, cpus // count))

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity
 
-from runner.backends.base import WHOLE_MACHINE, Backend, Slot
+from runner.backends.base import Backend, Slot
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.config import BackendConfig
 
@@ -28,10 +28,8 @@ class CudaBackend(Backend):
         return torch.cuda.is_available()
 
     @classmethod
-    def plan_slots(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+    def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
         """One GPU per job, out of the visible ones (one job per GPU when jobs=0)."""
-        if jobs == 1:
-            return [WHOLE_MACHINE]
         visible = os.environ.get(VISIBLE_DEVICES_ENV)
         gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
         return [Slot(f"GPU {gpu}", ((VISIBLE_DEVICES_ENV, gpu),)) for gpu in gpus[: jobs or len(gpus)]]

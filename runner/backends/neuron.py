@@ -23,7 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
-from runner.backends.base import WHOLE_MACHINE, Backend, CaptureReport, Slot, require_complete_traces
+from runner.backends.base import Backend, CaptureReport, Slot, require_complete_traces
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.config import BackendConfig, ConfigError, ProfilerConfig, format_cores, parse_core_range, parse_cores
@@ -82,7 +82,7 @@ class NeuronBackend(Backend):
         return bool(module is not None and module.is_available())
 
     @classmethod
-    def plan_slots(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+    def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
         """`cores_per_job` contiguous NeuronCores per job out of the pool, pinned through the environment.
 
         The runtime reserves every visible core for the process that starts it, so two
@@ -91,8 +91,6 @@ class NeuronBackend(Backend):
         Raises:
             ConfigError: backend.cores is set (it pins one job), or the pool is too small.
         """
-        if jobs == 1:
-            return [WHOLE_MACHINE]
         if config.cores is not None:
             raise ConfigError(
                 f"backend.cores={config.cores} pins a single job; with several jobs at once give the cores to share "
