@@ -5,20 +5,28 @@ lets it through too) in the main thread; later ones are ignored, so the cleanup 
 started (runs closed KILLED, status files, the sweep's summary) is not cut short. Inside
 `signals_held()` (a store migration or any MLflow write, which a stop would leave half-done,
 with the store locked) a signal waits until the block ends.
+
+Python runs a handler between any two bytecodes, also inside a garbage-collector or weakref
+callback, where an exception is printed as "Exception ignored" and dropped. Such a swallowed
+stop is kept and raised again at the next safe point (`raise_if_stopped`): the end of a held
+block, every measured step, every launcher poll.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# signals that arrived while held, how deep the holding goes, and whether a stop was raised
+# signals that arrived while held, how deep the holding goes, whether a stop was raised,
+# and a stop that was raised where Python dropped it
 _pending: list[int] = []
 _holds = [0]
 _stopped = [False]
+_swallowed: list[int] = []
 
 
 class Interrupted(KeyboardInterrupt):
@@ -36,18 +44,36 @@ class Interrupted(KeyboardInterrupt):
 
 def _interrupt(signum: int, frame: object) -> None:
     # no signal.signal() in here: changing handlers while a second signal is pending raises
-    if _stopped[0]:
+    if _stopped[0] and not _swallowed:
         return
     if _holds[0]:
         _pending.append(signum)
         return
+    _swallowed.clear()
     _stopped[0] = True
     raise Interrupted(signum)
+
+
+def _keep_swallowed_stop(unraisable: sys.UnraisableHookArgs) -> None:
+    """Python is about to drop an exception it cannot raise: keep a stop, print anything else."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        _swallowed.append(unraisable.exc_value.signum)
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
+def raise_if_stopped() -> None:
+    """A safe point: raise the stop that a garbage-collector or weakref callback swallowed."""
+    if _swallowed and not _holds[0]:
+        signum = _swallowed.pop()
+        _swallowed.clear()
+        raise Interrupted(signum)
 
 
 def stop_on_signals() -> None:
     """Turn the first SIGINT or SIGTERM into `Interrupted` (main thread only; elsewhere a no-op)."""
     if threading.current_thread() is threading.main_thread():
+        sys.unraisablehook = _keep_swallowed_stop
         for each in STOP_SIGNALS:
             signal.signal(each, _interrupt)
 
@@ -62,6 +88,7 @@ def signals_held() -> Iterator[None]:
         _holds[0] -= 1
         if not _holds[0] and _pending:
             _interrupt(_pending.pop(0), None)
+        raise_if_stopped()
 
 
 def exit_code_of(error: KeyboardInterrupt) -> int:

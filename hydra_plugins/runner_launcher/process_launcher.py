@@ -136,6 +136,8 @@ class ProcessLauncher(Launcher):
         assert self.hydra_context is not None and self.task_function is not None
         import cloudpickle
 
+        from runner.signals import raise_if_stopped
+
         spawn = multiprocessing.get_context("spawn")
         while pending or running:
             while pending and free:
@@ -153,6 +155,7 @@ class ProcessLauncher(Launcher):
                 process.start()
                 running[idx] = (process, slot, config, time.monotonic())
             time.sleep(POLL_S)
+            raise_if_stopped()
             for idx, (process, slot, config, started) in list(running.items()):
                 timed_out = self.timeout_s and time.monotonic() - started > self.timeout_s
                 if timed_out:

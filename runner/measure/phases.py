@@ -27,6 +27,7 @@ from runner.measure.build import BuiltWorkload
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_stderr
 from runner.measure.stats import coefficient_of_variation, describe_steps
+from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
 # Seconds between progress lines within a phase.
@@ -93,7 +94,8 @@ class Progress:
         self.last = time.perf_counter()
 
     def step(self, done: int) -> None:
-        """Report step `done` if enough time passed, or if it is the last one."""
+        """Report step `done` if enough time passed, or if it is the last one; a safe point for a stop."""
+        raise_if_stopped()
         now = time.perf_counter()
         if done == self.total or now - self.last >= PROGRESS_EVERY_S:
             log.info("%s: step %d/%d", self.phase, done, self.total)
