@@ -24,7 +24,7 @@ from mlflow.exceptions import MlflowException
 
 from runner import names
 from runner.config import TrackingConfig
-from runner.measure.stats import mann_whitney_p
+from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
 from runner.report.reader import (
     find_sweep,
     is_reused,
@@ -33,6 +33,7 @@ from runner.report.reader import (
     metric,
     op_table,
     per_op,
+    process_medians,
     sweep_children,
 )
 from runner.secrets import redact
@@ -42,7 +43,6 @@ from runner.store import sqlite_path
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
 DEFAULT_URI = TrackingConfig.uri
 FORMATS = ("table", "markdown", "csv", "json")
-SIGNIFICANCE = 0.05
 
 
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
@@ -98,6 +98,7 @@ COLUMNS = [
         "backend", lambda r: f"{r.data.tags.get(names.TAG_BACKEND, '-')} ({r.data.tags.get(names.TAG_DEVICE, '-')})"
     ),
     Column("median ms ± IQR", _median),
+    Column("stable", lambda r: {"true": "yes", "false": "NO"}.get(r.data.tags.get(names.TAG_TIMING_STABLE, ""), "-")),
     Column("device ms/step", lambda r: _fmt(_device_per_step(r), 4)),
     Column("lowering", _lowering),
     Column("top op", lambda r: _short(r.data.tags.get(names.TAG_TOP_OP, "-"))),
@@ -120,12 +121,36 @@ def _percent(fraction: float | None) -> float | None:
     return None if fraction is None else fraction * 100
 
 
-def comparison_rows(runs: list[Run], baseline: Run | None, parent: Run | None = None) -> list[dict[str, str]]:
+def speedup(run: Run, baseline: Run | None, samples: dict[str, list[float]]) -> str:
+    """The baseline's step time over the run's, with its 95% interval, or why there is none.
+
+    A speedup is printed only with an interval that excludes no change, and never for a run
+    whose timing is unstable: a bare ratio of two medians can be a mode flip.
+    """
+    if baseline is None or metric(run, names.STEP_MEDIAN_MS) is None or metric(baseline, names.STEP_MEDIAN_MS) is None:
+        return "-"
+    if run.info.run_id == baseline.info.run_id:
+        return "baseline"
+    unstable = [r for r in (baseline, run) if r.data.tags.get(names.TAG_TIMING_STABLE) == "false"]
+    if unstable:
+        return f"not compared: {'baseline' if unstable[0] is baseline else 'run'} unstable"
+    estimate = time_ratio(samples[baseline.info.run_id], samples[run.info.run_id])
+    if estimate is None:
+        return "not compared: needs measure.processes >= 2 in both runs"
+    interval = f"[{1 / estimate.high:.2f}, {1 / estimate.low:.2f}]"
+    if not estimate.significant:
+        return f"no significant difference {interval}"
+    return f"{1 / estimate.ratio:.2f}x {interval}"
+
+
+def comparison_rows(
+    client: MlflowClient, runs: list[Run], baseline: Run | None, parent: Run | None = None
+) -> list[dict[str, str]]:
     """One row per run: its rank by median (1 = fastest) and its speedup against `baseline`.
 
     With the sweep's `parent`, runs the sweep reused instead of running are marked so.
     """
-    base = metric(baseline, names.STEP_MEDIAN_MS) if baseline is not None else None
+    samples = {run.info.run_id: process_medians(client, run) for run in runs}
     medians = sorted(m for m in (metric(r, names.STEP_MEDIAN_MS) for r in runs) if m is not None)
     rows = []
     for run in runs:
@@ -134,7 +159,7 @@ def comparison_rows(runs: list[Run], baseline: Run | None, parent: Run | None = 
         row.update({c.header: str(c.value(run)) for c in COLUMNS})
         if is_reused(run, parent):
             row["status"] += " (reused)"
-        row["speedup"] = f"{base / median:.2f}x" if base and median else "-"
+        row["speedup (95% CI)"] = speedup(run, baseline, samples)
         row["run id"] = run.info.run_id
         rows.append(row)
     return rows
@@ -227,7 +252,7 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     The parent gets `comparison.json` (an MLflow table), `comparison.md` and `plots/*.png`.
     """
     runs = sweep_children(client, parent.info.experiment_id, parent)
-    rows = comparison_rows(runs, pick_baseline(runs, None), parent)
+    rows = comparison_rows(client, runs, pick_baseline(runs, None), parent)
     if not rows:
         return "no job runs to compare"
     run_id = parent.info.run_id
@@ -240,9 +265,8 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     return render(rows, "table")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(prog="python -m runner.compare", description=__doc__.splitlines()[0])
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say which store, experiment and runs (shared with runner.gate)."""
     parser.add_argument("--sweep", help="sweep parent run id or name (default: the latest sweep)")
     parser.add_argument("--runs", nargs="+", metavar="ID", help="compare these runs instead of a sweep")
     parser.add_argument(
@@ -251,6 +275,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})",
     )
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: runner)")
+
+
+def open_experiment(args: argparse.Namespace) -> tuple[MlflowClient, str]:
+    """The store's client and the experiment's id; a one-line exit when either is missing."""
+    path = sqlite_path(args.uri)
+    if path is not None and not path.is_file():
+        raise SystemExit(f"error: --uri {redact(args.uri)}: no MLflow store there (run a job first, or pass --uri)")
+    client = MlflowClient(args.uri)
+    experiment = client.get_experiment_by_name(args.experiment)
+    if experiment is None:
+        raise SystemExit(f"error: --experiment {args.experiment!r} does not exist in this tracking store")
+    return client, experiment.experiment_id
+
+
+def selected_runs(client: MlflowClient, experiment_id: str, args: argparse.Namespace) -> tuple[list[Run], Run | None]:
+    """The runs --runs names, or the jobs of --sweep (default: the latest), with the sweep's parent."""
+    if args.runs:
+        return [find_run(client, experiment_id, key) for key in args.runs], None
+    parent = find_sweep(client, experiment_id, args.sweep) if args.sweep else latest_sweep(client, experiment_id)
+    return sweep_children(client, experiment_id, parent), parent
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m runner.compare", description=__doc__.splitlines()[0])
+    add_selection_arguments(parser)
     parser.add_argument("--baseline", help="run id or workload name for speedups (default: the first run)")
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     parser.add_argument("--plots", metavar="DIR", help="also write the PNG plots into DIR")
@@ -260,22 +310,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison (and, for two runs, the per-op diff)."""
     args = parse_args(argv)
-    path = sqlite_path(args.uri)
-    if path is not None and not path.is_file():
-        raise SystemExit(f"error: --uri {redact(args.uri)}: no MLflow store there (run a job first, or pass --uri)")
-    client = MlflowClient(args.uri)
-    experiment = client.get_experiment_by_name(args.experiment)
-    if experiment is None:
-        raise SystemExit(f"error: --experiment {args.experiment!r} does not exist in this tracking store")
-    parent = None
-    if args.runs:
-        runs = [find_run(client, experiment.experiment_id, key) for key in args.runs]
-    else:
-        parent = find_sweep(client, experiment.experiment_id, args.sweep) if args.sweep else None
-        parent = parent or latest_sweep(client, experiment.experiment_id)
-        runs = sweep_children(client, experiment.experiment_id, parent)
+    client, experiment_id = open_experiment(args)
+    runs, parent = selected_runs(client, experiment_id, args)
     baseline = pick_baseline(runs, args.baseline)
-    rows = comparison_rows(runs, baseline, parent)
+    rows = comparison_rows(client, runs, baseline, parent)
     diff = op_diff(client, runs[0], runs[1]) if len(runs) == 2 else None
     if args.format == "json":  # one document: the runs, and the per-op diff of two
         print(json.dumps({"runs": rows, "op_diff": diff} if diff is not None else rows, indent=2))

@@ -197,6 +197,12 @@ class MeasureConfig:
     steps: int = 200
     # times the warm-up and timed phases run; > 1 logs the spread of per-repeat medians
     repeats: int = 1
+    # fresh worker processes that each build the workload and run warm-up and steady state,
+    # one after another; 0 = in the job's own process; null = the backend's default
+    processes: int | None = None
+    # glibc keeps freed blocks up to 32 MiB for reuse, so no step pays page faults that depend
+    # on what the process did before (runner.measure.host_memory); false: glibc's own modes
+    keep_freed_memory: bool = True
     # compare the output with the workload's float64 reference on CPU
     accuracy: bool = True
     # peak figures for the roofline: auto (by device) or an entry of conf/peaks.yaml
@@ -206,6 +212,8 @@ class MeasureConfig:
         _at_least("measure.warmup", self.warmup, 0)
         _at_least("measure.steps", self.steps, 1)
         _at_least("measure.repeats", self.repeats, 1)
+        if self.processes is not None:
+            _at_least("measure.processes", self.processes, 0)
 
 
 @dataclass

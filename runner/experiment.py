@@ -67,6 +67,7 @@ def prepare(
     """
     try:
         backend = make_backend(spec.backend)
+        backend.worker_processes(spec.measure.processes)
         workload = build_workload(spec.workload, backend)
         return backend, workload, resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
     except ConfigError:

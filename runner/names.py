@@ -16,6 +16,9 @@ STEP_P90_MS = "time/step_p90_ms"
 STEP_IQR_MS = "time/step_iqr_ms"
 STEP_CV = "time/step_cv"
 REPEAT_CV = "time/repeat_cv"
+# one value per worker process (the metric's history; step = process index), and their spread
+PROCESS_MEDIAN_MS = "time/process_median_ms"
+PROCESS_CV = "time/process_cv"
 FIRST_CALL_S = "time/first_call_s"
 MEASURED_S = "time/measured_s"
 JOB_S = "time/job_s"
@@ -99,6 +102,9 @@ TAG_REUSED_RUNS = "runner.reused_runs"
 TAG_ACCURACY = "accuracy.check"
 TAG_ACCURACY_DETAIL = "accuracy.detail"
 TAG_ROOFLINE_PEAK = "roofline.peak"
+# "true" or "false", and why not (runner.measure.stability)
+TAG_TIMING_STABLE = "timing.stable"
+TAG_TIMING_REASONS = "timing.unstable_reasons"
 
 # --- tags: Neuron ---
 TAG_NEURON_CAPTURE = "neuron.capture"

@@ -22,6 +22,7 @@ from runner.measure.build import BuiltWorkload
 from runner.measure.optable import OpTable, self_time_by_op
 from runner.measure.phases import Measurement
 from runner.measure.roofline import roofline_metrics
+from runner.measure.stability import ADVICE, instability_reasons
 from workloads.base import CostModel
 
 MIB = 2**20
@@ -43,6 +44,8 @@ class JobResult:
     capture_dir: Path
     # extra text artifacts: file name -> content
     texts: dict[str, str] = field(default_factory=dict)
+    # metric histories: name -> one value per step (the per-process medians)
+    series: dict[str, list[float]] = field(default_factory=dict)
     # what the console shows as warnings under the summary
     warnings: list[str] = field(default_factory=list)
 
@@ -61,6 +64,9 @@ def derived_metrics(
     by_op = self_time_by_op(result.table)
     device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
     tags: dict[str, Any] = {names.TAG_TOP_OP: next(iter(by_op), None), names.TAG_DEVICE_TIME: device_time}
+    reasons = instability_reasons(result.process_medians(), result.samples())
+    tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
+    tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
     # after the phases, so compilation stays in the first call; in train_step mode the
     # module and its reference both see the updated weights
     with torch.no_grad():
@@ -96,6 +102,10 @@ def collect_result(
     metrics.update(capture.metrics)
     tags.update(capture.tags)
     warnings = list(capture.warnings)
+    if tags[names.TAG_TIMING_STABLE] == "false":
+        warnings.append(
+            f"timing unstable ({tags[names.TAG_TIMING_REASONS]}): compare its step time with care; {ADVICE}"
+        )
     if tags.get(names.TAG_OUTPUT_FINITE, "true") != "true":
         warnings.append(f"the workload's output is not finite: {tags[names.TAG_OUTPUT_FINITE]}")
     return JobResult(
@@ -105,5 +115,6 @@ def collect_result(
         printed_table=measurement.printed_table,
         capture_dir=capture_dir,
         texts=dict(capture.texts),
+        series={names.PROCESS_MEDIAN_MS: measurement.process_medians()},
         warnings=warnings,
     )

@@ -192,6 +192,9 @@ class NullRun:
     def log_metrics(self, metrics: dict[str, float]) -> None:
         """Ignore metrics."""
 
+    def log_series(self, series: dict[str, list[float]]) -> None:
+        """Ignore metric histories."""
+
     def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
         """Ignore a table."""
 
@@ -207,6 +210,7 @@ class NullRun:
     def log_result(self, result: JobResult, max_artifact_mb: int) -> None:
         """Log a job's result: metrics, tags, the op table, text artifacts and the capture folder."""
         self.log_metrics(result.metrics)
+        self.log_series(result.series)
         self.set_tags(result.tags)
         self.log_table(result.table.columns(), "key_averages.json")
         self.log_text(result.printed_table, "key_averages.txt")
@@ -244,6 +248,16 @@ class MlflowRun(NullRun):
         import mlflow
 
         mlflow_write(lambda: mlflow.log_metrics(metrics))
+
+    def log_series(self, series: dict[str, list[float]]) -> None:
+        """Log each list as one metric's history, one step per value, in one write."""
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(key, value, now, step) for key, values in series.items() for step, value in enumerate(values)]
+        if batch:
+            mlflow_write(lambda: MlflowClient(self.tracking.uri).log_batch(str(self.run_id), metrics=batch))
 
     def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
         """Log a table the MLflow UI can show (a JSON artifact)."""

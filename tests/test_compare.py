@@ -131,7 +131,7 @@ def test_failed_runs_stay_in_the_table(tracking_uri: str) -> None:
     experiment = client.create_experiment("failures")
     failed = client.create_run(experiment, run_name="broken job")
     client.set_terminated(failed.info.run_id, "FAILED")
-    rows = comparison_rows([client.get_run(failed.info.run_id)], None)
+    rows = comparison_rows(client, [client.get_run(failed.info.run_id)], None)
     assert rows[0]["run"] == "broken job" and rows[0]["status"] == "FAILED" and rows[0]["median ms ± IQR"] == "-"
     assert "FAILED" in render(rows, "table")
 

@@ -98,6 +98,9 @@ class Backend(ABC):
     name: ClassVar[str]
     # the torch.compile backend for this device; inductor is PyTorch's default
     compile_backend: ClassVar[str] = "inductor"
+    # measure.processes when the config leaves it null: three fresh processes give the
+    # comparison a spread to test at a few seconds each (README, "Numbers you can trust")
+    default_processes: ClassVar[int] = 3
 
     def __init__(self, config: BackendConfig) -> None:
         self.config = config
@@ -116,6 +119,14 @@ class Backend(ABC):
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
         """Shares for several concurrent jobs; a device without shares runs them whole, one slot."""
         return [WHOLE_MACHINE]
+
+    def worker_processes(self, requested: int | None) -> int:
+        """How many fresh processes time the steady state (0: the job's own process).
+
+        Raises:
+            ConfigError: this device cannot serve that many processes.
+        """
+        return self.default_processes if requested is None else requested
 
     @property
     @abstractmethod

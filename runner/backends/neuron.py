@@ -70,6 +70,9 @@ class NeuronBackend(Backend):
 
     name = "neuron"
     compile_backend = "neuron"
+    # the job's own process holds its NeuronCores, and the runtime lends a core to one
+    # process at a time: fresh worker processes could not run on them
+    default_processes = 0
 
     @classmethod
     def available(cls) -> bool:
@@ -132,6 +135,19 @@ class NeuronBackend(Backend):
             raise ConfigError("backend=neuron: torch-neuronx sees no NeuronCore on this machine")
         self.cores = self._pin_cores(config.cores)
         self.correlate_status = "unset"
+
+    def worker_processes(self, requested: int | None) -> int:
+        """Always the job's own process: it holds the NeuronCores.
+
+        Raises:
+            ConfigError: measure.processes asks for worker processes.
+        """
+        if requested:
+            raise ConfigError(
+                f"measure.processes={requested}: a NeuronCore serves one process at a time and this job's process "
+                "holds it; use measure.processes=0 (the default on neuron) and measure.repeats for a spread"
+            )
+        return 0
 
     def _pin_cores(self, spec: str | None) -> list[int] | None:
         """The cores this job owns, or None for every visible core.

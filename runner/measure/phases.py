@@ -3,7 +3,7 @@
 1. first call (includes torch.compile / NEFF compilation);
 2. warm-up calls;
 3. steady state: `measure.steps` synchronized steps without the profiler (`measure.repeats`
-   times);
+   times), in `measure.processes` fresh worker processes or in this one;
 4. the profiled window: exactly the steps the profiler schedule needs.
 
 Every clock read and every profiler step is preceded by `backend.synchronize()`, because
@@ -24,9 +24,11 @@ from runner import names
 from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
+from runner.measure.host_memory import keep_freed_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_stderr
 from runner.measure.stats import coefficient_of_variation, describe_steps
+from runner.measure.workers import steady_state_in_processes
 from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
@@ -41,8 +43,8 @@ class Measurement:
 
     # the first call, which includes torch.compile / graph compilation
     first_call_s: float
-    # steady-state step times in ms, one list per repeat
-    step_ms: list[list[float]]
+    # steady-state step times in ms: per process (worker processes, or this one), per repeat
+    step_ms: list[list[list[float]]]
     # wall time of each recorded step of the profiled window, in ms
     profiled_ms: list[float]
     table: OpTable
@@ -57,11 +59,16 @@ class Measurement:
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
-        samples = [ms for repeat in self.step_ms for ms in repeat]
         # the headline metric first: the MLflow compare view plots the first logged metric by default
-        metrics = {**describe_steps(samples), names.FIRST_CALL_S: self.first_call_s}
-        if len(self.step_ms) > 1:
-            metrics[names.REPEAT_CV] = coefficient_of_variation([statistics.median(r) for r in self.step_ms])
+        metrics = {**describe_steps(self.samples()), names.FIRST_CALL_S: self.first_call_s}
+        # one number per process, so one process stuck in a slow mode moves the median little
+        process_medians = self.process_medians()
+        metrics[names.STEP_MEDIAN_MS] = statistics.median(process_medians)
+        if len(process_medians) > 1:
+            metrics[names.PROCESS_CV] = coefficient_of_variation(process_medians)
+        repeat_medians = [statistics.median(repeat) for process in self.step_ms for repeat in process]
+        if len(self.step_ms[0]) > 1:
+            metrics[names.REPEAT_CV] = coefficient_of_variation(repeat_medians)
         if self.profiled_ms:
             profiled = statistics.median(self.profiled_ms)
             metrics[names.PROFILER_STEP_MS] = profiled
@@ -69,6 +76,14 @@ class Measurement:
         metrics[names.COMPILE_GRAPHS] = float(self.compile_graphs)
         metrics[names.MEASURED_S] = self.measured_s
         return {**metrics, **summary_metrics(self.table)}
+
+    def samples(self) -> list[float]:
+        """Every steady-state step time, in ms."""
+        return [ms for process in self.step_ms for repeat in process for ms in repeat]
+
+    def process_medians(self) -> list[float]:
+        """The median step time of each process, in ms."""
+        return [statistics.median([ms for repeat in process for ms in repeat]) for process in self.step_ms]
 
 
 def dynamo_graph_count() -> int:
@@ -78,7 +93,8 @@ def dynamo_graph_count() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def _timed_step(workload: BuiltWorkload, backend: Backend) -> float:
+def timed_step(workload: BuiltWorkload, backend: Backend) -> float:
+    """One synchronized step's wall time in seconds."""
     backend.synchronize()
     start = time.perf_counter()
     workload.step()
@@ -112,7 +128,7 @@ def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> li
         samples = []
         progress = Progress(f"steady state {repeat}/{measure.repeats}", measure.steps)
         for step in range(1, measure.steps + 1):
-            samples.append(_timed_step(workload, backend) * 1000)
+            samples.append(timed_step(workload, backend) * 1000)
             progress.step(step)
         repeats.append(samples)
     return repeats
@@ -149,11 +165,14 @@ def profiled_window(
 def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path) -> Measurement:
     """Run the phases in order and return their results."""
     started = time.perf_counter()
+    if spec.measure.keep_freed_memory:
+        keep_freed_memory()
     graphs_before = dynamo_graph_count()
     log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
-    first_call_s = _timed_step(workload, backend)
+    first_call_s = timed_step(workload, backend)
     log.info("first call took %.3f s", first_call_s)
-    step_ms = steady_state(workload, backend, spec)
+    processes = backend.worker_processes(spec.measure.processes)
+    step_ms = steady_state_in_processes(spec, processes) if processes else [steady_state(workload, backend, spec)]
     table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
     return Measurement(
         first_call_s=first_call_s,

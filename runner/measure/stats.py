@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
 from runner import names
+
+# the level of every test the comparison and the gate make, and the power the gate quotes
+SIGNIFICANCE = 0.05
+POWER = 0.8
 
 
 def coefficient_of_variation(samples: list[float]) -> float:
@@ -42,3 +47,67 @@ def mann_whitney_p(a: list[float], b: list[float]) -> float:
     if not a or not b:
         return 1.0
     return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+@dataclass
+class TimeRatio:
+    """How a run's step time compares with a baseline's, from their per-process medians."""
+
+    # new over baseline: above 1 the new run is slower
+    ratio: float
+    # its 95% confidence interval
+    low: float
+    high: float
+    # two-sided: the ratio differs from 1
+    p_value: float
+    # one-sided: the ratio exceeds 1 + margin (the regression gate's test)
+    p_slower: float
+    # the smallest slowdown (a fraction) a one-sided 5% test would catch 80% of the time
+    detectable: float
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes no change."""
+        return self.p_value < SIGNIFICANCE
+
+
+def time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.0) -> TimeRatio | None:
+    """Welch's t-test on log per-process medians; None with fewer than two processes a side.
+
+    Logs make the test about ratios; Welch's form allows the two runs different spreads; and
+    with three to five processes a side a t interval keeps its coverage where a bootstrap
+    cannot (three values have only ten distinct resamples).
+    """
+    if len(baseline_ms) < 2 or len(new_ms) < 2:
+        return None
+    base, new = np.log(baseline_ms), np.log(new_ms)
+    diff = float(new.mean() - base.mean())
+    if base.var() == 0 and new.var() == 0:  # identical medians on each side: nothing to test against
+        same = float(diff == 0)
+        return TimeRatio(
+            float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff)), same, float(diff <= np.log1p(margin)), 0.0
+        )
+    test = stats.ttest_ind(new, base, equal_var=False)
+    low, high = test.confidence_interval(1 - SIGNIFICANCE)
+    slower = stats.ttest_ind(new - np.log1p(margin), base, equal_var=False, alternative="greater")
+    se = (high - low) / (2 * stats.t.ppf(1 - SIGNIFICANCE / 2, test.df))
+    detectable = (stats.t.ppf(1 - SIGNIFICANCE, test.df) + stats.t.ppf(POWER, test.df)) * se
+    return TimeRatio(
+        ratio=float(np.exp(diff)),
+        low=float(np.exp(low)),
+        high=float(np.exp(high)),
+        p_value=float(test.pvalue),
+        p_slower=float(slower.pvalue),
+        detectable=float(np.expm1(detectable)),
+    )
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment: p-values that keep the family-wise error at the level."""
+    order = np.argsort(p_values)
+    adjusted = np.empty(len(p_values))
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return [float(p) for p in adjusted]

@@ -28,6 +28,12 @@ def metric(run: Run, key: str) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
+def process_medians(client: MlflowClient, run: Run) -> list[float]:
+    """The run's per-process median step times in ms, in process order (empty for older runs)."""
+    history = client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)
+    return [m.value for m in sorted(history, key=lambda m: m.step)]
+
+
 def op_table(client: MlflowClient, run: Run) -> dict[str, Any]:
     """The run's key_averages.json artifact ({"columns": [...], "data": [...]}), or empty."""
     try:

@@ -1,0 +1,172 @@
+"""A regression gate for CI: `python -m runner.gate --baseline REF --fail-above PCT`.
+
+Each compared job (the latest sweep, --sweep or --runs) is paired with the baseline run of
+the same configuration (its config hash; a single run against a single baseline pairs as
+is). A job fails the gate only when its step time exceeds the baseline's by more than PCT
+percent with significance: a one-sided Welch test on the log per-process medians, its
+p-values corrected across the jobs with Holm's method, so a sweep of twenty jobs does not
+raise a false alarm twenty times as often. Exit status: 0 passed, 1 a regression, 2 the
+baseline or the runs could not be found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from runner import names
+from runner.compare import FORMATS, add_selection_arguments, find_run, open_experiment, render, selected_runs
+from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, time_ratio
+from runner.report.reader import label, metric, process_medians, sweep_children
+
+REGRESSION_EXIT, NOT_FOUND_EXIT = 1, 2
+
+
+@dataclass
+class Pair:
+    """A job, its baseline run and what the test found."""
+
+    job: Run
+    baseline: Run | None
+    estimate: TimeRatio | None = None
+    p_holm: float = 1.0
+
+
+def baseline_runs(client: MlflowClient, experiment_id: str, ref: str) -> list[Run]:
+    """The runs --baseline names: `KEY=VALUE` (a tag, e.g. runner.git_commit=abc123), a sweep, or a run."""
+    if "=" in ref:
+        key, value = ref.split("=", 1)
+        query = f"tags.`{key}` = '{value}' and attributes.status = 'FINISHED'"
+        runs = [r for r in client.search_runs([experiment_id], query, order_by=["start_time DESC"])
+                if r.data.tags.get(names.TAG_SWEEP) != "true"]  # fmt: skip
+        if not runs:
+            raise SystemExit(f"error: --baseline {ref!r}: no FINISHED job run has tag {key} = {value!r}")
+        return runs
+    run = find_run(client, experiment_id, ref)
+    if run.data.tags.get(names.TAG_SWEEP) == "true":
+        return sweep_children(client, experiment_id, run)
+    return [run]
+
+
+def pair_up(jobs: list[Run], baselines: list[Run]) -> list[Pair]:
+    """Each job with the newest baseline run of its configuration (not itself)."""
+    if len(jobs) == 1 and len(baselines) == 1:
+        return [Pair(jobs[0], baselines[0])]
+    by_hash: dict[str, Run] = {}
+    for run in sorted(baselines, key=lambda r: r.info.start_time):
+        by_hash[run.data.tags.get(names.TAG_CONFIG_HASH, "")] = run
+    job_ids = {job.info.run_id for job in jobs}
+    pairs = []
+    for job in jobs:
+        base = by_hash.get(job.data.tags.get(names.TAG_CONFIG_HASH, ""))
+        pairs.append(Pair(job, base if base is not None and base.info.run_id not in job_ids else None))
+    return pairs
+
+
+def judge(client: MlflowClient, pairs: list[Pair], margin: float) -> None:
+    """Test every pair that can be tested, then correct the p-values across them (Holm)."""
+    tested = []
+    for pair in pairs:
+        if pair.baseline is not None and pair.job.info.status == "FINISHED":
+            pair.estimate = time_ratio(
+                process_medians(client, pair.baseline), process_medians(client, pair.job), margin
+            )
+            if pair.estimate is not None:
+                tested.append(pair)
+    for pair, adjusted in zip(tested, holm([p.estimate.p_slower for p in tested if p.estimate]), strict=True):
+        pair.p_holm = adjusted
+
+
+def catchable(estimate: TimeRatio, margin: float) -> float:
+    """The smallest slowdown the gate would catch 80% of the time: the margin, plus what the spread hides."""
+    return (1 + margin) * (1 + estimate.detectable) - 1
+
+
+def verdict(pair: Pair, margin: float) -> str:
+    """What the gate concludes for one job."""
+    if pair.baseline is None:
+        return "no baseline for this configuration"
+    if pair.job.info.status != "FINISHED":
+        return f"not tested: the job is {pair.job.info.status}"
+    if pair.estimate is None:
+        return "not tested: needs measure.processes >= 2 in both runs"
+    unstable = any(r.data.tags.get(names.TAG_TIMING_STABLE) == "false" for r in (pair.job, pair.baseline))
+    note = " (timing unstable)" if unstable else ""
+    if pair.p_holm < SIGNIFICANCE:
+        return f"REGRESSION: slower by more than {margin:.0%}{note}"
+    if pair.estimate.high < 1:
+        return f"faster{note}"
+    return f"ok{note}"
+
+
+def rows(pairs: list[Pair], margin: float) -> list[dict[str, str]]:
+    """One row per job."""
+    table = []
+    for pair in pairs:
+        est = pair.estimate
+
+        def median(run: Run | None) -> str:
+            value = metric(run, names.STEP_MEDIAN_MS) if run is not None else None
+            return "-" if value is None else f"{value:.4f}"
+
+        table.append({
+            "job": label(pair.job),
+            "baseline ms": median(pair.baseline),
+            "job ms": median(pair.job),
+            "change (95% CI)": "-" if est is None else
+            f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
+            f"p (> +{margin:.0%}, Holm)": "-" if est is None else f"{pair.p_holm:.3f}",
+            "caught from": "-" if est is None else f"+{catchable(est, margin):.1%}",
+            "verdict": verdict(pair, margin),
+            "run id": pair.job.info.run_id,
+            "baseline id": pair.baseline.info.run_id if pair.baseline is not None else "-",
+        })  # fmt: skip
+    return table
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m runner.gate", description=__doc__.splitlines()[0])
+    add_selection_arguments(parser)
+    parser.add_argument("--baseline", required=True, help="KEY=VALUE (a tag), a sweep parent, or a run id")
+    parser.add_argument("--fail-above", type=float, required=True, metavar="PCT",
+                        help="fail on a job significantly slower than its baseline by more than PCT percent")  # fmt: skip
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    args = parser.parse_args(argv)
+    if args.fail_above < 0:
+        parser.error(f"--fail-above {args.fail_above}: give a percentage >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the gate's table and exit 1 when a job regressed."""
+    args = parse_args(argv)
+    margin = args.fail_above / 100
+    try:
+        client, experiment_id = open_experiment(args)
+        jobs, _ = selected_runs(client, experiment_id, args)
+        baselines = baseline_runs(client, experiment_id, args.baseline)
+    except SystemExit as missing:
+        print(missing, file=sys.stderr)
+        return NOT_FOUND_EXIT
+    pairs = pair_up(jobs, baselines)
+    judge(client, pairs, margin)
+    print(render(rows(pairs, margin), args.format))
+    detectable = [catchable(p.estimate, margin) for p in pairs if p.estimate is not None]
+    regressions = [p for p in pairs if p.estimate is not None and p.p_holm < SIGNIFICANCE]
+    if args.format != "json":
+        if detectable:
+            print(f"\nsmallest slowdown the gate catches 80% of the time here: +{min(detectable):.1%} to "
+                  f"+{max(detectable):.1%}; more worker processes (measure.processes) bring it nearer the margin")  # fmt: skip
+        untested = len(pairs) - len(detectable)
+        print(f"gate: {len(regressions)} regression(s) above +{args.fail_above:g}% in {len(detectable)} tested "
+              f"job(s); {untested} not tested")  # fmt: skip
+    return REGRESSION_EXIT if regressions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
