@@ -133,8 +133,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m runner.gate", description=__doc__.splitlines()[0])
     add_selection_arguments(parser)
     parser.add_argument("--baseline", required=True, help="KEY=VALUE (a tag), a sweep parent, or a run id")
-    parser.add_argument("--fail-above", type=float, required=True, metavar="PCT",
-                        help="fail on a job significantly slower than its baseline by more than PCT percent")  # fmt: skip
+    parser.add_argument(
+        "--fail-above", type=float, required=True, metavar="PCT",
+        help="fail on a job significantly slower than its baseline by more than PCT percent",
+    )  # fmt: skip
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     args = parser.parse_args(argv)
     if args.fail_above < 0:
@@ -160,11 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     regressions = [p for p in pairs if p.estimate is not None and p.p_holm < SIGNIFICANCE]
     if args.format != "json":
         if detectable:
-            print(f"\nsmallest slowdown the gate catches 80% of the time here: +{min(detectable):.1%} to "
-                  f"+{max(detectable):.1%}; more worker processes (measure.processes) bring it nearer the margin")  # fmt: skip
+            print(
+                f"\nsmallest slowdown the gate catches 80% of the time here: +{min(detectable):.1%} to "
+                f"+{max(detectable):.1%}; more worker processes (measure.processes) bring it nearer the margin"
+            )
         untested = len(pairs) - len(detectable)
-        print(f"gate: {len(regressions)} regression(s) above +{args.fail_above:g}% in {len(detectable)} tested "
-              f"job(s); {untested} not tested")  # fmt: skip
+        print(
+            f"gate: {len(regressions)} regression(s) above +{args.fail_above:g}% in {len(detectable)} tested "
+            f"job(s); {untested} not tested"
+        )
     return REGRESSION_EXIT if regressions else 0
 
 
