@@ -18,6 +18,7 @@ from runner.measure.build import build_workload
 from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stats import coefficient_of_variation, describe_steps
+from runner.measure.workers import WorkerFailed, steady_state_in_processes
 from runner.result import derived_metrics
 from tests.conftest import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
@@ -131,6 +132,33 @@ def test_repeats_log_the_spread_of_medians(tmp_path: Path) -> None:
     assert len(repeats) == 3
     medians = [statistics.median(r) for r in repeats]
     assert metrics[names.REPEAT_CV] == pytest.approx(coefficient_of_variation(medians))
+
+
+def test_worker_processes_each_time_the_steady_state(tmp_path: Path) -> None:
+    result, metrics, tags = run_phases(
+        tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.processes=2", "measure.repeats=2"
+    )
+    assert len(result.step_ms) == 2 and all(len(p) == 2 and len(p[0]) == 20 for p in result.step_ms)
+    medians = result.process_medians()
+    assert metrics[names.STEP_MEDIAN_MS] == pytest.approx(statistics.median(medians))
+    assert metrics[names.PROCESS_CV] == pytest.approx(coefficient_of_variation(medians))
+    assert tags[names.TAG_TIMING_STABLE] in ("true", "false")
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("raise", r"worker 1 raised:\n(.|\n)*RuntimeError: injected failure"),
+        ("kill", r"worker 1 died \(exit code -9\)"),
+    ],
+)
+def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str) -> None:
+    spec = load_run_spec(compose_cfg(
+        "backend=cpu", "tracking=off", "measure=quick", "+workload=custom", "workload._target_=tests.faulty.Faulty",
+        f"+workload.fault={fault}", "workload.inputs=[[4]]",
+    ))  # fmt: skip
+    with pytest.raises(WorkerFailed, match=message):
+        steady_state_in_processes(spec, 1)
 
 
 def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:

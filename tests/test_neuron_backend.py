@@ -176,6 +176,8 @@ def test_correlate_is_dropped_when_the_build_rejects_it(tmp_path: Path, tracking
         pytest.param(["backend.cores='0,2-3'"], {}, True,
                      "backend.cores='0,2-3' is not one contiguous range of NeuronCores", id="not-contiguous"),
         pytest.param([], {"NEURON_RT_INSPECT_ENABLE": "1"}, True, "NEURON_RT_INSPECT_ENABLE=1 is set", id="inspect"),
+        pytest.param(["measure.processes=2"], {}, True, "measure.processes=2: a NeuronCore serves one process",
+                     id="worker-processes"),
     ],
 )  # fmt: skip
 def test_neuron_refusals_are_one_line(

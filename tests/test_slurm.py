@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import mlflow
 import pytest
 
 from runner import names
@@ -28,8 +29,8 @@ def slurm_env(tmp_path: Path) -> Iterator[dict[str, str]]:
 def test_three_job_sweep_on_slurm(tmp_path: Path, tracking_uri: str, slurm_env: dict[str, str]) -> None:
     cmd = [
         sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", "++workload.hidden=16",
-        "workload.seed=0,1,2", "measure=quick", "hydra/launcher=slurm", "hydra.launcher.partition=debug",
-        "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "workload.seed=0,1,2", "measure=quick", "measure.processes=2", "hydra/launcher=slurm",
+        "hydra.launcher.partition=debug", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={tmp_path / 'sweep'}",
     ]  # fmt: skip
     env = {**slurm_env, "MLFLOW_TRACKING_URI": tracking_uri}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -41,6 +42,9 @@ def test_three_job_sweep_on_slurm(tmp_path: Path, tracking_uri: str, slurm_env: 
     # each job ran inside its own Slurm job, on the debug partition
     assert len({r.data.tags["env.SLURM_JOB_ID"] for r in children}) == 3
     assert {r.data.tags["env.SLURM_JOB_PARTITION"] for r in children} == {"debug"}
+    # each timed its steady state in two worker processes of its own
+    client = mlflow.MlflowClient(tracking_uri)
+    assert all(len(client.get_metric_history(r.info.run_id, names.PROCESS_MEDIAN_MS)) == 2 for r in children)
 
 
 def test_a_dead_slurm_job_yields_nan_instead_of_stopping_the_sweep(

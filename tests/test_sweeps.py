@@ -152,3 +152,22 @@ def test_sweep_against_a_tracking_server(tmp_path: Path, mlflow_server: str) -> 
     assert all(r.info.status == "FINISHED" for r in runs)
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
     assert "key_averages.json" in artifacts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "isolated"])
+def test_worker_processes_under_each_launcher(tmp_path: Path, tracking_uri: str, launcher: str) -> None:
+    cmd = [
+        sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", "++workload.hidden=16", "workload.seed=0,1",
+        "measure=quick", "measure.processes=2", f"hydra/launcher={launcher}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]  # fmt: skip
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = mlflow.MlflowClient(tracking_uri)
+    runs = job_runs(tracking_uri)
+    assert len(runs) == 2
+    for run in runs:
+        assert len(client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)) == 2
+        assert run.data.tags[names.TAG_TIMING_STABLE] in ("true", "false")
+    assert "speedup (95% CI)" in done.stdout

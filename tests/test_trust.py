@@ -1,0 +1,191 @@
+"""Numbers one can bet on: stability verdicts, speedups with intervals, the regression gate.
+
+Synthetic samples and synthetic MLflow runs with known per-process medians, so each verdict
+is known in advance.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow.entities import Metric
+from scipy import stats
+
+from runner import compare, gate, names
+from runner.measure.stability import instability_reasons, two_modes
+from runner.measure.stats import holm, time_ratio
+
+rng = np.random.default_rng(0)
+
+
+def around(value: float, n: int, spread: float = 0.01) -> list[float]:
+    """n step times near `value`, with a relative spread."""
+    return list(value * (1 + spread * rng.standard_normal(n)))
+
+
+def test_steady_samples_are_stable() -> None:
+    assert instability_reasons([1.0, 1.01, 0.99], around(1.0, 300)) == []
+
+
+def test_a_slow_mode_is_two_modes() -> None:
+    samples = around(1.0, 180) + around(5.0, 120)
+    assert two_modes(samples) == pytest.approx((0.4, 5.0), rel=0.05)
+    assert any("two modes: 40% of steps are 5.0x slower" in r for r in instability_reasons([1.0], samples))
+
+
+def test_a_tail_of_slow_steps_is_outliers_not_a_mode() -> None:
+    samples = around(1.0, 279) + around(3.0, 21)  # 7%
+    reasons = instability_reasons([1.0], samples)
+    assert any("7% of steps are far-out slow" in r for r in reasons)
+    assert two_modes(samples) is None
+
+
+def test_worker_processes_that_disagree_are_unstable() -> None:
+    reasons = instability_reasons([1.0, 1.0, 1.3], around(1.0, 300))
+    assert reasons == ["the 3 worker processes' medians differ by 30%"]
+
+
+def test_time_ratio_is_welchs_test_on_logs() -> None:
+    base, new = [1.0, 1.02, 0.99], [1.10, 1.12, 1.09]
+    estimate = time_ratio(base, new)
+    assert estimate is not None
+    reference = stats.ttest_ind(np.log(new), np.log(base), equal_var=False)
+    assert estimate.p_value == pytest.approx(reference.pvalue)
+    assert estimate.low < estimate.ratio < estimate.high and estimate.significant
+    assert estimate.ratio == pytest.approx(np.exp(np.mean(np.log(new)) - np.mean(np.log(base))))
+    # a margin makes the one-sided test harder to pass, never easier
+    assert time_ratio(base, new, margin=0.05).p_slower > estimate.p_slower  # type: ignore[union-attr]
+    assert time_ratio([1.0], new) is None  # one process: no spread, no test
+
+
+def test_holm_adjusts_step_down() -> None:
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+
+
+def synthetic_run(
+    client: mlflow.MlflowClient,
+    medians: list[float],
+    name: str,
+    config_hash: str = "cfg-a",
+    stable: bool = True,
+    tags: dict[str, str] | None = None,
+) -> str:
+    """A FINISHED job run with these per-process medians, as a job would log them."""
+    experiment = client.get_experiment_by_name("runner")
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment("runner")
+    timing = {names.TAG_TIMING_STABLE: "true" if stable else "false"}
+    run = client.create_run(
+        experiment_id, run_name=name, tags={names.TAG_CONFIG_HASH: config_hash, **timing, **(tags or {})}
+    )
+    now = int(time.time() * 1000)
+    history = [Metric(names.PROCESS_MEDIAN_MS, value, now, step) for step, value in enumerate(medians)]
+    client.log_batch(
+        run.info.run_id, metrics=[*history, Metric(names.STEP_MEDIAN_MS, float(np.median(medians)), now, 0)]
+    )
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+def run_gate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, str]]]:
+    code = gate.main([*args, "--format", "json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if code != gate.NOT_FOUND_EXIT else []
+
+
+@pytest.fixture
+def client(tracking_uri: str) -> mlflow.MlflowClient:
+    return mlflow.MlflowClient(tracking_uri)
+
+
+@pytest.mark.parametrize(
+    ("new", "fail_above", "code", "verdict"),
+    [
+        pytest.param([1.10, 1.11, 1.09, 1.10], 5, 1, "REGRESSION: slower by more than 5%", id="10%-slower"),
+        pytest.param([1.03, 1.02, 1.03, 1.02], 5, 0, "ok", id="within-the-margin"),
+        pytest.param([0.8, 1.4, 1.1, 1.3], 5, 0, "ok", id="too-noisy-to-tell"),
+        pytest.param([0.90, 0.91, 0.89, 0.90], 5, 0, "faster", id="faster"),
+        pytest.param([1.10], 5, 0, "not tested: needs measure.processes >= 2 in both runs", id="one-process"),
+    ],
+)  # fmt: skip
+def test_gate_against_a_synthetic_baseline(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str], new: list[float], fail_above: int, code: int,
+    verdict: str,
+) -> None:  # fmt: skip
+    base = synthetic_run(client, [1.0, 1.01, 0.99, 1.0], "base")
+    job = synthetic_run(client, new, "new")
+    exit_code, rows = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", str(fail_above))
+    assert (exit_code, rows[0]["verdict"]) == (code, verdict)
+
+
+def test_gate_finds_baselines_by_tag_and_pairs_by_configuration(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = {names.TAG_GIT_COMMIT: "abc123"}
+    synthetic_run(client, [1.0, 1.01, 0.99], "a@old", "cfg-a", tags=old)
+    synthetic_run(client, [2.0, 2.02, 1.98], "b@old", "cfg-b", tags=old)
+    slower_a = synthetic_run(client, [1.30, 1.31, 1.29], "a@new", "cfg-a")
+    same_b = synthetic_run(client, [2.0, 2.01, 1.99], "b@new", "cfg-b")
+    unmatched = synthetic_run(client, [1.0, 1.0, 1.0], "c@new", "cfg-c")
+    code, rows = run_gate(capsys, "--runs", slower_a, same_b, unmatched, "--baseline",
+                          f"{names.TAG_GIT_COMMIT}=abc123", "--fail-above", "10")  # fmt: skip
+    verdicts = {row["job"]: row["verdict"] for row in rows}
+    assert code == 1
+    assert verdicts == {"a@new": "REGRESSION: slower by more than 10%", "b@new": "ok",
+                        "c@new": "no baseline for this configuration"}  # fmt: skip
+
+
+def test_gate_corrects_for_many_jobs(client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """A borderline slowdown fails alone, and passes among twenty jobs (Holm)."""
+    borderline = [1.02, 1.06, 1.04]  # one-sided p = 0.026: below 0.05, above 0.05 / 20
+    base, job = (
+        synthetic_run(client, [1.0, 1.01, 0.99], "base", "cfg-0"),
+        synthetic_run(client, borderline, "job", "cfg-0"),
+    )
+    alone, _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "0")
+    assert alone == 1
+    tag = {"baseline": "v1"}
+    synthetic_run(client, [1.0, 1.01, 0.99], "base0", "cfg-0", tags=tag)
+    jobs = [job]
+    for i in range(1, 20):
+        synthetic_run(client, [1.0, 1.01, 0.99], f"base{i}", f"cfg-{i}", tags=tag)
+        jobs.append(synthetic_run(client, [1.0, 1.01, 0.99], f"job{i}", f"cfg-{i}"))
+    among_many, rows = run_gate(capsys, "--runs", *jobs, "--baseline", "baseline=v1", "--fail-above", "0")
+    assert among_many == 0 and len(rows) == 20
+
+
+def test_gate_names_a_missing_baseline(client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]) -> None:
+    job = synthetic_run(client, [1.0, 1.01], "job")
+    code = gate.main(["--runs", job, "--baseline", "runner.git_commit=nope", "--fail-above", "5"])
+    err = capsys.readouterr().err
+    assert code == gate.NOT_FOUND_EXIT
+    assert (
+        err.strip()
+        == "error: --baseline 'runner.git_commit=nope': no FINISHED job run has tag runner.git_commit = 'nope'"
+    )
+
+
+def test_compare_prints_speedups_only_with_an_interval(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = synthetic_run(client, [2.0, 2.02, 1.98], "base")
+    faster = synthetic_run(client, [1.0, 1.01, 0.99], "faster")
+    same = synthetic_run(client, [2.0, 1.9, 2.1], "same")
+    unstable = synthetic_run(client, [0.1, 0.1, 0.1], "flipped", stable=False)
+    single = synthetic_run(client, [1.0], "one process")
+    assert compare.main(["--runs", base, faster, same, unstable, single, "--format", "json"]) == 0
+    speedups = {row["run"]: row["speedup (95% CI)"] for row in json.loads(capsys.readouterr().out)}
+    assert speedups["base"] == "baseline"
+    assert speedups["faster"].startswith("2.00x [1.9") and speedups["faster"].endswith("]")
+    assert speedups["same"].startswith("no significant difference [")
+    assert speedups["flipped"] == "not compared: run unstable"
+    assert speedups["one process"] == "not compared: needs measure.processes >= 2 in both runs"
+    for fmt in ("table", "csv", "markdown"):
+        assert compare.main(["--runs", base, faster, unstable, "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "speedup (95% CI)" in out and "2.00x [" in out and "not compared: run unstable" in out
+        assert "NO" in out  # the stable column
