@@ -87,7 +87,7 @@ def test_sweep_prints_the_table_and_logs_it_to_the_parent(study: Study) -> None:
     for name, run in study.children.items():
         assert by_name[name]["median ms ± IQR"].startswith(median_text(run))
         assert by_name[name]["accuracy"] == "pass"
-    assert by_name["rmsnorm_naive"]["speedup"] == "1.00x"
+    assert by_name["rmsnorm_naive"]["speedup (95% CI)"] == "baseline"
     markdown = Path(study.client.download_artifacts(parent_id, "comparison.md")).read_text()
     assert markdown.startswith("| rank | run | status |") and markdown.count("\n") == 5  # header, rule, 3 runs
     assert sorted(row["rank"] for row in rows) == ["1", "2", "3"]
@@ -98,7 +98,7 @@ def test_compare_cli_formats_and_default_sweep(study: Study) -> None:
     as_json = json.loads(study.compare("--format", "json").stdout)
     assert [row["run"].split()[0] for row in as_json] == list(VARIANTS)
     as_csv = list(csv.DictReader(io.StringIO(study.compare("--format", "csv", "--baseline", "rmsnorm_builtin").stdout)))
-    assert next(r for r in as_csv if r["run"].startswith("rmsnorm_builtin"))["speedup"] == "1.00x"
+    assert next(r for r in as_csv if r["run"].startswith("rmsnorm_builtin"))["speedup (95% CI)"] == "baseline"
     # --uri wins over the environment
     pointed = study.compare("--format", "json", "--uri", study.uri, uri="sqlite:////nonexistent/elsewhere.db")
     assert pointed.returncode == 0 and json.loads(pointed.stdout) == as_json
