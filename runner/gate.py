@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
+from scipy.stats import gmean
 
 from runner import names
 from runner.compare import FORMATS, add_selection_arguments, find_run, open_experiment, render, selected_runs
@@ -34,6 +35,9 @@ class Pair:
     baseline: Run | None
     estimate: TimeRatio | None = None
     p_holm: float = 1.0
+    # per-process medians in ms: the test's data
+    job_ms: list[float] = field(default_factory=list)
+    baseline_ms: list[float] = field(default_factory=list)
 
 
 def baseline_runs(client: MlflowClient, experiment_id: str, ref: str) -> list[Run]:
@@ -104,19 +108,19 @@ def verdict(pair: Pair, margin: float) -> str:
 
 
 def rows(pairs: list[Pair], margin: float) -> list[dict[str, str]]:
-    """One row per job."""
+    """One row per job; its times are geometric means of the per-process medians, as the test sees them."""
     table = []
     for pair in pairs:
         est = pair.estimate
 
-        def median(run: Run | None) -> str:
-            value = metric(run, names.STEP_MEDIAN_MS) if run is not None else None
+        def typical(run: Run | None, samples: list[float]) -> str:
+            value = float(gmean(samples)) if samples else metric(run, names.STEP_MEDIAN_MS) if run else None
             return "-" if value is None else f"{value:.4f}"
 
         table.append({
             "job": label(pair.job),
-            "baseline ms": median(pair.baseline),
-            "job ms": median(pair.job),
+            "baseline ms": typical(pair.baseline, pair.baseline_ms),
+            "job ms": typical(pair.job, pair.job_ms),
             "change (95% CI)": "-" if est is None else
             f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
             f"p (> +{margin:.0%}, Holm)": "-" if est is None else f"{pair.p_holm:.3f}",
