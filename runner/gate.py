@@ -76,9 +76,8 @@ def judge(client: MlflowClient, pairs: list[Pair], margin: float) -> None:
     tested = []
     for pair in pairs:
         if pair.baseline is not None and pair.job.info.status == "FINISHED":
-            pair.estimate = time_ratio(
-                process_medians(client, pair.baseline), process_medians(client, pair.job), margin
-            )
+            pair.baseline_ms, pair.job_ms = process_medians(client, pair.baseline), process_medians(client, pair.job)
+            pair.estimate = time_ratio(pair.baseline_ms, pair.job_ms, margin)
             if pair.estimate is not None:
                 tested.append(pair)
     for pair, adjusted in zip(tested, holm([p.estimate.p_slower for p in tested if p.estimate]), strict=True):

@@ -189,3 +189,12 @@ def test_compare_prints_speedups_only_with_an_interval(
         out = capsys.readouterr().out
         assert "speedup (95% CI)" in out and "2.00x [" in out and "not compared: run unstable" in out
         assert "NO" in out  # the stable column
+
+
+def test_gate_shows_the_times_its_test_compares(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Geometric means of the per-process medians, so the change column is their ratio."""
+    base, job = synthetic_run(client, [1.0, 2.0, 4.0], "base"), synthetic_run(client, [2.0, 2.0, 2.0], "job")
+    _, (row,) = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "5")
+    assert (row["baseline ms"], row["job ms"]) == ("2.0000", "2.0000") and row["change (95% CI)"].startswith("+0.0%")
