@@ -118,13 +118,21 @@ class Progress:
             self.last = now
 
 
+def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> None:
+    """`measure.warmup` calls, continued until `measure.warmup_s` have passed."""
+    calls, until = 0, time.perf_counter() + spec.measure.warmup_s
+    while calls < spec.measure.warmup or time.perf_counter() < until:
+        workload.step()
+        calls += 1
+    backend.synchronize()
+
+
 def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[list[float]]:
     """Warm up, then time `measure.steps` synchronized steps, `measure.repeats` times."""
     measure = spec.measure
     repeats = []
     for repeat in range(1, measure.repeats + 1):
-        for _ in range(measure.warmup):
-            workload.step()
+        warm_up(workload, backend, spec)
         samples = []
         progress = Progress(f"steady state {repeat}/{measure.repeats}", measure.steps)
         for step in range(1, measure.steps + 1):
