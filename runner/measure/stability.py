@@ -27,7 +27,7 @@ MAX_STEP_CV = 0.25
 # what the console suggests when a run is unstable
 ADVICE = (
     "rerun on an idle machine with more worker processes (measure.processes=5) "
-    "or fewer threads per job (backend.cores / the launcher's cores_per_job)"
+    "or with fewer threads per job (OMP_NUM_THREADS on CPU)"
 )
 
 
