@@ -18,9 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from gating import gate, new_store, progress, run_job  # benchmarks/gating.py, beside this script
+from gating import (
+    add_gate_options,
+    gate,
+    new_store,
+    progress,
+    rate_line,
+    run_job,
+)  # benchmarks/gating.py, beside this script
 from mlflow.entities import Run
-from scipy.stats import binomtest
 
 from runner import names
 
@@ -58,26 +64,19 @@ def main(tries: int, fail_above: float, shape: dict[str, int], extra: list[str])
             flush=True,
         )
         progress(f"try {i + 1}/{tries} done [{time.perf_counter() - start:.0f} s]")
-    low, high = binomtest(detected, tries).proportion_ci(0.95)
     print(f"\n{SLOWER_REPEATS} against {BASE_REPEATS} RMSNorms: +{SLOWER_REPEATS / BASE_REPEATS - 1:.0%} work")
     if not same_hash:
         print("warning: the two versions' config hashes differ (they should not)")
-    print(
-        f"detected: {detected} of {tries} tries (--fail-above {fail_above:g}) = {detected / tries:.0%} "
-        f"(95% CI {low:.0%} to {high:.0%}); target >= {TARGET_RATE:.0%}"
-    )
+    print(rate_line("detected in tries", detected, tries, fail_above, f">= {TARGET_RATE:.0%}"))
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tries", nargs="?", type=int, default=10, help="baseline/slower pairs (default 10)")
-    parser.add_argument("--fail-above", type=float, default=5.0, metavar="PCT", help="the gate's margin (default 5)")
+    add_gate_options(parser)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override, e.g. measure.processes=5"
-    )
     args = parser.parse_args()
     if args.tries < 1:
         parser.error("tries must be >= 1")

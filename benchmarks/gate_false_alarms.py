@@ -21,8 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from gating import gate, new_store, progress, run_job  # benchmarks/gating.py, beside this script
-from scipy.stats import binomtest
+from gating import (
+    add_gate_options,
+    gate,
+    new_store,
+    progress,
+    rate_line,
+    run_job,
+)  # benchmarks/gating.py, beside this script
 
 from runner import names
 
@@ -61,12 +67,8 @@ def main(n: int, fail_above: float, shape: list[str]) -> None:
             f"{row['caught from']:>11}  {code:>4}  {row['verdict']}"
         )
     unstable = sum(run.data.tags.get(names.TAG_TIMING_STABLE) == "false" for run in runs)
-    low, high = binomtest(alarms, n).proportion_ci(0.95)
     print(f"\n{n + 1} runs of {' '.join(overrides)}; {unstable} flagged timing.stable=false")
-    print(
-        f"false alarms: {alarms} of {n} gates (--fail-above {fail_above:g}) = {alarms / n:.1%} "
-        f"(95% CI {low:.1%} to {high:.1%}); target <= {TARGET_RATE:.0%}"
-    )
+    print(rate_line("false alarms in gates", alarms, n, fail_above, f"<= {TARGET_RATE:.0%}"))
     if caught:
         quartiles = statistics.quantiles(caught, n=4, method="inclusive") if len(caught) > 1 else caught * 3
         print(
@@ -78,12 +80,9 @@ def main(n: int, fail_above: float, shape: list[str]) -> None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("n", nargs="?", type=int, default=20, help="gates: N+1 runs, each gated against the one before")
-    parser.add_argument("--fail-above", type=float, default=5.0, metavar="PCT", help="the gate's margin (default 5)")
+    add_gate_options(parser)
     for key in ("batch", "seq_len", "hidden"):
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, help=f"workload.{key} (default: the workload's)")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override, e.g. measure.processes=5"
-    )
     args = parser.parse_args()
     if args.n < 1:
         parser.error("N must be >= 1")

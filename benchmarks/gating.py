@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
+from scipy.stats import binomtest
 
 from runner.config import TrackingConfig
 from runner.job import read_status
@@ -49,3 +51,20 @@ def gate(uri: str, run_id: str, baseline_id: str, fail_above: float) -> tuple[in
         raise SystemExit(f"gate exited {done.returncode}: {' '.join(cmd)}\n{done.stderr[-3000:]}")
     (row,) = json.loads(done.stdout)
     return done.returncode, row
+
+
+def add_gate_options(parser: argparse.ArgumentParser) -> None:
+    """The options both gate benchmarks take: the gate's margin and extra runner overrides."""
+    parser.add_argument("--fail-above", type=float, default=5.0, metavar="PCT", help="the gate's margin (default 5)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override, e.g. measure.processes=5"
+    )
+
+
+def rate_line(what: str, hits: int, total: int, fail_above: float, target: str) -> str:
+    """'what: hits of total (--fail-above PCT) = rate (95% CI low to high); target ...' (Clopper-Pearson)."""
+    low, high = binomtest(hits, total).proportion_ci(0.95)
+    return (
+        f"{what}: {hits} of {total} (--fail-above {fail_above:g}) = {hits / total:.1%} "
+        f"(95% CI {low:.1%} to {high:.1%}); target {target}"
+    )

@@ -15,44 +15,24 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from mlflow import MlflowClient
+from gating import new_store, progress, run_job  # benchmarks/gating.py, beside this script
 from mlflow.entities import Run
 
 from runner import names
-from runner.config import TrackingConfig
-from runner.job import read_status
 
-REPO = Path(__file__).resolve().parents[1]
 SETTINGS = (0, 1, 3, 5)
 OVERRIDES = ["+workload=rmsnorm_naive", "backend=cpu"]
 
 
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def new_store(work: Path) -> str:
-    """A migrated SQLite store holding the runner's experiment, its artifacts under `work` (not the repo)."""
-    uri = f"sqlite:///{work / 'mlflow.db'}"
-    MlflowClient(uri).create_experiment(TrackingConfig.experiment, artifact_location=(work / "artifacts").as_uri())
-    return uri
-
-
-def run_job(uri: str, out: Path, overrides: list[str]) -> tuple[Run, float]:
+def timed_job(uri: str, out: Path, overrides: list[str]) -> tuple[Run, float]:
     """One runner job: its MLflow run and the command's wall time in seconds."""
-    cmd = [sys.executable, "-m", "runner", *overrides, f"tracking.uri={uri}", f"hydra.run.dir={out}"]
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"runner exited {done.returncode}: {' '.join(cmd)}\n{done.stderr[-3000:]}")
-    return MlflowClient(uri).get_run((read_status(out) or {})["run_id"]), wall
+    run = run_job(uri, out, overrides)
+    return run, time.perf_counter() - start
 
 
 def median_of(runs: list[Run], key: str) -> float:
@@ -69,13 +49,13 @@ def main(rounds: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="processes-cost-"))
     uri = new_store(work)
     progress(f"store and job folders in {work}")
-    run_job(uri, work / "warm-up", [*OVERRIDES, "measure=quick"])
+    timed_job(uri, work / "warm-up", [*OVERRIDES, "measure=quick"])
     runs: dict[int, list[Run]] = {k: [] for k in SETTINGS}
     walls: dict[int, list[float]] = {k: [] for k in SETTINGS}
     start = time.perf_counter()
     for i in range(rounds):
         for k in SETTINGS if i % 2 == 0 else SETTINGS[::-1]:
-            run, wall = run_job(uri, work / f"round{i}-processes{k}", [*OVERRIDES, f"measure.processes={k}"])
+            run, wall = timed_job(uri, work / f"round{i}-processes{k}", [*OVERRIDES, f"measure.processes={k}"])
             runs[k].append(run)
             walls[k].append(wall)
             progress(
