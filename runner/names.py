@@ -92,6 +92,11 @@ TAG_OUTPUT_FINITE = "runner.output_finite"
 
 # --- tags: the sweep's parent run ---
 TAG_SWEEP = "runner.sweep"
+# what a run records: "doctor" for a host check (python -m runner.doctor); unset for jobs
+TAG_KIND = "runner.kind"
+KIND_DOCTOR = "doctor"
+# per probe: PASS, FAIL or UNKNOWN
+TAG_DOCTOR_PREFIX = "doctor."
 TAG_SWEEP_DIR = "runner.sweep_dir"
 TAG_FAILED_JOBS = "runner.failed_jobs"
 TAG_SKIPPED_JOBS = "runner.skipped_jobs"

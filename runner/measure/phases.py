@@ -26,7 +26,7 @@ from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.host_memory import keep_freed_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
-from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_stderr
+from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
 from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.workers import steady_state_in_processes
 from runner.signals import raise_if_stopped
@@ -151,7 +151,7 @@ def profiled_window(
     recorder = CycleRecorder(spec.profiler.record_shapes)
     profiled_ms = []
     progress = Progress("profiled window", schedule.total_steps)
-    with tee_stderr() as output, build_profiler(backend, spec.profiler, schedule, capture_dir, recorder) as prof:
+    with tee_fd() as output, build_profiler(backend, spec.profiler, schedule, capture_dir, recorder) as prof:
         for step in range(1, schedule.total_steps + 1):
             recorded = action_at(step - 1) in ACTIVE
             backend.synchronize()

@@ -128,18 +128,21 @@ def build_profiler(
     )
 
 
+STDOUT_FD, STDERR_FD = 1, 2
+
+
 @contextmanager
-def tee_stderr() -> Iterator[list[str]]:
-    """Copy everything written to file descriptor 2 into a list while still showing it.
+def tee_fd(fd: int = STDERR_FD) -> Iterator[list[str]]:
+    """Copy everything written to file descriptor `fd` into a list while still showing it.
 
     Device runtimes report problems such as dropped trace events from C code straight to
-    fd 2, out of Python's reach; this is how the runner gets to read them.
+    fd 2 (stderr), out of Python's reach; this is how the runner gets to read them.
     """
     chunks: list[str] = []
-    sys.stderr.flush()
-    shown = os.dup(2)
+    (sys.stdout if fd == STDOUT_FD else sys.stderr).flush()
+    shown = os.dup(fd)
     read_end, write_end = os.pipe()
-    os.dup2(write_end, 2)
+    os.dup2(write_end, fd)
     os.close(write_end)
 
     def pump() -> None:
@@ -152,8 +155,8 @@ def tee_stderr() -> Iterator[list[str]]:
     try:
         yield chunks
     finally:
-        sys.stderr.flush()
-        os.dup2(shown, 2)  # drops the pipe's last writer, so pump() sees end-of-file
+        (sys.stdout if fd == STDOUT_FD else sys.stderr).flush()
+        os.dup2(shown, fd)  # drops the pipe's last writer, so pump() sees end-of-file
         thread.join(timeout=5)
         os.close(read_end)
         os.close(shown)

@@ -20,3 +20,8 @@ def record(event: str, **data: Any) -> None:
 
 def faults() -> set[str]:
     return {f for f in os.environ.get("NEURON_STANDIN_FAULT", "").split(",") if f}
+
+
+def deviates(assumption: str) -> bool:
+    """Whether $NEURON_STANDIN_DEVIATE flips this documented assumption (README, "Deviations")."""
+    return assumption in os.environ.get("NEURON_STANDIN_DEVIATE", "").split(",")

@@ -10,32 +10,84 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent
 
 from torch_neuronx import neuron
-from torch_neuronx._record import faults, record
+from torch_neuronx._record import deviates, faults, record
 
 INSTANCE_ID = "i-0standin00000000"
+# system-trace events one capture produces; a smaller max_events_per_nc drops the rest
+EVENTS_PER_CAPTURE = 1000
+# device time the stand-in reports per aten op with NEURON_STANDIN_DEVICE_TIME=1, in us
+DEVICE_US_PER_OP = 5.0
+
+_MODES = {"DEVICE": "device_profile", "RUNTIME": "system_profile", "CPU_UTIL": "cpu_util", "HOST_MEMORY": "host_memory"}
+if deviates("profile_modes"):  # a build that renamed a member
+    _MODES["HOST_MEM"] = _MODES.pop("HOST_MEMORY")
+ProfileMode = enum.Enum("ProfileMode", _MODES)  # type: ignore[misc]
 
 
-class ProfileMode(enum.Enum):
-    DEVICE = "device_profile"
-    RUNTIME = "system_profile"
-    CPU_UTIL = "cpu_util"
-    HOST_MEMORY = "host_memory"
+def _captured(spec: str | None, owned: list[int]) -> list[int]:
+    """capture_enabled_for_nc as NTFF indices: relative to the owned cores (0 = first visible core).
 
-
-def _captured(spec: str | None, owned: int) -> list[int]:
-    """capture_enabled_for_nc as indices relative to the owned cores (0 = first visible core).
-
-    Unset captures every owned core (NRT's default: all NCs); indices past the owned cores are ignored.
+    Unset captures every owned core (NRT's default: all NCs); indices past the owned cores are
+    ignored. With the deviation "absolute_nc" indices name cores absolutely, as do the NTFFs.
     """
+    if deviates("absolute_nc"):
+        indices = owned if not spec else [c for c in _listed(spec) if c in owned]
+        return sorted(indices)
     if not spec:
-        return list(range(owned))
+        return list(range(len(owned)))
+    return sorted(c for c in _listed(spec) if c < len(owned))
+
+
+def _listed(spec: str) -> set[int]:
     cores: set[int] = set()
     for part in spec.split(","):
         low, _, high = part.partition("-")
         cores.update(range(int(low), int(high or low) + 1))
-    return sorted(c for c in cores if c < owned)
+    return cores
+
+
+def _add_device_time(prof: torch.profiler.profile) -> None:
+    """NEURON_STANDIN_DEVICE_TIME=1: a device kernel per leaf aten op, as Kineto reports CUDA kernels.
+
+    Like a build whose profiler feeds device activities back: the op gets the kernel's time
+    (append_kernel) and the kernel is an event of its own on the PrivateUse1 device.
+    """
+    events = prof.profiler.function_events if prof.profiler else None
+    if events is None:
+        return
+    for op in [e for e in events if e.name.startswith("aten::") and not e.cpu_children]:
+        name = f"neff_{op.name[6:]}"
+        op.append_kernel(name, 0, DEVICE_US_PER_OP)
+        start = op.time_range.start
+        events.append(
+            FunctionEvent(
+                id=-op.id,
+                name=name,
+                thread=0,
+                start_us=start,
+                end_us=start + DEVICE_US_PER_OP,
+                use_device="neuron",
+                device_type=DeviceType.PrivateUse1,
+                stack=[],
+                input_shapes=[],
+            )
+        )
+
+
+def _new_session(process_dir: Path) -> Path:
+    """A `<timestamp>` folder (YYYYMMDD_HHMMSS_mmm, as SRC's mapping dump names them) per capture."""
+    while True:
+        now = time.time()
+        session = process_dir / f"{time.strftime('%Y%m%d_%H%M%S', time.localtime(now))}_{int(now * 1000) % 1000:03d}"
+        try:
+            session.mkdir(parents=True)
+            return session
+        except FileExistsError:
+            time.sleep(0.001)
 
 
 class NeuronConfig(torch._C._profiler._ExperimentalConfig):
@@ -53,6 +105,8 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
         **extra: Any,
     ) -> None:
         unknown = set(extra) - ({"correlate_device_time"} if os.environ.get("NEURON_STANDIN_CORRELATE") else set())
+        if deviates("config_keywords") and neff_cache_dir is not None:  # a build that renamed the keyword
+            unknown.add("neff_cache_dir")
         if unknown:
             raise TypeError(f"NeuronConfig.__init__() got an unexpected keyword argument {sorted(unknown)[0]!r}")
         self.modes = list(modes or [ProfileMode.DEVICE, ProfileMode.RUNTIME])
@@ -83,18 +137,19 @@ class NeuronProfiler:
 
     def __init__(self, config: NeuronConfig) -> None:
         self.config = config
+        self.exports = 0
         record("NeuronProfiler")
 
     def export_trace(self, prof: torch.profiler.profile) -> None:
         record("export_trace", activities=sorted(str(a) for a in prof.activities), step_num=prof.step_num)
-        if "no_output" in faults():
+        if deviates("no_acc_events") and getattr(prof, "acc_events", False):
+            raise RuntimeError("NeuronProfiler: acc_events is not supported with Neuron activities")
+        if os.environ.get("NEURON_STANDIN_DEVICE_TIME"):
+            _add_device_time(prof)
+        self.exports += 1
+        if "no_output" in faults() or (deviates("one_capture") and self.exports > 1):
             return
-        session = (
-            Path(self.config.profile_output_dir)
-            / f"{INSTANCE_ID}_pid_{os.getpid()}"
-            / time.strftime("%Y%m%d_%H%M%S_000")
-        )
-        session.mkdir(parents=True, exist_ok=True)
+        session = _new_session(Path(self.config.profile_output_dir) / f"{INSTANCE_ID}_pid_{os.getpid()}")
         modes = set(self.config.modes)
         if ProfileMode.RUNTIME in modes:
             (session / "ntrace.pb").write_bytes(b"\x0a\x04fake" * 64)
@@ -107,13 +162,21 @@ class NeuronProfiler:
             # one NTFF per captured core the process owns; only the one the work ran on
             # ("neuron" = the first visible core, index 0) has content, idle cores give empty files
             neuron.start_runtime()
-            for nc in _captured(self.config.capture_enabled_for_nc, len(neuron.owned_cores())):
-                busy = nc == 0 and "empty_ntff" not in faults()
+            owned = neuron.owned_cores()
+            executing = owned[0] if deviates("absolute_nc") else 0
+            for nc in _captured(self.config.capture_enabled_for_nc, owned):
+                busy = nc == executing and "empty_ntff" not in faults()
                 (session / f"profile_nc_{nc}_session_0.ntff").write_bytes(b"NTFF" * 256 if busy else b"")
             self._copy_neffs(session)
-        if "dropped_events" in faults():
-            os.write(2, b"Warning: 1234 trace events were dropped\n")
-        prof.export_chrome_trace(str(session / "trace.json"))
+        dropped = 1234 if "dropped_events" in faults() else 0
+        if self.config.max_events_per_nc is not None:
+            dropped = max(dropped, EVENTS_PER_CAPTURE - self.config.max_events_per_nc)
+        if dropped > 0:
+            os.write(
+                1 if deviates("dropped_to_stdout") else 2, f"Warning: {dropped} trace events were dropped\n".encode()
+            )
+        name = "neuron_framework_trace_rank_0.json" if deviates("trace_name") else "trace.json"
+        prof.export_chrome_trace(str(session / name))
 
     def _copy_neffs(self, session: Path) -> None:
         """Eager mode compiles one NEFF per op into the cache; copy them at stop."""

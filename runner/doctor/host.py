@@ -1,0 +1,100 @@
+"""The host table: versions, usable backends, Slurm and the CPU calibration, on any machine.
+
+Which backends are usable is asked in a fresh process: asking torch-neuronx may (that is
+one of the probes) start the Neuron runtime, which would then hold the cores the probes need.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from runner.backends import BACKEND_CLASSES, backend_class
+from runner.backends.neuron import DRIVER_VERSION, instance_type
+from runner.backends.peaks import calibrate_cpu, cpu_peak
+from runner.manifest import package_versions, system_package_versions
+from runner.secrets import redact
+
+COMMAND_TIMEOUT_S = 10
+# a fresh calibration this far from the cached one means the cache no longer describes the host
+CALIBRATION_DRIFT = 0.25
+
+
+def usable_backends() -> tuple[list[str], str]:
+    """The backends whose device this process sees, and what backend=auto resolves to."""
+    return [cls.name for cls in BACKEND_CLASSES if cls.available()], backend_class("auto").name
+
+
+def _command(*argv: str) -> tuple[bool, str]:
+    """Whether a command succeeded, with its first output line (or its last error line)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as err:
+        return False, str(err)
+    text = done.stdout.strip().splitlines() if done.returncode == 0 else done.stderr.strip().splitlines()[-1:]
+    return done.returncode == 0, (text or [""])[0]
+
+
+def _cuda() -> str:
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build of torch"
+        return f"no GPU visible ({build})"
+    gpus = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    found, driver = _command("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    return f"{gpus}; CUDA {torch.version.cuda}; driver {driver if found else 'unknown (nvidia-smi failed)'}"
+
+
+def _neuron() -> str:
+    try:
+        driver = DRIVER_VERSION.read_text().strip()
+    except OSError:
+        return "no Neuron driver loaded (/sys/module/neuron absent)"
+    packages = ", ".join(f"{k} {v}" for k, v in system_package_versions().items() if v) or "no aws-neuronx packages"
+    return f"instance {instance_type() or 'unknown'}; driver {driver}; {packages}"
+
+
+def _slurm() -> str:
+    if shutil.which("sinfo") is None:
+        return "not installed (hydra/launcher=slurm unavailable)"
+    answered, partitions = _command("sinfo", "-h", "-o", "%P")
+    if not answered:
+        return f"installed, but the controller does not answer: {partitions}"
+    return f"controller answers; partitions {' '.join(partitions.split()) or 'none'}"
+
+
+def _calibration() -> str:
+    """The cached CPU calibration against one measured now: a stale cache inflates roofline fractions."""
+    cached = cpu_peak("float32")
+    bandwidth, gflops = calibrate_cpu("float32")
+    drift = max(abs(bandwidth / cached.bandwidth_gbps - 1), abs(gflops / cached.gflops - 1))
+    line = (
+        f"cached {cached.bandwidth_gbps:.1f} GB/s copy, {cached.gflops:.1f} GFLOP/s float32 matmul; "
+        f"now {bandwidth:.1f} GB/s, {gflops:.1f} GFLOP/s ({torch.get_num_threads()} threads)"
+    )
+    if drift > CALIBRATION_DRIFT:
+        cache = cached.source.rpartition("(")[2].rstrip(")")
+        line += f"; differs by {drift:.0%}: delete {cache} to measure again"
+    return line
+
+
+def host_rows(backends: tuple[list[str], str] | str, store_uri: str) -> list[tuple[str, str]]:
+    """The host table, row by row: (item, value)."""
+    versions = package_versions()
+    usable = backends if isinstance(backends, str) else f"{', '.join(backends[0])}; backend=auto picks {backends[1]}"
+    return [
+        ("host", f"{platform.node()} ({platform.platform()})"),
+        ("python", sys.version.split()[0]),
+        *((name, version or "not installed") for name, version in versions.items()),
+        ("cuda", _cuda()),
+        ("neuron", _neuron()),
+        ("backends usable", usable),
+        ("mlflow store", redact(store_uri)),
+        ("slurm", _slurm()),
+        ("cpu calibration", _calibration()),
+        ("working directory", str(Path.cwd())),
+    ]

@@ -1,0 +1,490 @@
+"""One probe per Neuron assumption, each through the runner's own backend code in a fresh process.
+
+The assumptions are the points README "On Trainium" lists as coded from the documentation
+alone, and the runtime rules of the second audit. The doctor's own process never touches
+the runtime: every device use happens in a spawned process, so each probe starts from a
+runtime that is not running, as a job does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runner.backends.neuron import VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
+from runner.backends.neuron_capture import DROPPED_EVENTS, first_json_object
+from runner.config import (
+    NEURON_MODES,
+    BackendConfig,
+    MeasureConfig,
+    ProfilerConfig,
+    RunSpec,
+    ScheduleConfig,
+    TrackingConfig,
+    WorkloadSpec,
+    parse_cores,
+)
+from runner.doctor.probe import FAIL, PASS, UNKNOWN, FreshProcess, ProcessFailed, Verdict, in_fresh_process
+from runner.measure.build import build_workload
+from runner.measure.phases import profiled_window, timed_step, warm_up
+from runner.measure.profiling import STDOUT_FD, tee_fd
+
+# the smallest dropped-event budget that still records something
+TINY_EVENT_BUDGET = 16
+# a timed step after the runner's warm-up may be this much slower than the steady median
+WARM_TOLERANCE = 1.5
+TIMED_STEPS = 20
+
+
+@dataclass(frozen=True)
+class NeuronHost:
+    """What the probes share: the visible NeuronCores (absolute indices), a scratch folder, a time limit."""
+
+    cores: list[int]
+    scratch: Path
+    timeout_s: float
+
+    def folder(self, probe: str) -> Path:
+        """A fresh capture folder for one probe."""
+        path = self.scratch / probe
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+# --- what runs in the fresh processes ------------------------------------------------------
+
+
+def _neuron_module() -> Any:
+    """`torch.neuron`, after importing torch-neuronx (which registers it) in this fresh process."""
+    import torch_neuronx  # noqa: F401
+
+    return torch_neuron()
+
+
+def visible_cores() -> list[int]:
+    """The NeuronCores this host shows a process (absolute indices); does not start the runtime."""
+    visible = os.environ.get(VISIBLE_CORES_ENV)
+    return parse_cores(visible, VISIBLE_CORES_ENV) if visible else list(range(_neuron_module().device_count()))
+
+
+def _backend(cores: str | None = None) -> NeuronBackend:
+    return NeuronBackend(BackendConfig(name="neuron", cores=cores))
+
+
+def _config_accepted(capture_dir: Path) -> dict[str, Any]:
+    from torch_neuronx.profiling import NeuronConfig
+
+    kwargs = _backend().profiler_kwargs(ProfilerConfig(max_events_per_nc=100_000), capture_dir)
+    config = kwargs["experimental_config"]
+    return {
+        "signature": str(inspect.signature(NeuronConfig)),
+        "experimental": isinstance(config, torch._C._profiler._ExperimentalConfig),
+    }
+
+
+def _profile_modes() -> list[str]:
+    from torch_neuronx.profiling import ProfileMode
+
+    return [member.name for member in ProfileMode]
+
+
+def _correlate_status(capture_dir: Path) -> str:
+    backend = _backend()
+    backend.profiler_kwargs(ProfilerConfig(correlate_device_time=True), capture_dir)
+    return backend.correlate_status
+
+
+def _queries_only() -> int:
+    _neuron_module().is_available()
+    return int(_neuron_module().device_count())
+
+
+def _start_runtime() -> str:
+    backend = _backend()
+    torch.zeros(1).to(backend.device)
+    backend.synchronize()
+    return backend.placement()
+
+
+def _start_runtime_unchecked() -> str:
+    """Start the runtime with whatever NEURON_RT_VISIBLE_CORES says: the runner's own check would refuse a gap."""
+    neuron = _neuron_module()
+    torch.zeros(1).to("neuron")
+    neuron.synchronize()
+    return f"{VISIBLE_CORES_ENV}={os.environ.get(VISIBLE_CORES_ENV)}"
+
+
+def _count_before_and_after_pin(first_core: int) -> tuple[int, int]:
+    before = int(_neuron_module().device_count())
+    os.environ[VISIBLE_CORES_ENV] = str(first_core)
+    return before, int(_neuron_module().device_count())
+
+
+def tiny_spec(
+    profiler: ProfilerConfig, schedule: ScheduleConfig, cores: str | None = None, hidden: int = 64
+) -> RunSpec:
+    """A small naive RMSNorm job; a new `hidden` means new shapes, so new NEFFs."""
+    return RunSpec(
+        workload=WorkloadSpec(
+            target="workloads.rmsnorm.NaiveRMSNorm", kwargs={"hidden": hidden, "batch": 1, "seq_len": 8}
+        ),
+        backend=BackendConfig(name="neuron", cores=cores),
+        profiler=profiler,
+        schedule=schedule,
+        measure=MeasureConfig(),
+        tracking=TrackingConfig(enabled=False),
+    )
+
+
+def profiled_run(spec: RunSpec, capture_dir: Path) -> dict[str, Any]:
+    """The runner's first call and profiled window, then its capture inspection; what a probe reads."""
+    backend = NeuronBackend(spec.backend)
+    workload = build_workload(spec.workload, backend)
+    timed_step(workload, backend)
+    with tee_fd(STDOUT_FD) as stdout:
+        table, _, stderr, _ = profiled_window(workload, backend, spec, capture_dir)
+    report = backend.inspect_capture(capture_dir, spec.profiler, stderr)
+    files = sorted(p for p in capture_dir.rglob("*") if p.is_file())
+    return {
+        "device_time": table.has_device_time,
+        "stderr": stderr,
+        "stdout": "".join(stdout),
+        "files": {str(p.relative_to(capture_dir)): p.stat().st_size for p in files},
+        "tags": {k: v for k, v in report.tags.items() if v is not None},
+        "summary": report.texts.get("neuron_summary.json", ""),
+        "owned": backend.cores,
+    }
+
+
+def first_executions(spec: RunSpec) -> dict[str, Any]:
+    """Times of the first calls, of the first step after the runner's warm-up, and of the steady state (ms)."""
+    backend = NeuronBackend(spec.backend)
+    workload = build_workload(spec.workload, backend)
+    first = [timed_step(workload, backend) * 1000 for _ in range(3)]
+    warm_up(workload, backend, spec)
+    after = [timed_step(workload, backend) * 1000 for _ in range(TIMED_STEPS)]
+    return {"first": first, "after_warm_up": after[0], "steady": statistics.median(after[TIMED_STEPS // 2 :])}
+
+
+# --- the probes ----------------------------------------------------------------------------
+
+
+def _run(host: NeuronHost, target: Callable[..., Any], *args: Any, env: dict[str, str | None] | None = None) -> Any:
+    return in_fresh_process(target, *args, env=env, timeout_s=host.timeout_s)
+
+
+def probe_neuron_config(host: NeuronHost) -> Verdict:
+    """NeuronConfig takes the keywords the runner passes and is an _ExperimentalConfig."""
+    assumption = (
+        "NeuronConfig(modes=, capture_enabled_for_nc=, profile_output_dir=, neff_cache_dir=, max_events_per_nc=)"
+    )
+    fix = "runner/backends/neuron.py profiler_kwargs builds it: every Neuron job with the profiler on fails"
+    try:
+        found = _run(host, _config_accepted, host.folder("neuron_config"))
+    except ProcessFailed as err:
+        return Verdict("neuron_config", assumption, FAIL, str(err), fix, breaks_runner=True)
+    if not found["experimental"]:
+        evidence = f"not a torch._C._profiler._ExperimentalConfig; signature {found['signature']}"
+        return Verdict("neuron_config", assumption, FAIL, evidence, fix, breaks_runner=True)
+    return Verdict("neuron_config", assumption, PASS, f"accepted; signature {found['signature']}")
+
+
+def probe_profile_modes(host: NeuronHost) -> Verdict:
+    """ProfileMode has every member profiler.modes allows."""
+    assumption = f"ProfileMode has {', '.join(NEURON_MODES)}"
+    members = _run(host, _profile_modes)
+    missing = [m for m in NEURON_MODES if m not in members]
+    evidence = f"members: {', '.join(members)}"
+    if missing:
+        fix = f"profiler.modes: leave out {', '.join(missing)} (profiler=neuron_full and neuron_system use them)"
+        return Verdict("profile_modes", assumption, FAIL, evidence, fix, breaks_runner=True)
+    return Verdict("profile_modes", assumption, PASS, evidence)
+
+
+def probe_correlate_device_time(host: NeuronHost) -> Verdict:
+    """NeuronConfig accepts the undocumented correlate_device_time."""
+    status = _run(host, _correlate_status, host.folder("correlate"))
+    assumption = "NeuronConfig accepts correlate_device_time (undocumented)"
+    if status == "passed":
+        return Verdict("correlate_device_time", assumption, PASS, "accepted")
+    fix = "profiler.correlate_device_time: leave it null (the runner already goes on without it and tags the run)"
+    return Verdict("correlate_device_time", assumption, FAIL, status, fix)
+
+
+def probe_runtime_not_started_by_queries(host: NeuronHost) -> Verdict:
+    """A process that only called is_available() and device_count() holds no NeuronCore."""
+    core = str(host.cores[-1])
+    env: dict[str, str | None] = {VISIBLE_CORES_ENV: core}
+    assumption = "is_available() and device_count() do not start the runtime"
+    with FreshProcess(_queries_only, env=env, hold=True) as asker:
+        asker.result(host.timeout_s)
+        try:
+            placed = _run(host, _start_runtime, env=env)
+        except ProcessFailed as err:
+            evidence = f"NeuronCore {core} was taken by a process that only asked is_available()/device_count(): {err}"
+            fix = (
+                "backend.cores pins after device_count(): pin through the environment instead "
+                f"(export {VISIBLE_CORES_ENV}=..., or hydra/launcher=parallel)"
+            )
+            return Verdict("runtime_not_started_by_queries", assumption, FAIL, evidence, fix, breaks_runner=True)
+    evidence = f"another process started on NeuronCore {core} ({placed}) while the asking process was alive"
+    return Verdict("runtime_not_started_by_queries", assumption, PASS, evidence)
+
+
+def probe_cores_reserved(host: NeuronHost) -> Verdict:
+    """The process that starts the runtime reserves every visible core, used or not."""
+    assumption = "a process reserves all its visible NeuronCores"
+    if len(host.cores) < 2:
+        return Verdict("cores_reserved", assumption, UNKNOWN, "needs 2 NeuronCores")
+    pair = f"{host.cores[-2]}-{host.cores[-1]}"
+    with FreshProcess(_start_runtime, env={VISIBLE_CORES_ENV: pair}, hold=True) as holder:
+        holder.result(host.timeout_s)
+        try:
+            _run(host, _start_runtime, env={VISIBLE_CORES_ENV: str(host.cores[-1])})
+        except ProcessFailed as err:
+            return Verdict("cores_reserved", assumption, PASS, f"NeuronCore {host.cores[-1]} refused: {err}")
+    evidence = f"a second process started on NeuronCore {host.cores[-1]}, owned but unused by a process on {pair}"
+    fix = "nothing to set: launchers pin each job to its own cores either way"
+    return Verdict("cores_reserved", assumption, FAIL, evidence, fix)
+
+
+def probe_contiguous_cores(host: NeuronHost) -> Verdict:
+    """NEURON_RT_VISIBLE_CORES must be one contiguous range."""
+    assumption = f"the runtime refuses a non-contiguous {VISIBLE_CORES_ENV}"
+    if len(host.cores) < 3:
+        return Verdict("contiguous_cores", assumption, UNKNOWN, "needs 3 NeuronCores")
+    gapped = f"{host.cores[0]},{host.cores[2]}"
+    try:
+        placed = _run(host, _start_runtime_unchecked, env={VISIBLE_CORES_ENV: gapped})
+    except ProcessFailed as err:
+        return Verdict("contiguous_cores", assumption, PASS, f"{VISIBLE_CORES_ENV}={gapped} refused: {err}")
+    fix = "nothing to set: backend.cores and hydra.launcher.cores refuse gaps, stricter than this runtime"
+    return Verdict("contiguous_cores", assumption, FAIL, f"{VISIBLE_CORES_ENV}={gapped} started ({placed})", fix)
+
+
+def probe_device_count_cached(host: NeuronHost) -> Verdict:
+    """device_count() keeps its first answer after NEURON_RT_VISIBLE_CORES changes."""
+    assumption = "device_count() caches its first answer"
+    if len(host.cores) < 2:
+        return Verdict("device_count_cached", assumption, UNKNOWN, "needs 2 NeuronCores to see a change")
+    before, after = _run(host, _count_before_and_after_pin, host.cores[0])
+    evidence = f"{before} before pinning one core, {after} after"
+    if before == after:
+        return Verdict("device_count_cached", assumption, PASS, evidence)
+    fix = "nothing to set: environment.json counts the pinned cores from the pin itself"
+    return Verdict("device_count_cached", assumption, FAIL, evidence, fix)
+
+
+def _profile_default(host: NeuronHost) -> dict[str, Any] | str:
+    """One profiled run with profiler=neuron_device's modes; its result, or why it failed."""
+    spec = tiny_spec(ProfilerConfig(), ScheduleConfig())
+    try:
+        return dict(_run(host, profiled_run, spec, host.folder("profiled")))
+    except ProcessFailed as err:
+        return str(err)
+
+
+def probes_from_profiled_run(host: NeuronHost) -> list[Verdict]:
+    """Device time, capture layout, the framework trace's name and summary-json, from one run."""
+    run = _profile_default(host)
+    names = ("device_time", "capture_layout", "framework_trace_name", "summary_json")
+    if isinstance(run, str):
+        return [
+            Verdict(
+                name,
+                "a profiled run with profiler=neuron_device",
+                FAIL,
+                run,
+                "profiler=neuron_device",
+                breaks_runner=True,
+            )
+            for name in names
+        ]
+    return [_device_time(run), _capture_layout(run), _framework_trace_name(run), _summary_json(run)]
+
+
+def _device_time(run: dict[str, Any]) -> Verdict:
+    assumption = "key_averages() carries Neuron device time"
+    if run["device_time"]:
+        return Verdict("device_time", assumption, PASS, "self_device_time_total > 0 for some ops")
+    fix = (
+        "nothing breaks: the op table has CPU time only and device time comes from neuron-explorer "
+        "(neuron/total_time); try profiler.correlate_device_time=true where the build accepts it"
+    )
+    return Verdict("device_time", assumption, FAIL, "no op has device time", fix)
+
+
+def listing_by_folder(files: dict[str, int]) -> str:
+    """`folder: name (size B), ...` per folder of a capture, so long session paths appear once."""
+    folders: dict[str, list[str]] = {}
+    for name, size in files.items():
+        path = Path(name)
+        folders.setdefault(str(path.parent), []).append(f"{path.name} ({size} B)")
+    return "; ".join(f"{folder}/: {', '.join(entries)}" for folder, entries in folders.items())
+
+
+def _capture_layout(run: dict[str, Any]) -> Verdict:
+    assumption = "capture in <instance>_pid_<pid>/<timestamp>/ with .pb, .neff, .ntff and a framework trace"
+    files = run["files"]
+    listing = listing_by_folder(files)
+    problems = run["tags"].get("neuron.capture_problems")
+    if not any("_pid_" in name for name in files) or problems:
+        why = problems or "no <instance>_pid_<pid> folder"
+        fix = "runner/backends/neuron_capture.py check_capture; the neuron.capture tag will warn on every run"
+        return Verdict("capture_layout", assumption, FAIL, f"{why}; files: {listing}", fix, breaks_runner=True)
+    return Verdict("capture_layout", assumption, PASS, listing)
+
+
+def _framework_trace_name(run: dict[str, Any]) -> Verdict:
+    assumption = "the framework trace is trace.json"
+    traces = [name for name in run["files"] if name.endswith(".json")]
+    if any(Path(name).name == "trace.json" for name in traces):
+        return Verdict("framework_trace_name", assumption, PASS, ", ".join(traces))
+    fix = "nothing breaks (any *.json counts); README 'Where the capture goes' names trace.json"
+    return Verdict("framework_trace_name", assumption, FAIL, ", ".join(traces) or "no *.json", fix)
+
+
+def _summary_json(run: dict[str, Any]) -> Verdict:
+    assumption = "summary-json is {profile: {metric: value}} with total_time"
+    explorer = str(run["tags"].get("neuron.explorer", ""))
+    if "not on PATH" in explorer:
+        return Verdict("summary_json", assumption, UNKNOWN, explorer)
+    if not run["summary"]:
+        fix = "neuron/ metrics will be missing; check the explorer version (backend.explorer_timeout_s)"
+        return Verdict("summary_json", assumption, FAIL, explorer or "no output", fix, breaks_runner=True)
+    data = first_json_object(run["summary"].splitlines()[0])
+    nested = bool(data) and all(isinstance(v, dict) for v in data.values())
+    entries = list(data.values()) if nested else [data]
+    keys = sorted({k for entry in entries for k in entry})
+    evidence = f"{'one object per profile' if nested else 'one flat object'}; metrics: {', '.join(keys[:12])}"
+    if not all("total_time" in entry for entry in entries):
+        fix = "neuron/total_time is missing: runner/backends/neuron_capture.py parse_summary_json"
+        return Verdict("summary_json", assumption, FAIL, evidence, fix, breaks_runner=True)
+    if not nested:
+        fix = "nothing breaks: a flat object is read as one profile"
+        return Verdict("summary_json", assumption, FAIL, evidence, fix)
+    return Verdict("summary_json", assumption, PASS, evidence)
+
+
+def probe_dropped_events(host: NeuronHost) -> Verdict:
+    """The runtime prints dropped-event warnings on stderr, where the runner reads them."""
+    assumption = "'N trace events were dropped' is printed on stderr"
+    spec = tiny_spec(ProfilerConfig(max_events_per_nc=TINY_EVENT_BUDGET), ScheduleConfig())
+    run = _run(host, profiled_run, spec, host.folder("dropped_events"))
+    if found := DROPPED_EVENTS.search(run["stderr"]):
+        return Verdict("dropped_events", assumption, PASS, found.group(0))
+    if found := DROPPED_EVENTS.search(run["stdout"]):
+        fix = "neuron/dropped_events stays 0: runner/measure/phases.py profiled_window must read stdout (tee_fd)"
+        return Verdict("dropped_events", assumption, FAIL, f"on stdout: {found.group(0)}", fix, breaks_runner=True)
+    evidence = f"no dropped-event warning with max_events_per_nc={TINY_EVENT_BUDGET}"
+    return Verdict("dropped_events", assumption, UNKNOWN, evidence)
+
+
+def probes_from_repeated_schedule(host: NeuronHost) -> list[Verdict]:
+    """acc_events with Neuron activities, and one capture per profiler cycle, from one run of two cycles."""
+    acc = "torch.profiler accepts acc_events=True with NeuronConfig"
+    per_cycle = "schedule.repeat=2 gives two captures, each with its framework trace"
+    schedule = ScheduleConfig(wait=0, warmup=1, active=1, repeat=2)
+    try:
+        run = _run(host, profiled_run, tiny_spec(ProfilerConfig(), schedule), host.folder("repeat"))
+    except ProcessFailed as err:
+        fix = "schedule.repeat: keep 1 on neuron (acc_events is passed only when it is above 1)"
+        return [
+            Verdict("acc_events", acc, FAIL, str(err), fix, breaks_runner=True),
+            Verdict("captures_per_cycle", per_cycle, UNKNOWN, "the two-cycle run failed"),
+        ]
+    folders = sorted({str(Path(name).parent) for name in run["files"] if name.endswith(".json")})
+    verdicts = [Verdict("acc_events", acc, PASS, "a two-cycle profiled run finished")]
+    evidence = f"{len(folders)} capture folder(s) with a framework trace: {', '.join(folders)}"
+    if len(folders) == schedule.repeat:
+        verdicts.append(Verdict("captures_per_cycle", per_cycle, PASS, evidence))
+    else:
+        fix = "schedule.repeat: keep 1 on neuron, so the capture matches the recorded cycle"
+        verdicts.append(Verdict("captures_per_cycle", per_cycle, FAIL, evidence, fix))
+    return verdicts
+
+
+def probe_capture_numbering(host: NeuronHost) -> Verdict:
+    """capture_enabled_for_nc counts from the process's first visible core."""
+    assumption = "capture_enabled_for_nc indices are relative to the process's visible cores"
+    if len(host.cores) < 2:
+        return Verdict("capture_numbering", assumption, UNKNOWN, "needs 2 NeuronCores to pin away from core 0")
+    pinned = host.cores[2:4] if len(host.cores) >= 4 else host.cores[-1:]
+    cores = f"{pinned[0]}-{pinned[-1]}" if len(pinned) > 1 else str(pinned[0])
+    spec = tiny_spec(ProfilerConfig(), ScheduleConfig(), cores=cores)
+    run = _run(host, profiled_run, spec, host.folder("capture_numbering"))
+    ntffs = {name: size for name, size in run["files"].items() if name.endswith(".ntff")}
+    evidence = f"backend.cores={cores}, capture_enabled_for_nc=0: " + (
+        ", ".join(f"{Path(n).name} ({s} B)" for n, s in ntffs.items()) or "no NTFF"
+    )
+    if any(size > 0 for size in ntffs.values()):
+        return Verdict("capture_numbering", assumption, PASS, evidence)
+    fix = (
+        f"with backend.cores={cores} set profiler.capture_enabled_for_nc={pinned[0]} (absolute); "
+        "runner/backends/neuron.py capture_cores assumes relative indices"
+    )
+    return Verdict("capture_numbering", assumption, FAIL, evidence, fix, breaks_runner=True)
+
+
+def probe_first_execution(host: NeuronHost) -> Verdict:
+    """The runner's warm-up covers the cost of a NEFF's first executions."""
+    measure = MeasureConfig()
+    assumption = f"after the first call and measure.warmup={measure.warmup} calls, steps run at steady speed"
+    spec = tiny_spec(ProfilerConfig(enabled=False), ScheduleConfig(), cores=str(host.cores[0]), hidden=96)
+    times = _run(host, first_executions, spec)
+    first = ", ".join(f"{t:.2f}" for t in times["first"])
+    evidence = (
+        f"first three calls {first} ms; first step after the warm-up {times['after_warm_up']:.3f} ms; "
+        f"steady median {times['steady']:.3f} ms"
+    )
+    if times["after_warm_up"] <= WARM_TOLERANCE * times["steady"]:
+        return Verdict("first_execution", assumption, PASS, evidence)
+    fix = f"raise measure.warmup (or measure.warmup_s) above {measure.warmup}: the steady state starts cold"
+    return Verdict("first_execution", assumption, FAIL, evidence, fix, breaks_runner=True)
+
+
+# every probe with the verdicts it gives, in the order they run (cheap ones first)
+PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdict]]], ...] = (
+    (("neuron_config",), probe_neuron_config),
+    (("profile_modes",), probe_profile_modes),
+    (("correlate_device_time",), probe_correlate_device_time),
+    (("runtime_not_started_by_queries",), probe_runtime_not_started_by_queries),
+    (("cores_reserved",), probe_cores_reserved),
+    (("contiguous_cores",), probe_contiguous_cores),
+    (("device_count_cached",), probe_device_count_cached),
+    (("device_time", "capture_layout", "framework_trace_name", "summary_json"), probes_from_profiled_run),
+    (("acc_events", "captures_per_cycle"), probes_from_repeated_schedule),
+    (("capture_numbering",), probe_capture_numbering),
+    (("dropped_events",), probe_dropped_events),
+    (("first_execution",), probe_first_execution),
+)
+PROBE_NAMES = tuple(name for names, _ in PROBES for name in names)
+
+
+def neuron_verdicts(host: NeuronHost, report: Callable[[Verdict], None], only: set[str] | None = None) -> list[Verdict]:
+    """The Neuron probes (those giving a verdict in `only`, when given); `report` sees each verdict as it comes."""
+    verdicts: list[Verdict] = []
+    for names, probe in PROBES:
+        if only is not None and not only.intersection(names):
+            continue
+        started = time.perf_counter()
+        try:
+            found = probe(host)
+        except ProcessFailed as err:
+            found = [
+                Verdict(name, (probe.__doc__ or "").strip(), UNKNOWN, f"the probe could not run: {err}")
+                for name in names
+            ]
+        for verdict in found if isinstance(found, list) else [found]:
+            timed = replace(verdict, seconds=round(time.perf_counter() - started, 2))
+            report(timed)
+            verdicts.append(timed)
+    return verdicts

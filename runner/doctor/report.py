@@ -1,0 +1,96 @@
+"""The doctor's report: a Markdown page to paste into an issue, a JSON file, and an MLflow run.
+
+Runs are tagged `runner.kind=doctor`, the host, and one `doctor.<probe>` tag per verdict, so
+the MLflow UI lines up reports from many hosts probe by probe.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from runner import names
+from runner.doctor.probe import FAIL, PASS, UNKNOWN, Verdict
+from runner.tracking import NullRun
+
+STATUSES = (PASS, FAIL, UNKNOWN)
+
+
+def exit_status(verdicts: list[Verdict]) -> int:
+    """1 when an assumption the runner relies on failed, else 0."""
+    return int(any(v.status == FAIL and v.breaks_runner for v in verdicts))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[str]) -> str:
+    """The report as Markdown: host table, probe table, and what to do about each failure."""
+    counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+    lines = [
+        f"# runner doctor: {platform.node()}, {time.strftime('%Y-%m-%d %H:%M %Z')}",
+        "",
+        "| item | value |",
+        "|---|---|",
+        *(f"| {_cell(item)} | {_cell(value)} |" for item, value in host),
+        "",
+        *notes,
+        "",
+        f"**{counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[UNKNOWN]} UNKNOWN**"
+        + (" — an assumption the runner relies on failed (exit 1)" if exit_status(verdicts) else ""),
+        "",
+        "| probe | status | assumption | evidence | s |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {v.probe} | {v.status}{' (breaks runs)' if v.breaks_runner and v.status == FAIL else ''} | "
+            f"{_cell(v.assumption)} | {_cell(v.evidence)} | {v.seconds:g} |"
+            for v in verdicts
+        ),
+    ]
+    failures = [v for v in verdicts if v.status == FAIL and v.fix]
+    if failures:
+        lines += ["", "## What to set", "", *(f"- **{v.probe}**: {v.fix}" for v in failures)]
+    return "\n".join(lines) + "\n"
+
+
+def as_json(host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[str]) -> dict[str, Any]:
+    """The report as one JSON object."""
+    return {
+        "host": dict(host),
+        "notes": notes,
+        "verdicts": [v.as_dict() for v in verdicts],
+        "exit_status": exit_status(verdicts),
+    }
+
+
+def write_files(out: Path, page: str, data: dict[str, Any]) -> tuple[Path, Path]:
+    """doctor.md and doctor.json in `out`, written whole (a temporary name, then a rename)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in (("doctor.md", page), ("doctor.json", json.dumps(data, indent=2))):
+        path = out / name
+        partial = path.with_name(f".{name}.partial")
+        partial.write_text(text)
+        partial.replace(path)
+        written.append(path)
+    return written[0], written[1]
+
+
+def log_report(run: NullRun, page: str, data: dict[str, Any], verdicts: list[Verdict]) -> None:
+    """Tags, counts and both files on the doctor's MLflow run."""
+    run.set_tags(
+        {
+            names.TAG_KIND: names.KIND_DOCTOR,
+            names.TAG_HOST: platform.node(),
+            **{f"{names.TAG_DOCTOR_PREFIX}{v.probe}": v.status for v in verdicts},
+        }
+    )
+    run.log_metrics(
+        {f"doctor/{status.lower()}": float(sum(v.status == status for v in verdicts)) for status in STATUSES}
+    )
+    run.log_text(page, "doctor.md")
+    run.log_text(json.dumps(data, indent=2), "doctor.json")

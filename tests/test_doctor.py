@@ -1,0 +1,134 @@
+"""python -m runner.doctor: the host report on any machine, and one probe per Neuron assumption.
+
+The stand-in follows the documentation by default; each of its deviation knobs flips one
+assumption (tests/neuron_standin/README.md, "Deviations"), and the probe for that assumption
+must then FAIL, with the exit status saying whether the runner relies on it. With no knob
+every probe passes. The CUDA probes need a GPU (`make test-gpu`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from runner import names
+from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts
+from runner.doctor.probe import FAIL, PASS
+from runner.doctor.report import exit_status
+from tests.conftest import REPO
+
+STANDIN = REPO / "tests" / "neuron_standin"
+# the stand-in with the two undocumented features on, so that every probe can pass
+FEATURES = {"NEURON_STANDIN_CORRELATE": "1", "NEURON_STANDIN_DEVICE_TIME": "1"}
+
+
+def standin_env(tmp_path: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
+    env.update(
+        PYTHONPATH=str(STANDIN),
+        PATH=f"{STANDIN / 'bin'}{os.pathsep}{env['PATH']}",
+        NEURON_STANDIN_STATE=str(tmp_path / "state"),
+        **extra,
+    )
+    return env
+
+
+def doctor(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    uri = f"sqlite:///{tmp_path / 'doctor.db'}"
+    cmd = [sys.executable, "-m", "runner.doctor", "--out", str(tmp_path / "report"), "--uri", uri, *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_cpu_host_has_no_neuron_device_and_passes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = doctor(tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert "No Neuron device here" in done.stdout and "| backends usable | cpu; backend=auto picks cpu |" in done.stdout
+    assert "Traceback" not in done.stderr
+    report = json.loads((tmp_path / "report" / "doctor.json").read_text())
+    assert [(v["probe"], v["status"]) for v in report["verdicts"]] == [("mlflow_store", PASS)]
+    (run,) = MlflowClient(f"sqlite:///{tmp_path / 'doctor.db'}").search_runs(["1"])
+    assert run.data.tags[names.TAG_KIND] == names.KIND_DOCTOR
+    assert run.data.tags["doctor.mlflow_store"] == PASS
+    assert run.info.status == "FINISHED"
+
+
+def test_an_unknown_probe_is_refused_in_one_line(tmp_path: Path) -> None:
+    done = doctor(tmp_path, dict(os.environ), "--probe", "capture_numbring")
+    assert done.returncode == 2
+    assert "--probe 'capture_numbring' is not a probe; choose from:" in done.stderr
+    assert "capture_numbering" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unwritable_store_fails_the_doctor(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = doctor(tmp_path, env, "--uri", "sqlite:////nonexistent-folder/mlflow.db")
+    assert done.returncode == 1
+    assert "| mlflow_store | FAIL (breaks runs) |" in done.stdout
+    assert (tmp_path / "report" / "doctor.md").is_file()
+
+
+@pytest.mark.slow
+def test_on_the_documented_standin_every_probe_passes(tmp_path: Path) -> None:
+    done = doctor(tmp_path, standin_env(tmp_path, FEATURES))
+    report = json.loads((tmp_path / "report" / "doctor.json").read_text())
+    statuses = {v["probe"]: v["status"] for v in report["verdicts"]}
+    assert statuses == dict.fromkeys([*PROBE_NAMES, "mlflow_store"], PASS), done.stdout
+    assert done.returncode == 0
+    assert (tmp_path / "report" / "doctor.md").read_text() in done.stdout
+    (run,) = MlflowClient(f"sqlite:///{tmp_path / 'doctor.db'}").search_runs(["1"])
+    assert {k: v for k, v in run.data.tags.items() if k.startswith("doctor.")} == {
+        f"doctor.{name}": PASS for name in statuses
+    }
+    assert run.data.metrics == {"doctor/pass": len(statuses), "doctor/fail": 0.0, "doctor/unknown": 0.0}
+
+
+# (stand-in knob, its value, the probe it flips, whether the runner relies on the assumption)
+KNOBS = [
+    ("NEURON_STANDIN_DEVIATE", "config_keywords", "neuron_config", True),
+    ("NEURON_STANDIN_DEVIATE", "profile_modes", "profile_modes", True),
+    ("NEURON_STANDIN_CORRELATE", "", "correlate_device_time", False),
+    ("NEURON_STANDIN_DEVIATE", "queries_start_runtime", "runtime_not_started_by_queries", True),
+    ("NEURON_STANDIN_DEVIATE", "no_reservation", "cores_reserved", False),
+    ("NEURON_STANDIN_DEVIATE", "any_core_list", "contiguous_cores", False),
+    ("NEURON_STANDIN_DEVIATE", "count_not_cached", "device_count_cached", False),
+    ("NEURON_STANDIN_DEVICE_TIME", "", "device_time", False),
+    ("NEURON_STANDIN_FAULT", "empty_ntff", "capture_layout", True),
+    ("NEURON_STANDIN_DEVIATE", "trace_name", "framework_trace_name", False),
+    ("NEURON_STANDIN_DEVIATE", "summary_shape", "summary_json", False),
+    ("NEURON_STANDIN_DEVIATE", "no_acc_events", "acc_events", True),
+    ("NEURON_STANDIN_DEVIATE", "one_capture", "captures_per_cycle", False),
+    ("NEURON_STANDIN_DEVIATE", "absolute_nc", "capture_numbering", True),
+    ("NEURON_STANDIN_DEVIATE", "dropped_to_stdout", "dropped_events", True),
+    ("NEURON_STANDIN_DEVIATE", "slow_first_runs", "first_execution", True),
+]
+
+
+def test_every_probe_has_a_knob() -> None:
+    assert sorted(probe for _, _, probe, _ in KNOBS) == sorted(PROBE_NAMES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("knob", "value", "probe", "relied_on"), KNOBS, ids=[k[2] for k in KNOBS])
+def test_a_flipped_assumption_fails_its_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, knob: str, value: str, probe: str, relied_on: bool
+) -> None:
+    for name, setting in standin_env(tmp_path, {**FEATURES, knob: value}).items():
+        monkeypatch.setenv(name, setting)
+    if not value:
+        monkeypatch.delenv(knob)
+    monkeypatch.syspath_prepend(str(STANDIN))  # spawned probe processes start from this sys.path
+    verdicts = neuron_verdicts(NeuronHost(list(range(8)), tmp_path / "captures", 120), lambda _: None, {probe})
+    by_name = {v.probe: v for v in verdicts}
+    assert by_name[probe].status == FAIL, by_name[probe]
+    assert by_name[probe].breaks_runner == relied_on
+    assert bool(by_name[probe].fix)
+    # the probes that share its run (one profiled run answers four) do not fail with it
+    assert all(v.status != FAIL for name, v in by_name.items() if name != probe), verdicts
+    assert exit_status(verdicts) == int(relied_on)
