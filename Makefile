@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: help setup run sweep-demo test test-gpu lint type bench ui
+.PHONY: help setup run sweep-demo doctor test test-gpu lint type bench ui
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ run: setup ## profile the naive RMSNorm once and log it to ./mlflow.db
 
 sweep-demo: setup ## the three-variant RMSNorm study: one parent run, three children
 	$(PY) -m runner -m +experiment=rmsnorm_comparison
+
+doctor: setup ## check this host's assumptions (Neuron, CUDA, store, Slurm); report in doctor/
+	$(PY) -m runner.doctor
 
 test: setup ## run the test suite (CPU; GPU tests skip without CUDA)
 	$(PY) -m pytest
