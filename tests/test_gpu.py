@@ -50,3 +50,11 @@ def test_compiled_on_cuda_shows_triton_kernels(tmp_path: Path) -> None:
     run = all_runs()[0]
     table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")
     assert any("triton" in row[0] for row in table["data"])
+
+
+def test_the_doctor_passes_every_cuda_probe(tmp_path: Path) -> None:
+    from runner.doctor.cuda_probes import CUDA_PROBE_NAMES, cuda_verdicts
+
+    verdicts = cuda_verdicts(str(tmp_path), 600)
+    assert [v.probe for v in verdicts] == list(CUDA_PROBE_NAMES)
+    assert all(v.status == "PASS" for v in verdicts), "\n".join(f"{v.probe}: {v.evidence}" for v in verdicts)
