@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -304,13 +304,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline", help="run id or workload name for speedups (default: the first run)")
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     parser.add_argument("--plots", metavar="DIR", help="also write the PNG plots into DIR")
-    return parser.parse_args(argv)
+    parser.add_argument("--replay", metavar="RUN", help="print commands that run this run's top ATen ops alone")
+    parser.add_argument("--top", type=int, default=3, help="how many ops --replay covers (default: 3)")
+    args = parser.parse_args(argv)
+    if args.top < 1:
+        parser.error(f"--top must be >= 1, got {args.top}")
+    return args
+
+
+def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) -> int:
+    """`--replay`: the commands that run the run's top ops alone."""
+    from runner.report.replay import render_replays, top_replays
+
+    replays, clock = top_replays(client, run, top)
+    if not replays:
+        raise SystemExit(f"error: --replay {run.info.run_id}: the run has no ATen ops in its op table")
+    if output_format == "json":
+        print(json.dumps([asdict(r) for r in replays], indent=2))
+    else:
+        print(render_replays(run, replays, clock))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison (and, for two runs, the per-op diff)."""
     args = parse_args(argv)
     client, experiment_id = open_experiment(args)
+    if args.replay:
+        return print_replays(client, find_run(client, experiment_id, args.replay), args.top, args.format)
     runs, parent = selected_runs(client, experiment_id, args)
     baseline = pick_baseline(runs, args.baseline)
     rows = comparison_rows(client, runs, baseline, parent)

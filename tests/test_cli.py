@@ -66,6 +66,14 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
         pytest.param(["+workload=rmsnorm_naive", "tracking.experiment=''"], "tracking.experiment must name", id="exp"),
         pytest.param(["+workload=rmsnorm_naive", "workload.eps=abc"], "workload.eps must be a number > 0", id="eps"),
         pytest.param(
+            ["+workload=aten_op", "workload.op=aten::mull"], "workload.op='aten::mull' is not an ATen op", id="aten-op"
+        ),
+        pytest.param(
+            ["+workload=aten_op", "workload.op=aten::mm", "workload.shapes=[[4,8],[3,5]]"],
+            "workload.shapes=[[4, 8], [3, 5]]: aten::mm does not take tensors of these shapes",
+            id="aten-shapes",
+        ),
+        pytest.param(
             ["+workload=rmsnorm_naive", "+measure.step=10"],
             "measure.step is not a config key; did you mean measure.steps?",
             id="plus-typo",

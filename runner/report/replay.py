@@ -1,0 +1,98 @@
+"""Commands that replay a run's top ops alone: `python -m runner.compare --replay RUN --top N`.
+
+Each op-table row names an ATen op and the shapes of its inputs; `+workload=aten_op` runs
+exactly that, so the top op of a Neuron run can be timed alone on CPU or GPU, and back.
+The op table records tensor shapes only: trailing arguments it shows as `[]` (scalars,
+dims, flags) are left at the op's defaults when the call needs that, and the command says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from runner.report.reader import label, op_table
+from workloads.aten_op import AtenOp
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One op-table row and how to run it alone (command is empty when it cannot be)."""
+
+    op: str
+    recorded_shapes: list[list[int]]
+    self_ms: float
+    command: str
+    note: str = ""
+
+
+def replayable_shapes(op: str, shapes: list[list[int]]) -> tuple[list[list[int]], str] | None:
+    """The shapes to replay `op` with and a note, dropping trailing `[]` arguments while the call needs it."""
+    keep = len(shapes)
+    while keep:
+        try:
+            AtenOp(op, shapes[:keep])
+        except ValueError:
+            if shapes[keep - 1] != []:
+                return None
+            keep -= 1
+            continue
+        dropped = len(shapes) - keep
+        return shapes[:keep], f"{dropped} non-tensor argument(s) left at their defaults" if dropped else ""
+    return None
+
+
+def replay_command(op: str, shapes: list[list[int]], dtype: str) -> str:
+    """The runner command line for one op at these shapes."""
+    listed = "[" + ",".join("[" + ",".join(str(s) for s in shape) + "]" for shape in shapes) + "]"
+    return shlex.join(
+        [
+            "python",
+            "-m",
+            "runner",
+            "+workload=aten_op",
+            f"workload.op={op}",
+            f"workload.shapes={listed}",
+            f"workload.dtype={dtype}",
+        ]
+    )
+
+
+def top_replays(client: MlflowClient, run: Run, top: int) -> tuple[list[Replay], str]:
+    """The run's `top` ATen op rows by self time (device time when recorded), with their commands; and that clock."""
+    table = op_table(client, run)
+    columns = table["columns"]
+    clock = "self_device_ms" if "self_device_ms" in columns else "self_cpu_ms"
+    rows = [dict(zip(columns, values, strict=True)) for values in table["data"]]
+    rows = sorted((r for r in rows if str(r["name"]).startswith("aten::")), key=lambda r: -float(r[clock]))
+    dtype = run.data.params.get("workload.dtype", "float32")
+    replays = []
+    for row in rows[:top]:
+        shapes = json.loads(row.get("input_shapes") or "[]")
+        found = replayable_shapes(row["name"], shapes)
+        if found is None:
+            note = "not replayable: its arguments are not tensors of these shapes"
+            replays.append(Replay(row["name"], shapes, float(row[clock]), "", note))
+            continue
+        replay_shapes, note = found
+        replays.append(
+            Replay(row["name"], shapes, float(row[clock]), replay_command(row["name"], replay_shapes, dtype), note)
+        )
+    return replays, clock
+
+
+def render_replays(run: Run, replays: list[Replay], clock: str) -> str:
+    """The commands, one per op, each under a comment with the op, its shapes and its time."""
+    lines = [f"# top ops of {label(run)} ({run.info.run_id}) by {clock}; add backend=cpu|cuda|neuron to choose where"]
+    for replay in replays:
+        lines.append(
+            f"# {replay.op} {replay.recorded_shapes}: {replay.self_ms:.4f} ms"
+            + (f" ({replay.note})" if replay.note else "")
+        )
+        if replay.command:
+            lines.append(replay.command)
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""Op replay: `+workload=aten_op` runs one op-table row alone; `compare --replay` prints the commands."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner import names
+from runner.report.replay import replay_command, replayable_shapes
+from tests.conftest import REPO, all_runs
+from workloads.aten_op import AtenOp
+
+
+def test_an_aten_op_matches_its_reference_and_counts_its_cost() -> None:
+    op = AtenOp("aten::mul", [[4, 8, 16], [16]])
+    x, w = op.example_inputs(torch.float32, torch.Generator().manual_seed(0))
+    assert torch.allclose(op(x, w), op.reference(x, w).float())
+    assert op.bytes_moved(x, w) == (4 * 8 * 16 + 16 + 4 * 8 * 16) * 4  # two inputs read, one output written
+    assert op.flop_count(x, w) == 4 * 8 * 16  # pointwise: one FLOP per output element
+    mm = AtenOp("aten::mm.default", [[4, 8], [8, 3]])
+    assert mm.flop_count(*mm.example_inputs(torch.float32, torch.Generator())) == 2 * 4 * 8 * 3
+
+
+@pytest.mark.parametrize(
+    ("op", "shapes", "message"),
+    [
+        ("aten::mull", [[2]], "workload.op='aten::mull' is not an ATen op"),
+        ("mul", [[2]], "workload.op='mul' is not an ATen op"),
+        ("aten::mm", [[4, 8], [3, 5]], "aten::mm does not take tensors of these shapes"),
+        ("aten::mul", [[4, 0]], "workload.shapes[1] must be a positive integer"),
+        ("aten::mul", [4, 8], "give one list of sizes per argument"),
+    ],
+)
+def test_bad_ops_and_shapes_name_their_key(op: str, shapes: list[list[int]], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        AtenOp(op, shapes)
+
+
+def test_recorded_non_tensor_arguments_are_dropped_only_from_the_end() -> None:
+    assert replayable_shapes("aten::mul", [[4, 8], [8]]) == ([[4, 8], [8]], "")
+    assert replayable_shapes("aten::mean", [[4, 8], [], [], []]) == (
+        [[4, 8]],
+        "3 non-tensor argument(s) left at their defaults",
+    )
+    assert replayable_shapes("aten::sum", [[4, 8], [], [], [], [4, 1]]) is None  # an out= tensor after them
+    assert replay_command("aten::mul", [[4, 8], [8]], "bfloat16") == (
+        "python -m runner +workload=aten_op workload.op=aten::mul 'workload.shapes=[[4,8],[8]]' workload.dtype=bfloat16"
+    )
+
+
+@pytest.mark.slow
+def test_a_runs_top_op_replays_alone(tmp_path: Path, tracking_uri: str) -> None:
+    small = ["backend=cpu", "measure=quick", "workload.hidden=64", "workload.seq_len=8"]
+    job = [sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *small, f"hydra.run.dir={tmp_path / 'job'}"]
+    assert subprocess.run(job, cwd=REPO, capture_output=True, text=True).returncode == 0
+    (run,) = all_runs(tracking_uri)
+    compare = [sys.executable, "-m", "runner.compare", "--replay", run.info.run_id[:8], "--top", "2"]
+    done = subprocess.run(compare, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    commands = [line for line in done.stdout.splitlines() if line.startswith("python -m runner")]
+    comments = [line for line in done.stdout.splitlines() if line.startswith("# aten::")]
+    assert len(comments) == 2 and commands, done.stdout
+    replay = shlex.split(commands[0])[3:]
+    op = next(arg.split("=", 1)[1] for arg in replay if arg.startswith("workload.op="))
+    again = [sys.executable, "-m", "runner", *replay, "backend=cpu", "measure=quick", f"hydra.run.dir={tmp_path / 'r'}"]
+    ran = subprocess.run(again, cwd=REPO, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    replayed = next(r for r in all_runs(tracking_uri) if r.info.run_id != run.info.run_id)
+    assert replayed.info.status == "FINISHED"
+    assert replayed.data.tags[names.TAG_TOP_OP] == op  # the op alone is its own top op
+    assert replayed.data.tags[names.TAG_ACCURACY] == "pass"
