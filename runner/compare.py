@@ -2,7 +2,8 @@
 
 With no arguments it compares the latest sweep of the default experiment. The table has
 one row per run (failed runs included, as failed); with exactly two runs it also prints the
-per-op diff. At the end of every sweep the same report is logged to the parent run.
+per-op diff. At the end of every sweep the same report is logged to the parent run. `--replay RUN`
+prints commands that run that run's top ATen ops alone (`+workload=aten_op`).
 """
 
 from __future__ import annotations
