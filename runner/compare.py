@@ -27,6 +27,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
 from runner.report.reader import (
+    dollars_per_million_steps,
     find_sweep,
     is_reused,
     label,
@@ -34,6 +35,7 @@ from runner.report.reader import (
     metric,
     op_table,
     per_op,
+    price_per_hour,
     process_medians,
     sweep_children,
 )
@@ -77,11 +79,11 @@ def _memory(run: Run) -> str:
 
 
 def _cost(run: Run) -> str:
-    price = run.data.params.get("backend.price_per_hour")
+    price = price_per_hour(run)
     median = metric(run, names.STEP_MEDIAN_MS)
-    if price in (None, "None") or median is None:
+    if price is None or median is None:
         return "-"
-    return f"${float(price) / 3600 * median / 1000 * 1e6:.4f}"
+    return f"${dollars_per_million_steps(price, median):.4f}"
 
 
 @dataclass

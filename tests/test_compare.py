@@ -174,3 +174,33 @@ def test_roof_never_rises_above_either_ceiling(x_low: float, x_high: float) -> N
     assert xs[0] == x_low and xs[-1] == x_high and xs == sorted(xs)
     assert all(y <= 187.0 + 1e-9 and y <= x * 25.0 + 1e-9 for x, y in zip(xs, ys, strict=True))
     assert ys[-1] == min(x_high * 25.0, 187.0)
+
+
+def test_pareto_front_keeps_runs_no_other_beats_on_both_axes() -> None:
+    from runner.report.plots import pareto_front
+
+    # (ms, $/1M): the 3 ms run costs more than the faster 2 ms one, so it is off the frontier
+    points = [(3.0, 1.5), (1.0, 2.8), (2.0, 0.6), (2.0, 0.9)]
+    assert pareto_front(points) == [1, 2]
+
+
+def test_priced_runs_get_a_cost_frontier_plot(tracking_uri: str, tmp_path: Path) -> None:
+    from runner.report.plots import write_plots
+
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("costs")
+    runs = []
+    for name, price, median in [("trn", 1.34, 0.8), ("gpu", 4.0, 0.3), ("cpu", 0.5, 6.0), ("unpriced", None, 1.0)]:
+        run = client.create_run(experiment, run_name=name)
+        client.log_param(run.info.run_id, "backend.price_per_hour", price)
+        for key, value in [(names.STEP_MEDIAN_MS, median), (names.STEP_P10_MS, median * 0.9)]:
+            client.log_metric(run.info.run_id, key, value)
+        client.log_metric(run.info.run_id, names.STEP_P90_MS, median * 1.2)
+        client.set_terminated(run.info.run_id)
+        runs.append(client.get_run(run.info.run_id))
+    written = write_plots(client, runs, tmp_path)
+    assert tmp_path / "cost_frontier.png" in written and (tmp_path / "cost_frontier.png").stat().st_size > 10_000
+    table = render(comparison_rows(client, runs, None, None), "csv")
+    costs = {row["run"]: row["$/1M steps"] for row in csv.DictReader(io.StringIO(table))}
+    assert costs == {"trn": "$0.2978", "gpu": "$0.3333", "cpu": "$0.8333", "unpriced": "-"}
+    assert tmp_path / "cost_frontier.png" not in write_plots(client, runs[3:], tmp_path / "none")

@@ -1,4 +1,4 @@
-"""The comparison's three PNGs: step times, per-op breakdown, roofline. Labels sit on the data."""
+"""The comparison's PNGs: step times, per-op breakdown, roofline, cost frontier. Labels sit on the data."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from matplotlib.figure import Figure  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Run  # noqa: E402
 
-from runner.report.reader import label, metric, op_table, per_op  # noqa: E402
+from runner.report.reader import (  # noqa: E402
+    dollars_per_million_steps,
+    label,
+    metric,
+    op_table,
+    per_op,
+    price_per_hour,
+)
 
 TOP_OPS = 6
 FINISHED = "FINISHED"
@@ -122,6 +129,53 @@ def roofline(runs: list[Run], path: Path) -> Path:
     return _save(fig, path)
 
 
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both axes (lower is better), fastest first."""
+    front: list[int] = []
+    for index in sorted(range(len(points)), key=lambda i: points[i]):
+        if not front or points[index][1] < points[front[-1]][1]:
+            front.append(index)
+    return front
+
+
+def cost_frontier(runs: list[Run], path: Path) -> Path:
+    """$/1M steps against median step time for runs with a price; the Pareto frontier joined.
+
+    Whiskers span p10 to p90 of the step distribution on both axes (cost is step time times
+    price); a run is on the frontier when no other run is both faster and cheaper.
+    """
+    priced = [
+        (run, price, median)
+        for run in runs
+        if (price := price_per_hour(run)) is not None and (median := metric(run, names.STEP_MEDIAN_MS)) is not None
+    ]
+    points = [(median, dollars_per_million_steps(price, median)) for _, price, median in priced]
+    front = pareto_front(points)
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for index, (run, price, median) in enumerate(priced):
+        low, high = metric(run, names.STEP_P10_MS) or median, metric(run, names.STEP_P90_MS) or median
+        x, y = points[index]
+        ax.errorbar(
+            [x],
+            [y],
+            xerr=[[x - low], [high - x]],
+            yerr=[[y - dollars_per_million_steps(price, low)], [dollars_per_million_steps(price, high) - y]],
+            fmt="o",
+            color="#e45756" if index in front else "#4c78a8",
+            capsize=3,
+        )
+        ax.annotate(f"{label(run)} (${price:g}/h)", (x, y), textcoords="offset points", xytext=(8, 6), fontsize=8)
+    ax.plot([points[i][0] for i in front], [points[i][1] for i in front], color="#e45756", linewidth=1, zorder=0)
+    spread = max(p[0] for p in points) / min(p[0] for p in points) if points else 1.0
+    if spread > 20:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("steady-state step time, ms (point: median; whiskers: p10 to p90)")
+    ax.set_ylabel("$ per 1M steps (backend.price_per_hour)")
+    ax.set_title("Cost frontier: red runs are not beaten on both time and cost")
+    return _save(fig, path)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -131,10 +185,13 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def write_plots(client: MlflowClient, runs: list[Run], out_dir: str | Path) -> list[Path]:
-    """Write step_time.png, op_breakdown.png and roofline.png into `out_dir`."""
+    """Write step_time.png, op_breakdown.png, roofline.png and, when runs have a price, cost_frontier.png."""
     out = Path(out_dir)
-    return [
+    written = [
         step_times(runs, out / "step_time.png"),
         op_breakdown(client, runs, out / "op_breakdown.png"),
         roofline(runs, out / "roofline.png"),
     ]
+    if any(price_per_hour(run) is not None for run in runs):
+        written.append(cost_frontier(runs, out / "cost_frontier.png"))
+    return written

@@ -28,6 +28,17 @@ def metric(run: Run, key: str) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
+def price_per_hour(run: Run) -> float | None:
+    """The run's backend.price_per_hour (what its device costs), None when not set."""
+    price = run.data.params.get("backend.price_per_hour")
+    return None if price in (None, "None", "null") else float(price)
+
+
+def dollars_per_million_steps(price: float, step_ms: float) -> float:
+    """What a million steps of `step_ms` cost at `price` per hour."""
+    return price / 3600 * step_ms / 1000 * 1e6
+
+
 def process_medians(client: MlflowClient, run: Run) -> list[float]:
     """The run's per-process median step times in ms, in process order (empty for older runs)."""
     history = client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)
