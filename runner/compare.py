@@ -26,6 +26,7 @@ from mlflow.exceptions import MlflowException
 from runner import names
 from runner.config import TrackingConfig
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
+from runner.report.curves import crossover_report, crossovers, size_curves
 from runner.report.reader import (
     dollars_per_million_steps,
     find_sweep,
@@ -265,7 +266,12 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
 
     for path in write_plots(client, runs, plots_dir):
         client.log_artifact(run_id, str(path), "plots")
-    return render(rows, "table")
+    table = render(rows, "table")
+    if curves := size_curves(runs):
+        report = crossover_report(crossovers(client, curves), curves)
+        client.log_text(run_id, report + "\n", "crossovers.md")
+        table += "\n\n" + report
+    return table
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:

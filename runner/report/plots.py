@@ -1,7 +1,8 @@
-"""The comparison's PNGs: step times, per-op breakdown, roofline, cost frontier. Labels sit on the data."""
+"""The comparison's PNGs: step times, op breakdown, roofline, cost frontier, shape curves. Labels sit on the data."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -14,6 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Run  # noqa: E402
 
+from runner.report.curves import Crossover, crossovers, size_curves  # noqa: E402
 from runner.report.reader import (  # noqa: E402
     dollars_per_million_steps,
     label,
@@ -176,6 +178,41 @@ def cost_frontier(runs: list[Run], path: Path) -> Path:
     return _save(fig, path)
 
 
+def shape_curves(curves: dict[str, list[Run]], found: list[Crossover], path: Path) -> Path:
+    """Achieved GB/s and fraction of peak against bytes moved, one line per variant, crossovers marked."""
+    fig, (speed, share) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    for name, runs in curves.items():
+        sizes = [metric(r, names.ROOFLINE_BYTES) or 0.0 for r in runs]
+        (line,) = speed.plot(sizes, [metric(r, names.ROOFLINE_ACHIEVED_GBPS) or 0.0 for r in runs], "o-", label=name)
+        fractions = [100 * (metric(r, names.ROOFLINE_BANDWIDTH_FRACTION) or 0.0) for r in runs]
+        share.plot(sizes, fractions, "o-", color=line.get_color(), label=name)
+        # after its first size, a compiled variant that compiled again shows the recompilation
+        for run, size in list(zip(runs, sizes, strict=True))[1:]:
+            if (metric(run, names.COMPILE_GRAPHS) or 0) > 0:
+                gbps = metric(run, names.ROOFLINE_ACHIEVED_GBPS) or 0.0
+                speed.scatter([size], [gbps], marker="x", s=90, color="black", zorder=4)
+                speed.annotate("recompiled", (size, gbps), textcoords="offset points", xytext=(6, -12), fontsize=7)
+    for crossover in found:
+        middle = math.sqrt(crossover.bytes_low * crossover.bytes_high)
+        for axis in (speed, share):
+            axis.axvline(middle, color="#888888", linestyle="--", linewidth=1)
+        speed.annotate(
+            f"{crossover.after}\novertakes {crossover.before}",
+            (middle, 0.95),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            ha="center",
+            va="top",
+        )
+    speed.set_xscale("log")
+    speed.set_ylabel("achieved GB/s (steady-state median)")
+    speed.set_title("Shape curves: where each variant's bandwidth goes as the size grows")
+    speed.legend(fontsize=8)
+    share.set_xlabel("bytes moved per step (workload cost model)")
+    share.set_ylabel("% of the device's bandwidth peak")
+    return _save(fig, path)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -185,7 +222,10 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def write_plots(client: MlflowClient, runs: list[Run], out_dir: str | Path) -> list[Path]:
-    """Write step_time.png, op_breakdown.png, roofline.png and, when runs have a price, cost_frontier.png."""
+    """Write step_time.png, op_breakdown.png, roofline.png; cost_frontier.png and shape_curves.png where they apply.
+
+    The cost frontier needs runs with backend.price_per_hour; the shape curves a variant run at three sizes or more.
+    """
     out = Path(out_dir)
     written = [
         step_times(runs, out / "step_time.png"),
@@ -194,4 +234,6 @@ def write_plots(client: MlflowClient, runs: list[Run], out_dir: str | Path) -> l
     ]
     if any(price_per_hour(run) is not None for run in runs):
         written.append(cost_frontier(runs, out / "cost_frontier.png"))
+    if curves := size_curves(runs):
+        written.append(shape_curves(curves, crossovers(client, curves), out / "shape_curves.png"))
     return written

@@ -1,0 +1,100 @@
+"""Shape curves: each variant's runs by bytes moved, and where one variant overtakes another.
+
+A sweep whose runs cover at least three sizes of a workload (`+experiment=rmsnorm_shapes`)
+gets `plots/shape_curves.png` and `crossovers.md` on its parent run. A crossover is claimed
+only between two sizes where each winner is significant by the comparison's own test
+(Welch on log per-process medians, both runs' timing stable): a flip inside the noise is
+not one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from runner import names
+from runner.measure.stats import SIGNIFICANCE, time_ratio
+from runner.report.reader import metric, process_medians
+
+MIN_SIZES = 3
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Between two sizes (bytes moved), the significantly faster variant changes."""
+
+    before: str
+    after: str
+    bytes_low: float
+    bytes_high: float
+
+    def line(self) -> str:
+        """One readable sentence."""
+        return (
+            f"{self.after} overtakes {self.before} between {_size(self.bytes_low)} and {_size(self.bytes_high)} moved"
+        )
+
+
+def _size(count: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count:.0f} B"
+
+
+def variant(run: Run) -> str:
+    """What a curve is drawn for: the run's workload option (rmsnorm_naive, ...)."""
+    return str(run.data.tags.get(names.TAG_WORKLOAD) or run.info.run_name or run.info.run_id[:8])
+
+
+def size_curves(runs: list[Run]) -> dict[str, list[Run]]:
+    """Finished runs with a roofline, per variant, by bytes moved; variants with fewer than three sizes left out."""
+    curves: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.info.status == "FINISHED" and metric(run, names.ROOFLINE_BYTES) and metric(run, names.STEP_MEDIAN_MS):
+            curves.setdefault(variant(run), []).append(run)
+    return {
+        name: sorted(curve, key=lambda r: metric(r, names.ROOFLINE_BYTES) or 0.0)
+        for name, curve in sorted(curves.items())
+        if len({metric(r, names.ROOFLINE_BYTES) for r in curve}) >= MIN_SIZES
+    }
+
+
+def faster(client: MlflowClient, a: Run, b: Run) -> str | None:
+    """The variant significantly faster of two runs at one size; None when the data cannot say."""
+    if "false" in (a.data.tags.get(names.TAG_TIMING_STABLE), b.data.tags.get(names.TAG_TIMING_STABLE)):
+        return None
+    estimate = time_ratio(process_medians(client, a), process_medians(client, b))
+    if estimate is None or estimate.p_value >= SIGNIFICANCE:
+        return None
+    return variant(b) if estimate.ratio < 1 else variant(a)
+
+
+def crossovers(client: MlflowClient, curves: dict[str, list[Run]]) -> list[Crossover]:
+    """Every significant change of winner between two variants along the sizes they share."""
+    found = []
+    for runs_a, runs_b in itertools.combinations(curves.values(), 2):
+        by_size_b = {metric(r, names.ROOFLINE_BYTES): r for r in runs_b}
+        last: tuple[str, float] | None = None
+        for run_a in runs_a:
+            size = metric(run_a, names.ROOFLINE_BYTES) or 0.0
+            run_b = by_size_b.get(size)
+            winner = faster(client, run_a, run_b) if run_b is not None else None
+            if winner is None:
+                continue
+            if last is not None and winner != last[0]:
+                found.append(Crossover(last[0], winner, last[1], size))
+            last = (winner, size)
+    return sorted(found, key=lambda c: c.bytes_low)
+
+
+def crossover_report(found: list[Crossover], curves: dict[str, list[Run]]) -> str:
+    """The crossovers as Markdown lines (or why there are none)."""
+    sizes = sorted({metric(r, names.ROOFLINE_BYTES) or 0.0 for runs in curves.values() for r in runs})
+    head = f"Crossovers over {len(sizes)} sizes ({_size(sizes[0])} to {_size(sizes[-1])} moved per step):"
+    if not found:
+        return f"{head} none significant (Welch on per-process medians, p < {SIGNIFICANCE})"
+    return "\n".join([head, *(f"- {c.line()}" for c in found)])
