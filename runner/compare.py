@@ -40,6 +40,7 @@ from runner.report.reader import (
     process_medians,
     sweep_children,
 )
+from runner.report.scaling import scaling_curves, scaling_report
 from runner.secrets import redact
 from runner.store import sqlite_path
 
@@ -270,6 +271,10 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     if curves := size_curves(runs):
         report = crossover_report(crossovers(client, curves), curves)
         client.log_text(run_id, report + "\n", "crossovers.md")
+        table += "\n\n" + report
+    if scaling := scaling_curves(runs):
+        report = scaling_report(scaling)
+        client.log_text(run_id, report + "\n", "scaling.md")
         table += "\n\n" + report
     return table
 

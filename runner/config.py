@@ -203,6 +203,10 @@ class MeasureConfig:
     # fresh worker processes that each build the workload and run warm-up and steady state,
     # one after another; 0 = in the job's own process; null = the backend's default
     processes: int | None = None
+    # copies of the steady state timed at the same time, each in a worker process on its own
+    # share of the machine (the parallel launcher's slot plan), for scaling studies; 1 is one
+    # such worker with the whole machine; null = the usual steady state (measure.processes)
+    copies: int | None = None
     # glibc keeps freed blocks up to 32 MiB for reuse, so no step pays page faults that depend
     # on what the process did before (runner.measure.host_memory); false: glibc's own modes
     keep_freed_memory: bool = True
@@ -216,6 +220,8 @@ class MeasureConfig:
         _at_least("measure.warmup_s", self.warmup_s, 0)
         _at_least("measure.steps", self.steps, 1)
         _at_least("measure.repeats", self.repeats, 1)
+        if self.copies is not None:
+            _at_least("measure.copies", self.copies, 1)
         if self.processes is not None:
             _at_least("measure.processes", self.processes, 0)
 

@@ -68,6 +68,8 @@ def prepare(
     try:
         backend = make_backend(spec.backend)
         backend.worker_processes(spec.measure.processes)
+        if spec.measure.copies is not None:
+            backend.concurrent_slots(spec.measure.copies)
         workload = build_workload(spec.workload, backend)
         return backend, workload, resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
     except ConfigError:

@@ -178,6 +178,8 @@ def test_correlate_is_dropped_when_the_build_rejects_it(tmp_path: Path, tracking
         pytest.param([], {"NEURON_RT_INSPECT_ENABLE": "1"}, True, "NEURON_RT_INSPECT_ENABLE=1 is set", id="inspect"),
         pytest.param(["measure.processes=2"], {}, True, "measure.processes=2: a NeuronCore serves one process",
                      id="worker-processes"),
+        pytest.param(["measure.copies=2"], {}, True,
+                     "measure.copies=2: on neuron the job's process holds its NeuronCores", id="copies"),
     ],
 )  # fmt: skip
 def test_neuron_refusals_are_one_line(

@@ -1,4 +1,4 @@
-"""Studies over sweeps: shape curves with significant crossovers (and, on priced runs, the cost frontier)."""
+"""Studies over sweeps: shape curves with significant crossovers, and core scaling of side-by-side copies."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from mlflow.entities import Run
 
 from runner import names
 from runner.report.curves import Crossover, crossover_report, crossovers, size_curves
+from runner.report.scaling import contention_onset, scaling_curves, scaling_report
 from tests.conftest import REPO, all_runs
 
 
@@ -71,3 +72,60 @@ def test_the_shapes_study_logs_its_curves_and_crossovers(tmp_path: Path, trackin
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
     assert "plots/shape_curves.png" in logged
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"crossovers.md", "comparison.md"}
+
+
+def scaling_run(client: mlflow.MlflowClient, experiment: str, copies: int, per_copy_ms: float) -> Run:
+    run = client.create_run(experiment, run_name=f"copies {copies}")
+    run_id = run.info.run_id
+    client.set_tag(run_id, names.TAG_WORKLOAD, "rmsnorm_naive")
+    client.log_metric(run_id, names.STEP_MEDIAN_MS, per_copy_ms)
+    client.log_metric(run_id, names.SCALING_COPIES, copies)
+    client.log_metric(run_id, names.SCALING_THROUGHPUT, copies * 1000 / per_copy_ms)
+    client.set_terminated(run_id)
+    return client.get_run(run_id)
+
+
+def test_contention_sets_in_where_a_copy_loses_its_best_rate(tracking_uri: str) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("scaling")
+    # two one-thread copies each beat one two-thread copy; at four they slow down
+    runs = [scaling_run(client, experiment, k, ms) for k, ms in [(1, 0.08), (2, 0.04), (4, 0.06), (8, 0.12)]]
+    (points,) = scaling_curves(runs).values()
+    assert [p.copies for p in points] == [1, 2, 4, 8]
+    assert [round(p.efficiency, 3) for p in points] == [1.0, 2.0, 1.333, 0.667]
+    assert contention_onset(points) == 4
+    assert scaling_report({"rmsnorm_naive": points}).startswith("rmsnorm_naive: contention from 4 copies")
+    assert scaling_curves(runs[1:]) == {}  # no one-copy run: nothing to scale against
+
+
+@pytest.mark.slow
+def test_the_scaling_study_runs_copies_side_by_side(tmp_path: Path, tracking_uri: str) -> None:
+    cmd = [
+        sys.executable, "-m", "runner", "-m", "+experiment=core_scaling", "backend=cpu", "measure=quick",
+        "measure.copies=1,2", "workload.hidden=16", "workload.seq_len=4", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "steady state: 2 copies at once (CPU slot 0 (1 threads); CPU slot 1 (1 threads))" in done.stdout
+    runs = all_runs(tracking_uri)
+    parent = next(r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true")
+    two = next(r for r in runs if r.data.metrics.get(names.SCALING_COPIES) == 2)
+    client = mlflow.MlflowClient(tracking_uri)
+    assert len(client.get_metric_history(two.info.run_id, names.PROCESS_MEDIAN_MS)) == 2  # one median per copy
+    assert "plots/core_scaling.png" in {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert "scaling.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "| 2 |" in done.stdout
+
+
+def test_a_failing_copy_fails_the_job_without_leaving_the_others_waiting() -> None:
+    from runner.backends.base import Slot
+    from runner.config import load_run_spec
+    from runner.measure.workers import WorkerFailed, steady_state_concurrently
+    from tests.conftest import compose_cfg
+
+    spec = load_run_spec(compose_cfg(
+        "backend=cpu", "tracking=off", "measure=quick", "+workload=custom", "workload._target_=tests.faulty.Faulty",
+        "+workload.fault=raise", "workload.inputs=[[4]]",
+    ))  # fmt: skip
+    with pytest.raises(WorkerFailed, match="RuntimeError: injected failure"):
+        steady_state_concurrently(spec, [Slot("a"), Slot("b")])

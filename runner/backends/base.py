@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner.backends.peaks import Peak
-from runner.config import BackendConfig, ProfilerConfig
+from runner.config import BackendConfig, ConfigError, ProfilerConfig
 
 TRACE_FILE = "trace.json"
 # One folder per profiler cycle, named after the step at which the cycle ended.
@@ -127,6 +127,20 @@ class Backend(ABC):
             ConfigError: this device cannot serve that many processes.
         """
         return self.default_processes if requested is None else requested
+
+    def concurrent_slots(self, copies: int) -> list[Slot]:
+        """A share of the machine for each of `copies` steady states timed at once.
+
+        Raises:
+            ConfigError: the machine has fewer shares than that.
+        """
+        slots = self.split_machine(self.config, copies, None, 1)
+        if len(slots) < copies:
+            raise ConfigError(
+                f"measure.copies={copies}: {self.name} has {len(slots)} share(s) to run copies on "
+                f"({'; '.join(slot.name for slot in slots)})"
+            )
+        return slots[:copies]
 
     @property
     @abstractmethod

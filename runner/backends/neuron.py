@@ -149,6 +149,18 @@ class NeuronBackend(Backend):
             )
         return 0
 
+    def concurrent_slots(self, copies: int) -> list[Slot]:
+        """Not on neuron yet: the job's own process holds its NeuronCores from its first call.
+
+        Raises:
+            ConfigError: always, saying what to run instead.
+        """
+        raise ConfigError(
+            f"measure.copies={copies}: on neuron the job's process holds its NeuronCores, so copies cannot "
+            "start beside it; run the copies as jobs instead (a sweep of identical jobs with "
+            "hydra/launcher=parallel, one NeuronCore each)"
+        )
+
     def _pin_cores(self, spec: str | None) -> list[int] | None:
         """The cores this job owns, or None for every visible core.
 

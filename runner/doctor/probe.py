@@ -11,11 +11,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import traceback
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+
+from runner.measure.workers import environment
 
 PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 
@@ -43,25 +45,6 @@ class Verdict:
 
 class ProcessFailed(RuntimeError):
     """A fresh process raised, died or ran past its time; the message says which."""
-
-
-@contextmanager
-def environment(env: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (or, for None, remove) variables for the processes started inside the block."""
-    saved = {name: os.environ.get(name) for name in env}
-    try:
-        for name, value in env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _call(target: Callable[..., Any], args: tuple[Any, ...], results: Connection, hold: Connection | None) -> None:

@@ -28,7 +28,7 @@ from runner.measure.host_memory import keep_freed_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
 from runner.measure.stats import coefficient_of_variation, describe_steps
-from runner.measure.workers import steady_state_in_processes
+from runner.measure.workers import steady_state_concurrently, steady_state_in_processes
 from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,8 @@ class Measurement:
     compile_graphs: int
     # seconds spent in all phases together
     measured_s: float
+    # measure.copies: step_ms holds that many copies timed side by side; None: the usual phases
+    copies: int | None = None
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
@@ -73,6 +75,9 @@ class Measurement:
             profiled = statistics.median(self.profiled_ms)
             metrics[names.PROFILER_STEP_MS] = profiled
             metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / metrics[names.STEP_MEDIAN_MS] - 1) * 100
+        if self.copies is not None:
+            metrics[names.SCALING_COPIES] = float(self.copies)
+            metrics[names.SCALING_THROUGHPUT] = sum(1000 / median for median in process_medians)
         metrics[names.COMPILE_GRAPHS] = float(self.compile_graphs)
         metrics[names.MEASURED_S] = self.measured_s
         return {**metrics, **summary_metrics(self.table)}
@@ -179,8 +184,13 @@ def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_di
     log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
     first_call_s = timed_step(workload, backend)
     log.info("first call took %.3f s", first_call_s)
-    processes = backend.worker_processes(spec.measure.processes)
-    step_ms = steady_state_in_processes(spec, processes) if processes else [steady_state(workload, backend, spec)]
+    copies = spec.measure.copies
+    if copies is not None:
+        step_ms = steady_state_concurrently(spec, backend.concurrent_slots(copies))
+    elif processes := backend.worker_processes(spec.measure.processes):
+        step_ms = steady_state_in_processes(spec, processes)
+    else:
+        step_ms = [steady_state(workload, backend, spec)]
     table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
     return Measurement(
         first_call_s=first_call_s,
@@ -191,4 +201,5 @@ def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_di
         profiler_output=profiler_output,
         compile_graphs=dynamo_graph_count() - graphs_before,
         measured_s=time.perf_counter() - started,
+        copies=copies,
     )

@@ -1,33 +1,44 @@
-"""Steady state in fresh worker processes (`measure.processes`), one after another, pyperf-style.
+"""Steady state in fresh worker processes, one after another or side by side.
 
-A process carries state from what ran before (heap and page-fault mode, thread pools, the
-CPU calibration's buffers, the profiler's initialisation); a median that depends on that
-state moves from run to run. Each worker builds the workload from the same config and seed,
-makes its first call, warms up and times its steps, on the same device and cores as the
-job; the job keeps the per-process medians.
+One after another, pyperf-style (`measure.processes`): a process carries state from what ran
+before (heap and page-fault mode, thread pools, the CPU calibration's buffers, the
+profiler's initialisation); a median that depends on that state moves from run to run. Each
+worker builds the workload from the same config and seed, makes its first call, warms up and
+times its steps, on the same device and cores as the job; the job keeps the per-process
+medians. Side by side (`measure.copies`): one worker per share of the machine, timing at the
+same time, to measure how throughput scales.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
 import traceback
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Barrier
 
 from runner.backends import make_backend
+from runner.backends.base import Slot
 from runner.config import RunSpec
 from runner.measure.build import build_workload
 from runner.measure.host_memory import children_keep_freed_memory
 
 log = logging.getLogger(__name__)
+# how long a copy waits for the others to be ready (their first calls may compile)
+BARRIER_TIMEOUT_S = 1800
 
 
 class WorkerFailed(RuntimeError):
     """A worker process raised or died; the message says which and how."""
 
 
-def _worker(spec: RunSpec, results: Connection) -> None:
+def _worker(spec: RunSpec, results: Connection, start_together: Barrier | None) -> None:
     # the job stops its workers itself: a Ctrl-C reaching the whole process group must not
     # print a worker's traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -37,29 +48,65 @@ def _worker(spec: RunSpec, results: Connection) -> None:
         backend = make_backend(spec.backend)
         workload = build_workload(spec.workload, backend)
         timed_step(workload, backend)  # its first call: compilation, caches
+        if start_together is not None:  # concurrent copies time their steady states side by side
+            start_together.wait(BARRIER_TIMEOUT_S)
         results.send(("ok", steady_state(workload, backend, spec)))
     except Exception:  # anything: the job reports it, this process only carries it over
+        if start_together is not None:
+            start_together.abort()  # the other copies stop waiting for this one
         results.send(("error", traceback.format_exc()))
 
 
-def _one_worker(spec: RunSpec, number: int) -> list[list[float]]:
+@contextmanager
+def environment(variables: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for None, remove) variables for the processes started inside the block."""
+    saved = {name: os.environ.get(name) for name in variables}
+    try:
+        for name, value in variables.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@dataclass
+class _Running:
+    number: int
+    process: BaseProcess
+    results: Connection
+
+
+def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: Barrier | None) -> _Running:
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_worker, args=(spec, send), name=f"steady-state-{number}", daemon=True)
-    with children_keep_freed_memory(spec.measure.keep_freed_memory):
+    process = context.Process(
+        target=_worker, args=(spec, send, start_together), name=f"steady-state-{number}", daemon=True
+    )
+    with children_keep_freed_memory(spec.measure.keep_freed_memory), environment(env):
         process.start()
     send.close()
+    return _Running(number, process, receive)
+
+
+def _result(worker: _Running) -> list[list[float]]:
     try:
-        kind, payload = receive.recv()
+        kind, payload = worker.results.recv()
     except EOFError:
-        process.join()
-        raise WorkerFailed(f"steady-state worker {number} died (exit code {process.exitcode})") from None
+        worker.process.join()
+        raise WorkerFailed(f"steady-state worker {worker.number} died (exit code {worker.process.exitcode})") from None
     finally:
-        if process.is_alive():  # a stop, or an error in the pipe: never leave a worker behind
-            process.terminate()
-        process.join()
+        if worker.process.is_alive():  # a stop, or an error in the pipe: never leave a worker behind
+            worker.process.terminate()
+        worker.process.join()
     if kind == "error":
-        raise WorkerFailed(f"steady-state worker {number} raised:\n{payload}")
+        raise WorkerFailed(f"steady-state worker {worker.number} raised:\n{payload}")
     return payload  # type: ignore[no-any-return]
 
 
@@ -68,5 +115,25 @@ def steady_state_in_processes(spec: RunSpec, count: int) -> list[list[list[float
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
-        runs.append(_one_worker(spec, number))
+        runs.append(_result(_start(spec, number, {}, None)))
     return runs
+
+
+def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> list[list[list[float]]]:
+    """Per copy, its per-repeat step times in ms: one worker per slot, timing side by side.
+
+    Each copy starts with its slot's environment (its NeuronCores, GPU or CPU threads), makes
+    its first call, then waits for the others, so the timed steady states overlap.
+    """
+    start_together = multiprocessing.get_context("spawn").Barrier(len(slots))
+    log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
+    workers: list[_Running] = []
+    try:
+        for number, slot in enumerate(slots, 1):
+            workers.append(_start(spec, number, dict(slot.env), start_together))
+        return [_result(worker) for worker in workers]
+    finally:
+        for worker in workers:  # a failed or stopped copy: never leave the others behind
+            if worker.process.is_alive():
+                worker.process.terminate()
+            worker.process.join()

@@ -1,4 +1,4 @@
-"""The comparison's PNGs: step times, op breakdown, roofline, cost frontier, shape curves. Labels sit on the data."""
+"""The comparison's PNGs: step times, op breakdown, roofline, and the studies' plots. Labels sit on the data."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from runner.report.reader import (  # noqa: E402
     per_op,
     price_per_hour,
 )
+from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves  # noqa: E402
 
 TOP_OPS = 6
 FINISHED = "FINISHED"
@@ -213,6 +214,27 @@ def shape_curves(curves: dict[str, list[Run]], found: list[Crossover], path: Pat
     return _save(fig, path)
 
 
+def core_scaling(curves: dict[str, list[ScalingPoint]], path: Path) -> Path:
+    """Summed throughput against copies with the linear line, and efficiency with contention marked."""
+    fig, (speed, share) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    for name, points in curves.items():
+        levels = [p.copies for p in points]
+        (line,) = speed.plot(levels, [p.throughput for p in points], "o-", label=name)
+        speed.plot(levels, [points[0].throughput * k for k in levels], "--", color=line.get_color(), linewidth=1)
+        share.plot(levels, [100 * p.efficiency for p in points], "o-", color=line.get_color(), label=name)
+        if onset := contention_onset(points):
+            share.axvline(onset, color=line.get_color(), linestyle=":", linewidth=1)
+            share.annotate(f"contention ({name})", (onset, 0.05), xycoords=("data", "axes fraction"), fontsize=7)
+    share.axhline(100 * CONTENTION_EFFICIENCY, color="#888888", linestyle="--", linewidth=1)
+    speed.set_xscale("log", base=2)
+    speed.set_ylabel("steps/s, all copies together (dashed: linear)")
+    speed.set_title("Core scaling: copies side by side, each on its own share of the machine")
+    speed.legend(fontsize=8)
+    share.set_xlabel("copies (measure.copies)")
+    share.set_ylabel("efficiency against linear, %")
+    return _save(fig, path)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -222,9 +244,10 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def write_plots(client: MlflowClient, runs: list[Run], out_dir: str | Path) -> list[Path]:
-    """Write step_time.png, op_breakdown.png, roofline.png; cost_frontier.png and shape_curves.png where they apply.
+    """Write step_time.png, op_breakdown.png, roofline.png, and the study plots where they apply.
 
-    The cost frontier needs runs with backend.price_per_hour; the shape curves a variant run at three sizes or more.
+    cost_frontier.png needs runs with backend.price_per_hour, shape_curves.png a variant run at
+    three sizes or more, core_scaling.png a variant run with measure.copies 1 and more.
     """
     out = Path(out_dir)
     written = [
@@ -236,4 +259,6 @@ def write_plots(client: MlflowClient, runs: list[Run], out_dir: str | Path) -> l
         written.append(cost_frontier(runs, out / "cost_frontier.png"))
     if curves := size_curves(runs):
         written.append(shape_curves(curves, crossovers(client, curves), out / "shape_curves.png"))
+    if scaling := scaling_curves(runs):
+        written.append(core_scaling(scaling, out / "core_scaling.png"))
     return written

@@ -1,0 +1,87 @@
+"""Core scaling: aggregate throughput of 1, 2, 4, ... copies against linear, and where contention sets in.
+
+A sweep over `measure.copies` (`+experiment=core_scaling`) gets `plots/core_scaling.png` and
+`scaling.md` on its parent run. Efficiency at k copies is their summed steps per second over k
+times one copy's; contention sets in where a copy's own rate falls below 90% of the best
+per-copy rate at fewer copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlflow.entities import Run
+
+from runner import names
+from runner.report.curves import variant
+from runner.report.reader import metric
+
+CONTENTION_EFFICIENCY = 0.90
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One job of a scaling sweep: its copies, summed throughput and efficiency against linear."""
+
+    copies: int
+    throughput: float
+    per_copy_ms: float
+    efficiency: float
+
+
+def copies(run: Run) -> int | None:
+    """The run's measure.copies; None for a run without copies."""
+    found = metric(run, names.SCALING_COPIES)
+    return None if found is None else int(found)
+
+
+def scaling_curves(runs: list[Run]) -> dict[str, list[ScalingPoint]]:
+    """Per variant with a one-copy run (measure.copies=1) and at least one more, its points by copies."""
+    by_variant: dict[str, dict[int, float]] = {}
+    medians: dict[tuple[str, int], float] = {}
+    for run in runs:
+        k, total = copies(run), metric(run, names.SCALING_THROUGHPUT)
+        if run.info.status == "FINISHED" and k is not None and total:
+            by_variant.setdefault(variant(run), {})[k] = total
+            medians[variant(run), k] = metric(run, names.STEP_MEDIAN_MS) or 0.0
+    curves = {}
+    for name, by_copies in sorted(by_variant.items()):
+        if 1 not in by_copies or len(by_copies) < 2:
+            continue
+        single = by_copies[1]
+        curves[name] = [
+            ScalingPoint(k, total, medians[name, k], total / (k * single)) for k, total in sorted(by_copies.items())
+        ]
+    return curves
+
+
+def contention_onset(points: list[ScalingPoint]) -> int | None:
+    """The fewest copies at which each copy gets under 90% of the best per-copy rate at fewer copies.
+
+    Against the best rate so far rather than one copy's: on a CPU two one-thread copies of a
+    small op can each beat one two-thread copy, and contention still sets in later.
+    """
+    best = 0.0
+    for point in points:
+        per_copy = point.throughput / point.copies
+        if best and per_copy < CONTENTION_EFFICIENCY * best:
+            return point.copies
+        best = max(best, per_copy)
+    return None
+
+
+def scaling_report(curves: dict[str, list[ScalingPoint]]) -> str:
+    """Markdown: per variant, throughput and efficiency at each level, and where contention sets in."""
+    lines = []
+    for name, points in curves.items():
+        onset = contention_onset(points)
+        verdict = f"contention from {onset} copies" if onset else "no contention: each copy keeps 90% of its best rate"
+        lines += [
+            f"{name}: {verdict}",
+            "",
+            "| copies | steps/s (all copies) | per-copy median ms | efficiency |",
+            "|---|---|---|---|",
+            *(f"| {p.copies} | {p.throughput:.1f} | {p.per_copy_ms:.4f} | {p.efficiency:.0%} |" for p in points),
+            "",
+        ]
+    return "\n".join(lines).rstrip()
