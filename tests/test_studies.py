@@ -56,11 +56,12 @@ def test_a_crossover_is_claimed_only_between_significant_winners(tracking_uri: s
 
 
 @pytest.mark.slow
-def test_the_shapes_study_logs_its_curves_and_crossovers(tmp_path: Path, tracking_uri: str) -> None:
+def test_the_shapes_study_logs_its_curves_crossovers_and_cost_frontier(tmp_path: Path, tracking_uri: str) -> None:
     cmd = [
         sys.executable, "-m", "runner", "-m", "+experiment=rmsnorm_shapes", "backend=cpu",
         "workload=rmsnorm_naive,rmsnorm_builtin", "workload.hidden=16,32,64", "workload.seq_len=4",
-        "measure.steps=20", "measure.processes=2", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "measure.steps=20", "measure.processes=2", "backend.price_per_hour=0.5",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -70,7 +71,7 @@ def test_the_shapes_study_logs_its_curves_and_crossovers(tmp_path: Path, trackin
     assert len(runs) == 7
     client = mlflow.MlflowClient(tracking_uri)
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
-    assert "plots/shape_curves.png" in logged
+    assert {"plots/shape_curves.png", "plots/cost_frontier.png"} <= logged
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"crossovers.md", "comparison.md"}
 
 
