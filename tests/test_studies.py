@@ -23,6 +23,7 @@ def logged_run(
     run_id = run.info.run_id
     client.set_tag(run_id, names.TAG_WORKLOAD, workload)
     client.set_tag(run_id, names.TAG_TIMING_STABLE, str(stable).lower())
+    client.set_tag(run_id, names.TAG_OVERRIDES, f"workload={workload} workload.size={size:g}")
     client.log_metric(run_id, names.ROOFLINE_BYTES, size)
     client.log_metric(run_id, names.STEP_MEDIAN_MS, sorted(medians)[len(medians) // 2])
     for step, value in enumerate(medians):

@@ -50,6 +50,15 @@ def variant(run: Run) -> str:
     return str(run.data.tags.get(names.TAG_WORKLOAD) or run.info.run_name or run.info.run_id[:8])
 
 
+def same_shape(run: Run) -> str:
+    """What pairs runs of different variants: their overrides without the workload option.
+
+    Bytes moved alone cannot: two shapes can move the same bytes (1024x4096 and 8192x512).
+    """
+    overrides = run.data.tags.get(names.TAG_OVERRIDES, "").split()
+    return " ".join(sorted(o for o in overrides if not o.lstrip("+").startswith("workload=")))
+
+
 def size_curves(runs: list[Run]) -> dict[str, list[Run]]:
     """Finished runs with a roofline, per variant, by bytes moved; variants with fewer than three sizes left out."""
     curves: dict[str, list[Run]] = {}
@@ -77,11 +86,11 @@ def crossovers(client: MlflowClient, curves: dict[str, list[Run]]) -> list[Cross
     """Every significant change of winner between two variants along the sizes they share."""
     found = []
     for runs_a, runs_b in itertools.combinations(curves.values(), 2):
-        by_size_b = {metric(r, names.ROOFLINE_BYTES): r for r in runs_b}
+        by_shape_b = {same_shape(r): r for r in runs_b}
         last: tuple[str, float] | None = None
         for run_a in runs_a:
             size = metric(run_a, names.ROOFLINE_BYTES) or 0.0
-            run_b = by_size_b.get(size)
+            run_b = by_shape_b.get(same_shape(run_a))
             winner = faster(client, run_a, run_b) if run_b is not None else None
             if winner is None:
                 continue

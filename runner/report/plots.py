@@ -180,19 +180,20 @@ def cost_frontier(runs: list[Run], path: Path) -> Path:
 
 
 def shape_curves(curves: dict[str, list[Run]], found: list[Crossover], path: Path) -> Path:
-    """Achieved GB/s and fraction of peak against bytes moved, one line per variant, crossovers marked."""
+    """Achieved GB/s and fraction of peak against bytes moved per variant; compilations and crossovers marked."""
     fig, (speed, share) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
     for name, runs in curves.items():
         sizes = [metric(r, names.ROOFLINE_BYTES) or 0.0 for r in runs]
         (line,) = speed.plot(sizes, [metric(r, names.ROOFLINE_ACHIEVED_GBPS) or 0.0 for r in runs], "o-", label=name)
         fractions = [100 * (metric(r, names.ROOFLINE_BANDWIDTH_FRACTION) or 0.0) for r in runs]
         share.plot(sizes, fractions, "o-", color=line.get_color(), label=name)
-        # after its first size, a compiled variant that compiled again shows the recompilation
-        for run, size in list(zip(runs, sizes, strict=True))[1:]:
-            if (metric(run, names.COMPILE_GRAPHS) or 0) > 0:
+        # where the job compiled graphs (in one process, every size after the first recompiles)
+        for run, size in zip(runs, sizes, strict=True):
+            if graphs := metric(run, names.COMPILE_GRAPHS):
                 gbps = metric(run, names.ROOFLINE_ACHIEVED_GBPS) or 0.0
                 speed.scatter([size], [gbps], marker="x", s=90, color="black", zorder=4)
-                speed.annotate("recompiled", (size, gbps), textcoords="offset points", xytext=(6, -12), fontsize=7)
+                text = f"compiled {graphs:.0f} graph{'s' if graphs > 1 else ''}"
+                speed.annotate(text, (size, gbps), textcoords="offset points", xytext=(6, -12), fontsize=7)
     for crossover in found:
         middle = math.sqrt(crossover.bytes_low * crossover.bytes_high)
         for axis in (speed, share):
