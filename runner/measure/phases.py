@@ -58,6 +58,9 @@ class Measurement:
     measured_s: float
     # measure.copies: step_ms holds that many copies timed side by side; None: the usual phases
     copies: int | None = None
+    # seconds from the first copy's first timed step to the last copy's last: what their
+    # throughput is measured over (per-step medians would hide time-slicing between copies)
+    copies_window_s: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
@@ -75,9 +78,9 @@ class Measurement:
             profiled = statistics.median(self.profiled_ms)
             metrics[names.PROFILER_STEP_MS] = profiled
             metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / metrics[names.STEP_MEDIAN_MS] - 1) * 100
-        if self.copies is not None:
+        if self.copies is not None and self.copies_window_s:
             metrics[names.SCALING_COPIES] = float(self.copies)
-            metrics[names.SCALING_THROUGHPUT] = sum(1000 / median for median in process_medians)
+            metrics[names.SCALING_THROUGHPUT] = len(self.samples()) / self.copies_window_s
         metrics[names.COMPILE_GRAPHS] = float(self.compile_graphs)
         metrics[names.MEASURED_S] = self.measured_s
         return {**metrics, **summary_metrics(self.table)}
@@ -132,18 +135,22 @@ def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> None:
     backend.synchronize()
 
 
+def timed_steps(workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str) -> list[float]:
+    """`measure.steps` synchronized steps, each timed alone, in ms."""
+    samples = []
+    progress = Progress(phase, spec.measure.steps)
+    for step in range(1, spec.measure.steps + 1):
+        samples.append(timed_step(workload, backend) * 1000)
+        progress.step(step)
+    return samples
+
+
 def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[list[float]]:
     """Warm up, then time `measure.steps` synchronized steps, `measure.repeats` times."""
-    measure = spec.measure
     repeats = []
-    for repeat in range(1, measure.repeats + 1):
+    for repeat in range(1, spec.measure.repeats + 1):
         warm_up(workload, backend, spec)
-        samples = []
-        progress = Progress(f"steady state {repeat}/{measure.repeats}", measure.steps)
-        for step in range(1, measure.steps + 1):
-            samples.append(timed_step(workload, backend) * 1000)
-            progress.step(step)
-        repeats.append(samples)
+        repeats.append(timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}"))
     return repeats
 
 
@@ -184,9 +191,9 @@ def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_di
     log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
     first_call_s = timed_step(workload, backend)
     log.info("first call took %.3f s", first_call_s)
-    copies = spec.measure.copies
+    copies, window_s = spec.measure.copies, None
     if copies is not None:
-        step_ms = steady_state_concurrently(spec, backend.concurrent_slots(copies))
+        step_ms, window_s = steady_state_concurrently(spec, backend.concurrent_slots(copies))
     elif processes := backend.worker_processes(spec.measure.processes):
         step_ms = steady_state_in_processes(spec, processes)
     else:
@@ -202,4 +209,5 @@ def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_di
         compile_graphs=dynamo_graph_count() - graphs_before,
         measured_s=time.perf_counter() - started,
         copies=copies,
+        copies_window_s=window_s,
     )

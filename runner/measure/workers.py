@@ -15,6 +15,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import time
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -43,14 +44,20 @@ def _worker(spec: RunSpec, results: Connection, start_together: Barrier | None) 
     # print a worker's traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        from runner.measure.phases import steady_state, timed_step
+        from runner.measure.phases import steady_state, timed_step, timed_steps, warm_up
 
         backend = make_backend(spec.backend)
         workload = build_workload(spec.workload, backend)
         timed_step(workload, backend)  # its first call: compilation, caches
-        if start_together is not None:  # concurrent copies time their steady states side by side
-            start_together.wait(BARRIER_TIMEOUT_S)
-        results.send(("ok", steady_state(workload, backend, spec)))
+        if start_together is None:
+            results.send(("ok", (steady_state(workload, backend, spec), 0.0, 0.0)))
+            return
+        # a copy: warm up, wait for the others, then time its steps while they time theirs
+        warm_up(workload, backend, spec)
+        start_together.wait(BARRIER_TIMEOUT_S)
+        started = time.monotonic()  # one clock for every process on the machine
+        samples = [timed_steps(workload, backend, spec, "copy steady state") for _ in range(spec.measure.repeats)]
+        results.send(("ok", (samples, started, time.monotonic())))
     except Exception:  # anything: the job reports it, this process only carries it over
         if start_together is not None:
             start_together.abort()  # the other copies stop waiting for this one
@@ -95,7 +102,7 @@ def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: B
     return _Running(number, process, receive)
 
 
-def _result(worker: _Running) -> list[list[float]]:
+def _result(worker: _Running) -> tuple[list[list[float]], float, float]:
     try:
         kind, payload = worker.results.recv()
     except EOFError:
@@ -115,15 +122,16 @@ def steady_state_in_processes(spec: RunSpec, count: int) -> list[list[list[float
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
-        runs.append(_result(_start(spec, number, {}, None)))
+        runs.append(_result(_start(spec, number, {}, None))[0])
     return runs
 
 
-def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> list[list[list[float]]]:
-    """Per copy, its per-repeat step times in ms: one worker per slot, timing side by side.
+def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> tuple[list[list[list[float]]], float]:
+    """Per copy, its per-repeat step times in ms, and the seconds all copies' timed steps spanned.
 
-    Each copy starts with its slot's environment (its NeuronCores, GPU or CPU threads), makes
-    its first call, then waits for the others, so the timed steady states overlap.
+    One worker per slot, each started with its slot's environment (its NeuronCores, GPU or CPU
+    threads); each makes its first call and warms up, then waits for the others, so the timed
+    steps overlap.
     """
     start_together = multiprocessing.get_context("spawn").Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
@@ -131,7 +139,8 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> list[list[lis
     try:
         for number, slot in enumerate(slots, 1):
             workers.append(_start(spec, number, dict(slot.env), start_together))
-        return [_result(worker) for worker in workers]
+        results = [_result(worker) for worker in workers]
+        return [samples for samples, _, _ in results], max(r[2] for r in results) - min(r[1] for r in results)
     finally:
         for worker in workers:  # a failed or stopped copy: never leave the others behind
             if worker.process.is_alive():

@@ -1,8 +1,8 @@
 """Core scaling: aggregate throughput of 1, 2, 4, ... copies against linear, and where contention sets in.
 
 A sweep over `measure.copies` (`+experiment=core_scaling`) gets `plots/core_scaling.png` and
-`scaling.md` on its parent run. Efficiency at k copies is their summed steps per second over k
-times one copy's; contention sets in where a copy's own rate falls below 90% of the best
+`scaling.md` on its parent run. Efficiency at k copies is their steps per second together
+(over the wall-clock window of their timed steps) over k times one copy's; contention sets in where a copy's own rate falls below 90% of the best
 per-copy rate at fewer copies.
 """
 
@@ -58,8 +58,8 @@ def scaling_curves(runs: list[Run]) -> dict[str, list[ScalingPoint]]:
 def contention_onset(points: list[ScalingPoint]) -> int | None:
     """The fewest copies at which each copy gets under 90% of the best per-copy rate at fewer copies.
 
-    Against the best rate so far rather than one copy's: on a CPU two one-thread copies of a
-    small op can each beat one two-thread copy, and contention still sets in later.
+    Against the best rate so far rather than one copy's: where a copy with fewer threads does
+    better per copy than one with all of them, contention is judged from that better rate.
     """
     best = 0.0
     for point in points:
