@@ -2,8 +2,8 @@
 
 A sweep over `measure.copies` (`+experiment=core_scaling`) gets `plots/core_scaling.png` and
 `scaling.md` on its parent run. Efficiency at k copies is their steps per second together
-(over the wall-clock window of their timed steps) over k times one copy's; contention sets in where a copy's own rate falls below 90% of the best
-per-copy rate at fewer copies.
+(over the wall-clock window of their timed steps) over k times one copy's; contention sets
+in where a copy's own rate falls below 90% of the best per-copy rate at fewer copies.
 """
 
 from __future__ import annotations
