@@ -265,11 +265,13 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     client.log_text(run_id, render(rows, "markdown") + "\n", "comparison.md")
     from runner.report.plots import write_plots
 
-    for path in write_plots(client, runs, plots_dir):
+    curves = size_curves(runs)
+    found = crossovers(client, curves) if curves else []
+    for path in write_plots(client, runs, plots_dir, found):
         client.log_artifact(run_id, str(path), "plots")
     table = render(rows, "table")
-    if curves := size_curves(runs):
-        report = crossover_report(crossovers(client, curves), curves)
+    if curves:
+        report = crossover_report(found, curves)
         client.log_text(run_id, report + "\n", "crossovers.md")
         table += "\n\n" + report
     if scaling := scaling_curves(runs):

@@ -27,7 +27,7 @@ PROFILER_STEP_MS = "profiler/step_ms"
 PROFILER_OVERHEAD_PCT = "profiler/overhead_pct"
 PROFILER_ACTIVE_STEPS = "profiler/active_steps"
 COMPILE_GRAPHS = "compile/graphs"
-# measure.copies: steady states timed side by side, and their summed steps per second
+# measure.copies: steady states timed side by side, and all copies' steps per second together
 SCALING_COPIES = "scaling/copies"
 SCALING_THROUGHPUT = "scaling/throughput_per_s"
 COMPILE_NEFFS_NEW = "compile/neffs_new"

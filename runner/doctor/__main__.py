@@ -24,7 +24,7 @@ from runner.secrets import redact
 from runner.signals import exit_code_of, stop_on_signals
 from runner.tracking import open_run
 
-DEFAULT_URI = "sqlite:///mlflow.db"
+DEFAULT_URI = TrackingConfig.uri  # where jobs log by default
 
 
 def say(line: str) -> None:

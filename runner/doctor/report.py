@@ -24,13 +24,18 @@ def exit_status(verdicts: list[Verdict]) -> int:
     return int(any(v.status == FAIL and v.breaks_runner for v in verdicts))
 
 
+def counts(verdicts: list[Verdict]) -> dict[str, int]:
+    """Verdicts per status."""
+    return {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
 def markdown(host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[str]) -> str:
     """The report as Markdown: host table, probe table, and what to do about each failure."""
-    counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+    found = counts(verdicts)
     lines = [
         f"# runner doctor: {platform.node()}, {time.strftime('%Y-%m-%d %H:%M %Z')}",
         "",
@@ -40,7 +45,7 @@ def markdown(host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[s
         "",
         *notes,
         "",
-        f"**{counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[UNKNOWN]} UNKNOWN**"
+        f"**{found[PASS]} PASS, {found[FAIL]} FAIL, {found[UNKNOWN]} UNKNOWN**"
         + (" — an assumption the runner relies on failed (exit 1)" if exit_status(verdicts) else ""),
         "",
         "| probe | status | assumption | evidence | s |",
@@ -89,8 +94,6 @@ def log_report(run: NullRun, page: str, data: dict[str, Any], verdicts: list[Ver
             **{f"{names.TAG_DOCTOR_PREFIX}{v.probe}": v.status for v in verdicts},
         }
     )
-    run.log_metrics(
-        {f"doctor/{status.lower()}": float(sum(v.status == status for v in verdicts)) for status in STATUSES}
-    )
+    run.log_metrics({f"doctor/{status.lower()}": float(count) for status, count in counts(verdicts).items()})
     run.log_text(page, "doctor.md")
     run.log_text(json.dumps(data, indent=2), "doctor.json")

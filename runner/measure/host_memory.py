@@ -14,8 +14,6 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 # glibc's mallopt parameters, and the largest mmap threshold it accepts on 64-bit
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -38,13 +36,6 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, KEEP_UP_TO_BYTES) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_ABOVE_BYTES))
 
 
-@contextmanager
-def children_keep_freed_memory(enabled: bool) -> Iterator[None]:
-    """Processes started inside the block start in the fixed mode (unless the user set it)."""
-    added = {k: v for k, v in KEEP_ENV.items() if k not in os.environ} if enabled and is_glibc() else {}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
+def keep_freed_memory_env(enabled: bool) -> dict[str, str]:
+    """The variables that start a new process in the fixed mode (none the user already set)."""
+    return {k: v for k, v in KEEP_ENV.items() if k not in os.environ} if enabled and is_glibc() else {}

@@ -139,7 +139,8 @@ def tee_fd(fd: int = STDERR_FD) -> Iterator[list[str]]:
     fd 2 (stderr), out of Python's reach; this is how the runner gets to read them.
     """
     chunks: list[str] = []
-    (sys.stdout if fd == STDOUT_FD else sys.stderr).flush()
+    stream = sys.stdout if fd == STDOUT_FD else sys.stderr
+    stream.flush()
     shown = os.dup(fd)
     read_end, write_end = os.pipe()
     os.dup2(write_end, fd)
@@ -155,7 +156,7 @@ def tee_fd(fd: int = STDERR_FD) -> Iterator[list[str]]:
     try:
         yield chunks
     finally:
-        (sys.stdout if fd == STDOUT_FD else sys.stderr).flush()
+        stream.flush()
         os.dup2(shown, fd)  # drops the pipe's last writer, so pump() sees end-of-file
         thread.join(timeout=5)
         os.close(read_end)

@@ -28,7 +28,7 @@ from runner.backends import make_backend
 from runner.backends.base import Slot
 from runner.config import RunSpec
 from runner.measure.build import build_workload
-from runner.measure.host_memory import children_keep_freed_memory
+from runner.measure.host_memory import keep_freed_memory_env
 
 log = logging.getLogger(__name__)
 # how long a copy waits for the others to be ready (their first calls may compile)
@@ -69,18 +69,18 @@ def environment(variables: Mapping[str, str | None]) -> Iterator[None]:
     """Set (or, for None, remove) variables for the processes started inside the block."""
     saved = {name: os.environ.get(name) for name in variables}
     try:
-        for name, value in variables.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _apply(variables)
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _apply(saved)
+
+
+def _apply(variables: Mapping[str, str | None]) -> None:
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @dataclass
@@ -96,7 +96,7 @@ def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: B
     process = context.Process(
         target=_worker, args=(spec, send, start_together), name=f"steady-state-{number}", daemon=True
     )
-    with children_keep_freed_memory(spec.measure.keep_freed_memory), environment(env):
+    with environment({**keep_freed_memory_env(spec.measure.keep_freed_memory), **env}):
         process.start()
     send.close()
     return _Running(number, process, receive)

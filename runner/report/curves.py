@@ -17,7 +17,7 @@ from mlflow.entities import Run
 
 from runner import names
 from runner.measure.stats import SIGNIFICANCE, time_ratio
-from runner.report.reader import metric, process_medians
+from runner.report.reader import metric, process_medians, variant
 
 MIN_SIZES = 3
 
@@ -43,11 +43,6 @@ def _size(count: float) -> str:
         if count >= scale:
             return f"{count / scale:.3g} {unit}"
     return f"{count:.0f} B"
-
-
-def variant(run: Run) -> str:
-    """What a curve is drawn for: the run's workload option (rmsnorm_naive, ...)."""
-    return str(run.data.tags.get(names.TAG_WORKLOAD) or run.info.run_name or run.info.run_id[:8])
 
 
 def same_shape(run: Run) -> str:

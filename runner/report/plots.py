@@ -244,11 +244,15 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def write_plots(client: MlflowClient, runs: list[Run], out_dir: str | Path) -> list[Path]:
+def write_plots(
+    client: MlflowClient, runs: list[Run], out_dir: str | Path, found: list[Crossover] | None = None
+) -> list[Path]:
     """Write step_time.png, op_breakdown.png, roofline.png, and the study plots where they apply.
 
     cost_frontier.png needs runs with backend.price_per_hour, shape_curves.png a variant run at
     three sizes or more, core_scaling.png a variant run with measure.copies 1 and more.
+    `found`: the shape curves' crossovers, when the caller has them already (they read every
+    run's per-process medians from the store).
     """
     out = Path(out_dir)
     written = [
@@ -259,7 +263,8 @@ def write_plots(client: MlflowClient, runs: list[Run], out_dir: str | Path) -> l
     if any(price_per_hour(run) is not None for run in runs):
         written.append(cost_frontier(runs, out / "cost_frontier.png"))
     if curves := size_curves(runs):
-        written.append(shape_curves(curves, crossovers(client, curves), out / "shape_curves.png"))
+        found = crossovers(client, curves) if found is None else found
+        written.append(shape_curves(curves, found, out / "shape_curves.png"))
     if scaling := scaling_curves(runs):
         written.append(core_scaling(scaling, out / "core_scaling.png"))
     return written

@@ -22,6 +22,11 @@ def label(run: Run) -> str:
     return str(run.info.run_name or run.info.run_id[:8])
 
 
+def variant(run: Run) -> str:
+    """What a study's curve is drawn for: the run's workload option (rmsnorm_naive, ...)."""
+    return str(run.data.tags.get(names.TAG_WORKLOAD) or label(run))
+
+
 def metric(run: Run, key: str) -> float | None:
     """A metric of the run, None when absent or NaN."""
     value = run.data.metrics.get(key)

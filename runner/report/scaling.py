@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from mlflow.entities import Run
 
 from runner import names
-from runner.report.curves import variant
-from runner.report.reader import metric
+from runner.report.reader import metric, variant
 
 CONTENTION_EFFICIENCY = 0.90
 
