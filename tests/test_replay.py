@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from runner import names
+from runner.measure.accuracy import check_accuracy
 from runner.report.replay import replay_command, replayable_shapes
 from tests.conftest import REPO, all_runs
-from workloads.aten_op import AtenOp
+from workloads.aten_op import AtenOp, out_of_place
 
 
 def test_an_aten_op_matches_its_reference_and_counts_its_cost() -> None:
@@ -34,11 +35,24 @@ def test_an_aten_op_matches_its_reference_and_counts_its_cost() -> None:
         ("aten::mm", [[4, 8], [3, 5]], "aten::mm does not take tensors of these shapes"),
         ("aten::mul", [[4, 0]], "workload.shapes[1] must be a positive integer"),
         ("aten::mul", [4, 8], "give one list of sizes per argument"),
+        ("aten::div_", [[4, 8], [8]], "writes into its input, .* replay its out-of-place form, aten::div$"),
     ],
 )
 def test_bad_ops_and_shapes_name_their_key(op: str, shapes: list[list[int]], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
         AtenOp(op, shapes)
+
+
+def test_ops_without_defined_values_skip_the_accuracy_check_and_in_place_ones_replay_out_of_place() -> None:
+    generator = torch.Generator().manual_seed(0)
+    empty = AtenOp("aten::empty_like", [[4, 8]])
+    x = empty.example_inputs(torch.float32, generator)
+    assert check_accuracy(empty, x, empty(*x), "float32")[1][names.TAG_ACCURACY] == "skipped"
+    div = AtenOp("aten::div", [[4, 8], [8]])
+    x = div.example_inputs(torch.float32, generator)
+    assert check_accuracy(div, x, div(*x), "float32")[1][names.TAG_ACCURACY] == "pass"
+    assert out_of_place("aten::div_.Tensor") == "aten::div.Tensor"
+    assert out_of_place("aten::_to_copy") == "aten::_to_copy"
 
 
 def test_recorded_non_tensor_arguments_are_dropped_only_from_the_end() -> None:

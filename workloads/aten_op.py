@@ -5,6 +5,9 @@ times that op alone, on any backend, with a float64 CPU reference and a roofline
 the op has an obvious one: pointwise ops move their inputs and output and do one FLOP per
 output element; matmuls and convolutions count FLOPs as torch's FlopCounterMode does.
 Arguments the op table does not record (scalars, dims, flags) keep the op's defaults.
+In-place ops are refused: each timed step would start from the previous step's result, so
+values drift towards zero or infinity (and denormals are slow on CPU); their out-of-place
+form costs the same reads and writes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ def resolve_op(name: str) -> Any:
     """`aten::mul` or `aten::mul.Tensor` -> the torch.ops callable.
 
     Raises:
-        ValueError: naming workload.op, when there is no such ATen op.
+        ValueError: naming workload.op, when there is no such ATen op or it is an in-place one.
     """
     namespace, _, rest = name.partition("::")
     packet_name, _, overload = rest.partition(".")
@@ -33,7 +36,20 @@ def resolve_op(name: str) -> Any:
     op = getattr(packet, overload or "default", None) if overload else packet
     if op is None:
         raise ValueError(f"workload.op={name!r} is not an ATen op; give one as the op table names it, e.g. aten::mul")
+    if out_of_place(name) != name:
+        raise ValueError(
+            f"workload.op={name!r} writes into its input, so every step would start from the last one's result; "
+            f"replay its out-of-place form, {out_of_place(name)}"
+        )
     return op
+
+
+def out_of_place(name: str) -> str:
+    """`aten::div_` -> `aten::div` (ATen names an in-place op by a trailing underscore); other names unchanged."""
+    packet_name, dot, overload = name.partition(".")
+    if packet_name.endswith("_") and not packet_name.removeprefix("aten::").startswith("_"):
+        return packet_name[:-1] + dot + overload
+    return name
 
 
 def _tensors(output: Any) -> list[torch.Tensor]:
@@ -71,8 +87,14 @@ class AtenOp(nn.Module):
         """The op itself."""
         return self.op(*inputs)
 
-    def reference(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """The op in float64 on CPU (the first tensor output)."""
+    def reference(self, *inputs: torch.Tensor) -> torch.Tensor | None:
+        """The op in float64 on CPU (the first tensor output); None where the op's values are undefined.
+
+        `empty*` ops return uninitialised memory and random ops draw new values: there is no
+        answer to compare against, so the accuracy check says skipped rather than fail.
+        """
+        if self.has_undefined_output():
+            return None
         return _tensors(self.op(*(t.detach().cpu().to(torch.float64) for t in inputs)))[0]
 
     def bytes_moved(self, *inputs: torch.Tensor) -> int:
@@ -92,5 +114,14 @@ class AtenOp(nn.Module):
 
     def is_pointwise(self) -> bool:
         """Whether ATen tags the op (any overload, for a packet) as pointwise."""
+        return self._tagged(torch.Tag.pointwise)
+
+    def has_undefined_output(self) -> bool:
+        """Whether the op returns uninitialised memory (`empty*`) or random values."""
+        packet_name = self.op_name.partition("::")[2].partition(".")[0]
+        return packet_name.startswith(("empty", "new_empty")) or self._tagged(torch.Tag.nondeterministic_seeded)
+
+    def _tagged(self, tag: torch.Tag) -> bool:
+        """Whether ATen gives the op (any overload, for a packet) this tag."""
         overloads = [getattr(self.op, o) for o in self.op.overloads()] if hasattr(self.op, "overloads") else [self.op]
-        return any(torch.Tag.pointwise in overload.tags for overload in overloads)
+        return any(tag in overload.tags for overload in overloads)

@@ -21,8 +21,8 @@ class Workload(Protocol):
         """Return the forward arguments on CPU, drawn from `generator` so runs are repeatable."""
         ...
 
-    def reference(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """Return the expected output, computed in float64 on CPU."""
+    def reference(self, *inputs: torch.Tensor) -> torch.Tensor | None:
+        """Return the expected output, computed in float64 on CPU; None where no output value is defined."""
         ...
 
 

@@ -4,6 +4,8 @@ Each op-table row names an ATen op and the shapes of its inputs; `+workload=aten
 exactly that, so the top op of a Neuron run can be timed alone on CPU or GPU, and back.
 The op table records tensor shapes only: trailing arguments it shows as `[]` (scalars,
 dims, flags) are left at the op's defaults when the call needs that, and the command says so.
+An in-place op (`aten::div_`) is replayed out of place (`aten::div`): repeated in place, its
+steps would compound on the same inputs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner.report.reader import label, op_table
-from workloads.aten_op import AtenOp
+from workloads.aten_op import AtenOp, out_of_place
 
 
 @dataclass(frozen=True)
@@ -73,15 +75,16 @@ def top_replays(client: MlflowClient, run: Run, top: int) -> tuple[list[Replay],
     replays = []
     for row in rows[:top]:
         shapes = json.loads(row.get("input_shapes") or "[]")
-        found = replayable_shapes(row["name"], shapes)
+        op = out_of_place(row["name"])
+        found = replayable_shapes(op, shapes)
         if found is None:
             note = "not replayable: its arguments are not tensors of these shapes"
             replays.append(Replay(row["name"], shapes, float(row[clock]), "", note))
             continue
         replay_shapes, note = found
-        replays.append(
-            Replay(row["name"], shapes, float(row[clock]), replay_command(row["name"], replay_shapes, dtype), note)
-        )
+        if op != row["name"]:
+            note = "; ".join(filter(None, [f"replayed out of place as {op}", note]))
+        replays.append(Replay(row["name"], shapes, float(row[clock]), replay_command(op, replay_shapes, dtype), note))
     return replays, clock
 
 
