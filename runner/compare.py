@@ -3,7 +3,8 @@
 With no arguments it compares the latest sweep of the default experiment. The table has
 one row per run (failed runs included, as failed); with exactly two runs it also prints the
 per-op diff. At the end of every sweep the same report is logged to the parent run. `--replay RUN`
-prints commands that run that run's top ATen ops alone (`+workload=aten_op`).
+prints commands that run that run's top ATen ops alone (`+workload=aten_op`). `--diff BEFORE AFTER`
+aligns the two runs' traces span by span and logs the diff to the newer run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +41,7 @@ from runner.report.reader import (
     price_per_hour,
     process_medians,
     sweep_children,
+    trace_files,
 )
 from runner.report.scaling import scaling_curves, scaling_report
 from runner.secrets import redact
@@ -224,7 +227,7 @@ def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
     return rows
 
 
-def find_run(client: MlflowClient, experiment_id: str, key: str) -> Run:
+def find_run(client: MlflowClient, experiment_id: str, key: str, option: str = "--runs") -> Run:
     """A run by its id, or by an unambiguous prefix of it (as the MLflow UI shortens them)."""
     try:
         return client.get_run(key)
@@ -237,7 +240,7 @@ def find_run(client: MlflowClient, experiment_id: str, key: str) -> Run:
     ]
     if len(matches) != 1:
         found = "no run" if not matches else f"{len(matches)} runs"
-        raise SystemExit(f"error: --runs {key!r}: {found} in this experiment with an id starting so; give more of it")
+        raise SystemExit(f"error: {option} {key!r}: {found} in this experiment with an id starting so; give more of it")
     return client.get_run(matches[0])
 
 
@@ -322,9 +325,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plots", metavar="DIR", help="also write the PNG plots into DIR")
     parser.add_argument("--replay", metavar="RUN", help="print commands that run this run's top ATen ops alone")
     parser.add_argument("--top", type=int, default=3, help="how many ops --replay covers (default: 3)")
+    parser.add_argument(
+        "--diff", nargs=2, metavar=("BEFORE", "AFTER"), help="align two runs' traces and show what changed, where"
+    )
+    parser.add_argument("--depth", type=int, default=3, help="levels below the step --diff prints (default: 3)")
     args = parser.parse_args(argv)
     if args.top < 1:
         parser.error(f"--top must be >= 1, got {args.top}")
+    if args.depth < 0:
+        parser.error(f"--depth must be >= 0, got {args.depth}")
     return args
 
 
@@ -342,12 +351,57 @@ def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) 
     return 0
 
 
+def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], depth: int, output_format: str) -> int:
+    """`--diff`: the aligned tree on stdout; diff.md, diff.json and perfetto.json logged to the newer run."""
+    from runner.report import trace_diff
+    from runner.report.traces import load_profile
+
+    runs = [find_run(client, experiment_id, key, "--diff") for key in keys]
+    with tempfile.TemporaryDirectory() as scratch:
+        profiles = []
+        for number, run in enumerate(runs):
+            paths = trace_files(client, run, Path(scratch) / str(number))
+            if not paths:
+                raise SystemExit(
+                    f"error: --diff {run.info.run_id}: the run has no profiler trace among its artifacts "
+                    "(profiler.enabled=false, or the trace stayed local: see its artifacts_kept_local.json)"
+                )
+            try:
+                profiles.append(load_profile(paths))
+            except ValueError as err:
+                raise SystemExit(f"error: --diff {run.info.run_id}: {err}") from None
+    before, after = profiles
+    root = trace_diff.diff_profiles(before, after)
+    run_names = (f"before: {label(runs[0])}", f"after: {label(runs[1])}")
+    tree = trace_diff.render_tree(root, depth)
+    legend = trace_diff.legend(label(runs[0]), label(runs[1]), before, after)
+    newer = max(runs, key=lambda run: run.info.start_time).info.run_id
+    folder = f"{names.TRACE_DIFF_FOLDER}/{runs[0].info.run_id[:8]}_to_{runs[1].info.run_id[:8]}"
+    whole_tree = trace_diff.render_tree(root, depth=len(root.walk()))
+    client.log_text(newer, trace_diff.diff_document(legend, whole_tree), f"{folder}/diff.md")
+    client.log_text(newer, trace_diff.to_json_text(root), f"{folder}/diff.json")
+    perfetto = trace_diff.perfetto_trace(root, before, after, run_names)
+    client.log_text(newer, json.dumps(perfetto), f"{folder}/perfetto.json")
+    if output_format == "json":
+        print(trace_diff.to_json_text(root))
+    else:
+        print(f"{legend}\n\n{tree}")
+    print(
+        f"\nlogged to run {newer}: {folder}/diff.md, diff.json and perfetto.json "
+        "(open perfetto.json at https://ui.perfetto.dev)",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison (and, for two runs, the per-op diff)."""
     args = parse_args(argv)
     client, experiment_id = open_experiment(args)
     if args.replay:
-        return print_replays(client, find_run(client, experiment_id, args.replay), args.top, args.format)
+        return print_replays(client, find_run(client, experiment_id, args.replay, "--replay"), args.top, args.format)
+    if args.diff:
+        return print_trace_diff(client, experiment_id, args.diff, args.depth, args.format)
     runs, parent = selected_runs(client, experiment_id, args)
     baseline = pick_baseline(runs, args.baseline)
     rows = comparison_rows(client, runs, baseline, parent)

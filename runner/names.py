@@ -125,3 +125,7 @@ TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
 # --- manifest keys (environment.json), read back by tests ---
 MANIFEST_NEURON_CORE_COUNT = "neuron.core_count"
 MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"
+
+# --- artifact folders written after a run, by runner.compare ---
+# --diff BEFORE AFTER logs diff.md, diff.json and perfetto.json under trace_diff/<before>_to_<after>/
+TRACE_DIFF_FOLDER = "trace_diff"

@@ -9,6 +9,7 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
@@ -86,6 +87,37 @@ def per_op(table: dict[str, Any], active_steps: float) -> dict[str, OpStats]:
             merged = stats.cycle_samples or [0.0] * len(samples)
             stats.cycle_samples = [a + b for a, b in zip(merged, samples, strict=False)]
     return dict(ops)
+
+
+def trace_files(client: MlflowClient, run: Run, dest: Path) -> list[Path]:
+    """The run's profiler traces (Chrome JSON, one per recorded cycle), downloaded under `dest`.
+
+    Any `*.json` artifact in a folder that holds `traceEvents` counts (the CPU and CUDA
+    exporters write `trace/iteration_N/trace.json`; the name Neuron's exporter gives its
+    framework trace is not settled), except the diffs `runner.compare --diff` logged.
+    """
+    found = []
+    folders = [
+        info.path
+        for info in client.list_artifacts(run.info.run_id)
+        if info.is_dir and info.path != names.TRACE_DIFF_FOLDER
+    ]
+    while folders:
+        for info in client.list_artifacts(run.info.run_id, folders.pop()):
+            if info.is_dir:
+                folders.append(info.path)
+            elif info.path.endswith(".json"):
+                folder = dest / Path(info.path).parent  # each cycle's file is trace.json: keep them apart
+                folder.mkdir(parents=True, exist_ok=True)
+                path = Path(client.download_artifacts(run.info.run_id, info.path, str(folder)))
+                with path.open() as f:
+                    try:
+                        document = json.load(f)
+                    except json.JSONDecodeError:
+                        continue
+                if isinstance(document, dict) and "traceEvents" in document:
+                    found.append(path)
+    return sorted(found)
 
 
 def latest_sweep(client: MlflowClient, experiment_id: str) -> Run:
