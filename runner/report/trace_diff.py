@@ -169,7 +169,8 @@ def legend(before_name: str, after_name: str, before: Profile, after: Profile) -
     return "\n".join([
         f"before: {before_name} ({len(before.steps)} steps in {before.cycles} cycles)",
         f"after:  {after_name} ({len(after.steps)} steps in {after.cycles} cycles)",
-        "times: median over cycles of the span's time per step, in microseconds",
+        "times: median over cycles of the span's time per step, in microseconds, from the profiled steps",
+        "       (the profiler's own cost included; time/step_median_ms is the unprofiled step)",
         "marks: = matched, ~ a block replaced by another, - only before, + only after",
         test,
     ])  # fmt: skip
