@@ -23,6 +23,7 @@ from runner.manifest import build_manifest
 from runner.measure.build import BuiltWorkload, build_workload
 from runner.measure.phases import measure
 from runner.measure.roofline import resolve_peak
+from runner.measure.workers import TimedCopies, steady_state_concurrently
 from runner.report.console import job_summary
 from runner.result import collect_result
 from runner.secrets import redact_tree
@@ -55,12 +56,14 @@ def run_tags(spec: RunSpec, job: JobInfo, backend: Backend, manifest: dict[str, 
 
 def prepare(
     spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str
-) -> tuple[Backend, BuiltWorkload, Peak | None]:
-    """The backend, the workload on it, and the roofline peak.
+) -> tuple[Backend, BuiltWorkload, Peak | None, TimedCopies | None]:
+    """The backend, the workload on it, the roofline peak, and the copies of `measure.copies`.
 
+    The copies are timed first, before this process touches the device: on Neuron the first
+    process to start the runtime holds its NeuronCores, so the copies could not get them after.
     Bad input raises with no run left behind; any other failure here (out of memory while
-    building the workload, a driver error) gets a FAILED run, so a sweep's comparison has a
-    row for the job.
+    building the workload, a driver error, a copy that died) gets a FAILED run, so a sweep's
+    comparison has a row for the job.
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.
@@ -68,10 +71,10 @@ def prepare(
     try:
         backend = make_backend(spec.backend)
         backend.worker_processes(spec.measure.processes)
-        if spec.measure.copies is not None:
-            backend.concurrent_slots(spec.measure.copies)
+        slots = backend.concurrent_slots(spec.measure.copies) if spec.measure.copies is not None else None
+        copies = steady_state_concurrently(spec, slots) if slots else None
         workload = build_workload(spec.workload, backend)
-        return backend, workload, resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
+        return backend, workload, resolve_peak(spec.measure.peak, backend, spec.workload.dtype), copies
     except ConfigError:
         raise
     except Exception:
@@ -103,7 +106,7 @@ def run_experiment(
             log.info("skipped: this configuration already has FINISHED run %s (resume=false runs it again)", done)
             life.skip(done)
             return {}
-    backend, workload, peak = prepare(spec, job, life, published_config, digest)
+    backend, workload, peak, copies = prepare(spec, job, life, published_config, digest)
     capture_dir = backend.capture_dir(job.output_dir)
     manifest = build_manifest(backend.manifest())
     log.info("%s on %s (%s)", job.run_name, backend.name, backend.placement())
@@ -116,7 +119,7 @@ def run_experiment(
             run.log_artifacts(job.hydra_dir, "hydra")
         backend.reset_peak_memory()
         neffs_before = backend.compiled_artifact_count()
-        measurement = measure(workload, backend, spec, capture_dir)
+        measurement = measure(workload, backend, spec, capture_dir, copies)
         capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
         if neffs_before is not None:
             capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)

@@ -178,8 +178,9 @@ def test_correlate_is_dropped_when_the_build_rejects_it(tmp_path: Path, tracking
         pytest.param([], {"NEURON_RT_INSPECT_ENABLE": "1"}, True, "NEURON_RT_INSPECT_ENABLE=1 is set", id="inspect"),
         pytest.param(["measure.processes=2"], {}, True, "measure.processes=2: a NeuronCore serves one process",
                      id="worker-processes"),
-        pytest.param(["measure.copies=2"], {}, True,
-                     "measure.copies=2: on neuron the job's process holds its NeuronCores", id="copies"),
+        pytest.param(["measure.copies=3", "backend.cores=0-1"], {}, True,
+                     "measure.copies=3: neuron has 2 share(s) to run copies on (NeuronCores 0; NeuronCores 1)",
+                     id="copies"),
     ],
 )  # fmt: skip
 def test_neuron_refusals_are_one_line(
@@ -220,6 +221,36 @@ def test_parallel_jobs_on_auto_each_own_their_cores(tmp_path: Path, tracking_uri
     assert {r.data.tags[names.TAG_PLACEMENT].rsplit(" ", 1)[-1] for r in runs} == {"0", "1"}
     # the share is a tag and an environment variable, never a rewrite of the job's config
     assert all(r.data.params["backend.cores"] == "None" and "backend.cores" not in r.info.run_name for r in runs)
+
+
+def test_copies_each_get_a_core_of_the_job_before_the_job_starts_the_runtime(tmp_path: Path, tracking_uri: str) -> None:
+    # the runtime reserves every visible core for the process that starts it (the stand-in
+    # enforces this): the copies must start theirs before the job's process touches the device
+    done = run_neuron(tmp_path, "backend=neuron", "backend.cores=0-1", "measure.copies=2", "profiler=neuron_system")
+    assert done.returncode == 0, done.stderr
+    run = the_run(tracking_uri)
+    assert run.info.status == "FINISHED" and run.data.metrics[names.SCALING_COPIES] == 2
+    assert run.data.metrics[names.SCALING_THROUGHPUT] > 0
+    starts = [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"]
+    assert sorted(starts[:2]) == ["0", "1"] and starts[2:] == ["0-1"]  # the copies, then the job itself
+    assert "steady state: 2 copies at once (NeuronCores 0; NeuronCores 1)" in done.stdout
+
+
+def test_the_core_scaling_study_runs_on_neuron(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(
+        tmp_path, "-m", "+experiment=core_scaling", "backend=neuron", "backend.cores=0-1", "measure.copies=1,2",
+        "profiler=neuron_system",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    runs = all_runs(tracking_uri)
+    (parent,) = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
+    jobs = [r for r in runs if r is not parent]
+    assert sorted(r.data.metrics[names.SCALING_COPIES] for r in jobs) == [1, 2]
+    starts = [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"]
+    assert starts[:2] == ["0", "0-1"] and sorted(starts[2:4]) == ["0", "1"] and starts[4:] == ["0-1"]
+    client = mlflow.MlflowClient(tracking_uri)
+    report = Path(client.download_artifacts(parent.info.run_id, "scaling.md")).read_text()
+    assert report.startswith("rmsnorm_naive:") and "| 2 |" in report
 
 
 def test_parallel_launcher_refuses_a_single_jobs_pin(tmp_path: Path, tracking_uri: str) -> None:

@@ -134,13 +134,17 @@ class Backend(ABC):
         Raises:
             ConfigError: the machine has fewer shares than that.
         """
-        slots = self.split_machine(self.config, copies, None, 1)
+        slots = self.copy_slots(copies)
         if len(slots) < copies:
             raise ConfigError(
                 f"measure.copies={copies}: {self.name} has {len(slots)} share(s) to run copies on "
                 f"({'; '.join(slot.name for slot in slots)})"
             )
         return slots[:copies]
+
+    def copy_slots(self, copies: int) -> list[Slot]:
+        """The shares copies can run on: the machine split as for concurrent jobs."""
+        return self.split_machine(self.config, copies, None, 1)
 
     @property
     @abstractmethod

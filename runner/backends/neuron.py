@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -149,17 +150,14 @@ class NeuronBackend(Backend):
             )
         return 0
 
-    def concurrent_slots(self, copies: int) -> list[Slot]:
-        """Not on neuron yet: the job's own process holds its NeuronCores from its first call.
+    def copy_slots(self, copies: int) -> list[Slot]:
+        """One NeuronCore per copy, out of the job's own (backend.cores, else every visible core).
 
-        Raises:
-            ConfigError: always, saying what to run instead.
+        The copies run before the job's process starts the runtime (`experiment.prepare`), so
+        its cores are free for them.
         """
-        raise ConfigError(
-            f"measure.copies={copies}: on neuron the job's process holds its NeuronCores, so copies cannot "
-            "start beside it; run the copies as jobs instead (a sweep of identical jobs with "
-            "hydra/launcher=parallel, one NeuronCore each)"
-        )
+        pool = format_cores(self.cores) if self.cores else None
+        return self.split_machine(replace(self.config, cores=None), copies, pool, EXECUTING_CORES)
 
     def _pin_cores(self, spec: str | None) -> list[int] | None:
         """The cores this job owns, or None for every visible core.

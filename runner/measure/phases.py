@@ -28,7 +28,7 @@ from runner.measure.host_memory import keep_freed_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
 from runner.measure.stats import coefficient_of_variation, describe_steps
-from runner.measure.workers import steady_state_concurrently, steady_state_in_processes
+from runner.measure.workers import TimedCopies, steady_state_in_processes
 from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
@@ -182,8 +182,13 @@ def profiled_window(
     return table, printed, "".join(output), profiled_ms
 
 
-def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path) -> Measurement:
-    """Run the phases in order and return their results."""
+def measure(
+    workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path, copies: TimedCopies | None = None
+) -> Measurement:
+    """Run the phases in order and return their results.
+
+    With `copies` (timed before this process touched the device), they are the steady state.
+    """
     started = time.perf_counter()
     if spec.measure.keep_freed_memory:
         keep_freed_memory()
@@ -191,9 +196,8 @@ def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_di
     log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
     first_call_s = timed_step(workload, backend)
     log.info("first call took %.3f s", first_call_s)
-    copies, window_s = spec.measure.copies, None
     if copies is not None:
-        step_ms, window_s = steady_state_concurrently(spec, backend.concurrent_slots(copies))
+        step_ms = copies.step_ms
     elif processes := backend.worker_processes(spec.measure.processes):
         step_ms = steady_state_in_processes(spec, processes)
     else:
@@ -208,6 +212,6 @@ def measure(workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_di
         profiler_output=profiler_output,
         compile_graphs=dynamo_graph_count() - graphs_before,
         measured_s=time.perf_counter() - started,
-        copies=copies,
-        copies_window_s=window_s,
+        copies=len(copies.step_ms) if copies else None,
+        copies_window_s=copies.window_s if copies else None,
     )

@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Barrier
@@ -126,13 +126,26 @@ def steady_state_in_processes(spec: RunSpec, count: int) -> list[list[list[float
     return runs
 
 
-def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> tuple[list[list[list[float]]], float]:
-    """Per copy, its per-repeat step times in ms, and the seconds all copies' timed steps spanned.
+@dataclass
+class TimedCopies:
+    """Copies of the steady state timed side by side (`measure.copies`)."""
+
+    # per copy, its per-repeat step times in ms
+    step_ms: list[list[list[float]]]
+    # seconds from the first copy's first timed step to the last copy's last
+    window_s: float
+
+
+def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> TimedCopies:
+    """The copies' step times and the seconds all their timed steps spanned.
 
     One worker per slot, each started with its slot's environment (its NeuronCores, GPU or CPU
     threads); each makes its first call and warms up, then waits for the others, so the timed
-    steps overlap.
+    steps overlap. The job's own process must not hold the device meanwhile: on Neuron the
+    first process to start the runtime keeps its cores.
     """
+    # the slot's environment pins each copy; backend.cores would pin every copy back to the job's cores
+    spec = replace(spec, backend=replace(spec.backend, cores=None))
     start_together = multiprocessing.get_context("spawn").Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
     workers: list[_Running] = []
@@ -140,7 +153,8 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> tuple[list[li
         for number, slot in enumerate(slots, 1):
             workers.append(_start(spec, number, dict(slot.env), start_together))
         results = [_result(worker) for worker in workers]
-        return [samples for samples, _, _ in results], max(r[2] for r in results) - min(r[1] for r in results)
+        window_s = max(end for _, _, end in results) - min(start for _, start, _ in results)
+        return TimedCopies([samples for samples, _, _ in results], window_s)
     finally:
         for worker in workers:  # a failed or stopped copy: never leave the others behind
             if worker.process.is_alive():
