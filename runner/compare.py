@@ -377,13 +377,17 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
     legend = trace_diff.legend(label(runs[0]), label(runs[1]), before, after)
     newer = max(runs, key=lambda run: run.info.start_time).info.run_id
     folder = f"{names.TRACE_DIFF_FOLDER}/{runs[0].info.run_id[:8]}_to_{runs[1].info.run_id[:8]}"
-    whole_tree = trace_diff.render_tree(root, depth=len(root.walk()))
-    client.log_text(newer, trace_diff.diff_document(legend, whole_tree), f"{folder}/diff.md")
-    client.log_text(newer, trace_diff.to_json_text(root), f"{folder}/diff.json")
-    perfetto = trace_diff.perfetto_trace(root, before, after, run_names)
-    client.log_text(newer, json.dumps(perfetto), f"{folder}/perfetto.json")
+    documents = {
+        "diff.md": trace_diff.diff_document(legend, trace_diff.render_tree(root, depth=len(root.walk()))),
+        "diff.json": trace_diff.to_json_text(root),
+        "perfetto.json": json.dumps(trace_diff.perfetto_trace(root, before, after, run_names)),
+    }
+    with tempfile.TemporaryDirectory() as scratch:  # written whole first, then logged in one call
+        for name, text in documents.items():
+            (Path(scratch) / name).write_text(text)
+        client.log_artifacts(newer, scratch, folder)
     if output_format == "json":
-        print(trace_diff.to_json_text(root))
+        print(documents["diff.json"])
     else:
         print(f"{legend}\n\n{tree}")
     print(
