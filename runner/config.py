@@ -251,8 +251,24 @@ class TrackingConfig:
             raise ConfigError("tracking.experiment must name an MLflow experiment, e.g. runner; got ''")
 
 
+@dataclass
+class DistributedConfig:
+    """A job run as several torch.distributed ranks on this host."""
+
+    # processes that run the job's steps together, each on its own share of the machine (the
+    # parallel launcher's slot plan: threads, a GPU or NeuronCores); 1 = the job's own process
+    ranks: int = 1
+    # seconds a rank waits in a collective (or at start-up) for the others before the job fails
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _at_least("distributed.ranks", self.ranks, 1)
+        if not self.timeout_s > 0:
+            raise ConfigError(f"distributed.timeout_s must be a number of seconds > 0, got {self.timeout_s!r}")
+
+
 # Keys of the composed config: the groups, and resume (sweeps skip FINISHED configurations).
-TOP_LEVEL_KEYS = ("workload", "backend", "profiler", "schedule", "measure", "tracking", "resume")
+TOP_LEVEL_KEYS = ("workload", "backend", "profiler", "schedule", "measure", "tracking", "distributed", "resume")
 # The runner's own workload keys and their defaults, so every workload accepts them without a `+`.
 WORKLOAD_DEFAULTS: dict[str, Any] = {
     "dtype": "float32",
@@ -269,6 +285,7 @@ SCHEMAS: dict[str, type] = {
     "schedule": ScheduleConfig,
     "measure": MeasureConfig,
     "tracking": TrackingConfig,
+    "distributed": DistributedConfig,
 }
 
 
@@ -316,6 +333,7 @@ class RunSpec:
     schedule: ScheduleConfig
     measure: MeasureConfig
     tracking: TrackingConfig
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 def locate_target(target: str) -> Any:
@@ -422,6 +440,7 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
         schedule=_to_object(cfg.schedule, "schedule"),
         measure=_to_object(cfg.measure, "measure"),
         tracking=_to_object(cfg.tracking, "tracking"),
+        distributed=_to_object(cfg.distributed, "distributed"),
     )
 
 

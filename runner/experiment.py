@@ -10,6 +10,10 @@ import logging
 import os
 import platform
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -22,10 +26,11 @@ from runner.job import JobLife
 from runner.manifest import build_manifest
 from runner.measure.build import BuiltWorkload, build_workload
 from runner.measure.phases import measure
+from runner.measure.ranks import cross_rank, rank_folder, run_ranks
 from runner.measure.roofline import resolve_peak
 from runner.measure.workers import TimedCopies, steady_state_concurrently
 from runner.report.console import job_summary
-from runner.result import collect_result
+from runner.result import JobResult, collect_result
 from runner.secrets import redact_tree
 from runner.sweep import config_hash
 from runner.tracking import finished_run_id, flatten, git_commit
@@ -54,27 +59,69 @@ def run_tags(spec: RunSpec, job: JobInfo, backend: Backend, manifest: dict[str, 
     }
 
 
+def measure_job(
+    spec: RunSpec,
+    output_dir: Path,
+    backend: Backend,
+    workload: BuiltWorkload,
+    peak: Peak | None,
+    copies: TimedCopies | None,
+) -> JobResult:
+    """The phases on the workload, the backend's capture report, and the result they make."""
+    capture_dir = backend.capture_dir(output_dir)
+    backend.reset_peak_memory()
+    neffs_before = backend.compiled_artifact_count()
+    measurement = measure(workload, backend, spec, capture_dir, copies)
+    capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
+    if neffs_before is not None:
+        capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
+    return collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
+
+
+def _rank_spec(spec: RunSpec) -> RunSpec:
+    """The spec each rank runs: its own steps in its own process.
+
+    Raises:
+        ConfigError: measure.processes or measure.copies asks for processes of their own.
+    """
+    ranks = spec.distributed.ranks
+    if spec.measure.processes:
+        raise ConfigError(
+            f"measure.processes={spec.measure.processes}: with distributed.ranks={ranks} each rank times its "
+            "steps in its own process; use measure.processes=0 and measure.repeats for a spread"
+        )
+    if spec.measure.copies is not None:
+        raise ConfigError(f"measure.copies={spec.measure.copies} and distributed.ranks={ranks}: choose one")
+    return replace(spec, measure=replace(spec.measure, processes=0))
+
+
 def prepare(
     spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str
-) -> tuple[Backend, BuiltWorkload, Peak | None, TimedCopies | None]:
-    """The backend, the workload on it, the roofline peak, and the copies of `measure.copies`.
+) -> tuple[Backend, Callable[[], list[JobResult]]]:
+    """The backend, and what measures the job: one result per rank (one rank unless distributed).
 
-    The copies are timed first, before this process touches the device: on Neuron the first
-    process to start the runtime holds its NeuronCores, so the copies could not get them after.
-    Bad input raises with no run left behind; any other failure here (out of memory while
-    building the workload, a driver error, a copy that died) gets a FAILED run, so a sweep's
-    comparison has a row for the job.
+    Copies (`measure.copies`) are timed here, before this process touches the device: on Neuron
+    the first process to start the runtime holds its NeuronCores, so the copies could not get
+    them after. For `distributed.ranks` > 1 this process never touches the device: each rank
+    builds its own workload. Bad input raises with no run left behind; any other failure here
+    (out of memory while building the workload, a driver error, a copy that died) gets a
+    FAILED run, so a sweep's comparison has a row for the job.
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.
     """
     try:
         backend = make_backend(spec.backend)
+        if spec.distributed.ranks > 1:
+            rank_spec = _rank_spec(spec)
+            rank_slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
+            return backend, partial(run_ranks, rank_spec, job.output_dir, rank_slots)
         backend.worker_processes(spec.measure.processes)
         slots = backend.concurrent_slots(spec.measure.copies) if spec.measure.copies is not None else None
         copies = steady_state_concurrently(spec, slots) if slots else None
         workload = build_workload(spec.workload, backend)
-        return backend, workload, resolve_peak(spec.measure.peak, backend, spec.workload.dtype), copies
+        peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
+        return backend, lambda: [measure_job(spec, job.output_dir, backend, workload, peak, copies)]
     except ConfigError:
         raise
     except Exception:
@@ -106,10 +153,11 @@ def run_experiment(
             log.info("skipped: this configuration already has FINISHED run %s (resume=false runs it again)", done)
             life.skip(done)
             return {}
-    backend, workload, peak, copies = prepare(spec, job, life, published_config, digest)
-    capture_dir = backend.capture_dir(job.output_dir)
+    backend, measure_ranks = prepare(spec, job, life, published_config, digest)
     manifest = build_manifest(backend.manifest())
-    log.info("%s on %s (%s)", job.run_name, backend.name, backend.placement())
+    ranks = spec.distributed.ranks
+    placement = backend.placement() if ranks == 1 else f"{ranks} ranks, each on its own share of the machine"
+    log.info("%s on %s (%s)", job.run_name, backend.name, placement)
     with life.run(spec.tracking) as run:
         run.log_params(flatten(published_config))
         run.set_tags({**run_tags(spec, job, backend, manifest), names.TAG_CONFIG_HASH: digest})
@@ -117,16 +165,16 @@ def run_experiment(
         run.log_text(OmegaConf.to_yaml(published_config), "config_resolved.yaml")
         if job.hydra_dir is not None:
             run.log_artifacts(job.hydra_dir, "hydra")
-        backend.reset_peak_memory()
-        neffs_before = backend.compiled_artifact_count()
-        measurement = measure(workload, backend, spec, capture_dir, copies)
-        capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
-        if neffs_before is not None:
-            capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
-        result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
+        result, *other_ranks = measure_ranks()
+        if other_ranks:  # rank 0 is the job's result; the others go under rank<k>/
+            metrics, tags = cross_rank([result, *other_ranks])
+            result.metrics.update(metrics)
+            result.tags.update(tags)
         run.log_result(result, spec.tracking.max_artifact_mb)
+        for rank, other in enumerate(other_ranks, 1):
+            run.log_result(other, spec.tracking.max_artifact_mb, rank_folder(rank))
         # the whole job as this function sees it: job_s - measured_s is the runner's own cost
         result.metrics[names.JOB_S] = time.perf_counter() - started
         run.log_metrics({names.JOB_S: result.metrics[names.JOB_S]})
-        print(job_summary(job.run_name, backend.placement(), result, run.describe()), flush=True)
+        print(job_summary(job.run_name, placement, result, run.describe()), flush=True)
     return result.metrics

@@ -129,3 +129,20 @@ MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"
 # --- artifact folders written after a run, by runner.compare ---
 # --diff BEFORE AFTER logs diff.md, diff.json and perfetto.json under trace_diff/<before>_to_<after>/
 TRACE_DIFF_FOLDER = "trace_diff"
+
+# --- metrics and tags: a job run as several ranks (distributed.ranks) ---
+# each rank's output folder, and where ranks other than 0 log their metrics and files
+RANK_FOLDER = "rank{rank}"
+RANKS = "ranks/count"
+# the largest per-rank median step time, and it over the median rank's
+RANKS_STEP_MEDIAN_MAX_MS = "ranks/step_median_ms_max"
+RANKS_STRAGGLER_RATIO = "ranks/straggler_ratio"
+# per-rank compute per step (step time less collectives): slowest over fastest
+RANKS_COMPUTE_SPREAD = "ranks/compute_spread"
+# mean over ranks of the profiled self time's share in collectives
+RANKS_COLLECTIVE_SHARE = "ranks/collective_share"
+# per rank, under rank<k>/: the same share, and compute per step in ms
+RANK_COLLECTIVE_SHARE = "collective_share"
+RANK_COMPUTE_MS = "compute_ms"
+# the rank with the most compute per step: the one the others wait for
+TAG_SLOWEST_RANK = "ranks.slowest"

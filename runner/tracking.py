@@ -207,16 +207,22 @@ class NullRun:
     def log_capture(self, local_dir: Path, artifact_path: str, max_mb: int) -> None:
         """Ignore a capture directory."""
 
-    def log_result(self, result: JobResult, max_artifact_mb: int) -> None:
-        """Log a job's result: metrics, tags, the op table, text artifacts and the capture folder."""
-        self.log_metrics(result.metrics)
-        self.log_series(result.series)
-        self.set_tags(result.tags)
-        self.log_table(result.table.columns(), "key_averages.json")
-        self.log_text(result.printed_table, "key_averages.txt")
+    def log_result(self, result: JobResult, max_artifact_mb: int, folder: str = "") -> None:
+        """Log a job's result: metrics, tags, the op table, text artifacts and the capture folder.
+
+        With `folder` (another rank's, e.g. rank1), its metrics are logged as `rank1/<name>`
+        and its files under `rank1/`; the run's tags and series stay the job's own.
+        """
+        prefix = f"{folder}/" if folder else ""
+        self.log_metrics({prefix + name: value for name, value in result.metrics.items()})
+        if not folder:
+            self.log_series(result.series)
+            self.set_tags(result.tags)
+        self.log_table(result.table.columns(), f"{prefix}key_averages.json")
+        self.log_text(result.printed_table, f"{prefix}key_averages.txt")
         for name, text in result.texts.items():
-            self.log_text(text, name)
-        self.log_capture(result.capture_dir, result.capture_dir.name, max_artifact_mb)
+            self.log_text(text, prefix + name)
+        self.log_capture(result.capture_dir, prefix + result.capture_dir.name, max_artifact_mb)
 
     def describe(self) -> str:
         """One line for the console summary."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 
@@ -14,16 +16,23 @@ class Faulty(nn.Module):
 
     raise: a Python exception; abort: os.abort() (SIGABRT, like a native crash);
     kill: SIGKILL to itself (like the out-of-memory killer); nonfinite: returns NaN without raising;
-    anything else never fails.
+    slow: sleeps `slow_ms` in every call; anything else never fails. With `rank`, only that
+    torch.distributed rank misbehaves.
     """
 
-    def __init__(self, fault: str = "none", label: str = "") -> None:
+    def __init__(self, fault: str = "none", label: str = "", rank: int | None = None, slow_ms: float = 5.0) -> None:
         super().__init__()
         self.fault = fault  # label only tells otherwise equal configurations apart
+        self.rank, self.slow_ms = rank, slow_ms
+        self.scale = nn.Parameter(torch.ones(1))  # something to train, so train_step all-reduces
         self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
+        if self.rank is not None and (not dist.is_initialized() or dist.get_rank() != self.rank):
+            return x * self.scale
+        if self.fault == "slow":
+            time.sleep(self.slow_ms / 1000)
         if self.calls > 1:
             if self.fault == "raise":
                 raise RuntimeError("injected failure")
@@ -31,4 +40,4 @@ class Faulty(nn.Module):
                 os.abort()
             if self.fault == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
-        return x * float("nan") if self.fault == "nonfinite" else x * 1.0
+        return x * float("nan") if self.fault == "nonfinite" else x * self.scale

@@ -179,7 +179,7 @@ def test_correlate_is_dropped_when_the_build_rejects_it(tmp_path: Path, tracking
         pytest.param(["measure.processes=2"], {}, True, "measure.processes=2: a NeuronCore serves one process",
                      id="worker-processes"),
         pytest.param(["measure.copies=3", "backend.cores=0-1"], {}, True,
-                     "measure.copies=3: neuron has 2 share(s) to run copies on (NeuronCores 0; NeuronCores 1)",
+                     "measure.copies=3: neuron has 2 share(s) to run them on (NeuronCores 0; NeuronCores 1)",
                      id="copies"),
     ],
 )  # fmt: skip

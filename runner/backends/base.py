@@ -128,19 +128,19 @@ class Backend(ABC):
         """
         return self.default_processes if requested is None else requested
 
-    def concurrent_slots(self, copies: int) -> list[Slot]:
-        """A share of the machine for each of `copies` steady states timed at once.
+    def concurrent_slots(self, count: int, key: str = "measure.copies") -> list[Slot]:
+        """A share of the machine for each of `count` processes at once: copies, or ranks.
 
         Raises:
-            ConfigError: the machine has fewer shares than that.
+            ConfigError: naming `key`, when the machine has fewer shares than that.
         """
-        slots = self.copy_slots(copies)
-        if len(slots) < copies:
+        slots = self.copy_slots(count)
+        if len(slots) < count:
             raise ConfigError(
-                f"measure.copies={copies}: {self.name} has {len(slots)} share(s) to run copies on "
+                f"{key}={count}: {self.name} has {len(slots)} share(s) to run them on "
                 f"({'; '.join(slot.name for slot in slots)})"
             )
-        return slots[:copies]
+        return slots[:count]
 
     def copy_slots(self, copies: int) -> list[Slot]:
         """The shares copies can run on: the machine split as for concurrent jobs."""

@@ -11,6 +11,7 @@ from torch import nn
 
 from runner.backends.base import Backend
 from runner.config import ConfigError, WorkloadSpec, locate_target
+from runner.measure.collectives import average_gradients
 
 
 @dataclass
@@ -41,6 +42,7 @@ def train_step(
     """Forward, a scalar loss (mean square of the output), backward, and an optimizer step.
 
     Floating-point inputs require grad, so a module without parameters still has a backward.
+    As one of several ranks, the gradients are averaged over the ranks before the step.
     """
     params = [p for p in eager.parameters() if p.requires_grad]
     optimizers = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
@@ -56,6 +58,7 @@ def train_step(
             tensor.grad = None
         loss = module(*inputs).float().square().mean()
         loss.backward()
+        average_gradients(params)
         if optimizer is not None:
             optimizer.step()
         return loss

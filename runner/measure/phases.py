@@ -24,6 +24,7 @@ from runner import names
 from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
+from runner.measure.collectives import all_ranks_agree
 from runner.measure.host_memory import keep_freed_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
@@ -129,7 +130,8 @@ class Progress:
 def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> None:
     """`measure.warmup` calls, continued until `measure.warmup_s` have passed."""
     calls, until = 0, time.perf_counter() + spec.measure.warmup_s
-    while calls < spec.measure.warmup or time.perf_counter() < until:
+    # ranks in lock step must agree on when to stop, or one would wait in a collective forever
+    while all_ranks_agree(calls < spec.measure.warmup or time.perf_counter() < until, backend.device):
         workload.step()
         calls += 1
     backend.synchronize()

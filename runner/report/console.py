@@ -23,6 +23,13 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
             f"profiled step: {m[names.PROFILER_STEP_MS]:.4f} ms "
             f"({m[names.PROFILER_OVERHEAD_PCT]:+.1f}% profiler overhead)"
         )
+    if names.RANKS in m:
+        lines.append(
+            f"ranks: {m[names.RANKS]:.0f}, slowest median {m[names.RANKS_STEP_MEDIAN_MAX_MS]:.4f} ms/step "
+            f"(straggler ratio {m[names.RANKS_STRAGGLER_RATIO]:.2f}); compute per step slowest over fastest rank "
+            f"{m[names.RANKS_COMPUTE_SPREAD]:.2f}, slowest rank {tags[names.TAG_SLOWEST_RANK]}; collectives "
+            f"{m[names.RANKS_COLLECTIVE_SHARE]:.0%} of profiled self time (numbers above: rank 0)"
+        )
     if names.TAG_ACCURACY in tags:
         lines.append(f"accuracy: {tags[names.TAG_ACCURACY]} ({tags.get(names.TAG_ACCURACY_DETAIL, '')})")
     if names.ROOFLINE_ACHIEVED_GBPS in m:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,13 +95,15 @@ def trace_files(client: MlflowClient, run: Run, dest: Path) -> list[Path]:
 
     Any `*.json` artifact in a folder that holds `traceEvents` counts (the CPU and CUDA
     exporters write `trace/iteration_N/trace.json`; the name Neuron's exporter gives its
-    framework trace is not settled), except the diffs `runner.compare --diff` logged.
+    framework trace is not settled), except the diffs `runner.compare --diff` logged and the
+    traces of ranks other than 0 (`rank1/`, ...), whose steps are their own.
     """
     found = []
+    other_ranks = re.compile(names.RANK_FOLDER.format(rank=r"\d+"))
     folders = [
         info.path
         for info in client.list_artifacts(run.info.run_id)
-        if info.is_dir and info.path != names.TRACE_DIFF_FOLDER
+        if info.is_dir and info.path != names.TRACE_DIFF_FOLDER and not other_ranks.fullmatch(info.path)
     ]
     while folders:
         for info in client.list_artifacts(run.info.run_id, folders.pop()):

@@ -1,0 +1,182 @@
+"""A job as N torch.distributed ranks on this host (`distributed.ranks=N`).
+
+The job's own process only coordinates: it never touches the device (on Neuron the first
+process to start the runtime keeps its cores) and never joins a collective, so it sees a rank
+die or fail at once. Each rank is a spawned process with torchrun's variables (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and its own share of the machine (the slot
+plan of the parallel launcher); it builds the workload, runs the same phases as a job, and
+sends back its result. In `train_step` mode the gradients are averaged over the ranks after
+each backward (data parallel), so the ranks step together and a slow rank makes the others
+wait in the all-reduce: the straggler is the rank with the most compute per step.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import socket
+import statistics
+import time
+import traceback
+from contextlib import suppress
+from dataclasses import replace
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from runner import names
+from runner.backends.base import Slot
+from runner.config import RunSpec
+from runner.measure.collectives import COLLECTIVE_MARKERS
+from runner.measure.optable import OpTable, self_time_by_op
+from runner.measure.workers import WorkerFailed, environment
+
+log = logging.getLogger(__name__)
+# the process-group backend each device uses (torch_neuronx registers "neuron")
+COLLECTIVE_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "neuron": "neuron"}
+# seconds a rank gets to stop after a terminate before it is killed
+STOP_GRACE_S = 5.0
+
+
+def rank_folder(rank: int) -> str:
+    """The output and artifact folder of one rank: rank0, rank1, ..."""
+    return names.RANK_FOLDER.format(rank=rank)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _rank_main(spec: RunSpec, output_dir: Path, rank: int, results: Connection) -> None:
+    # the job stops its ranks itself: a Ctrl-C reaching the process group must not print tracebacks
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        from runner.backends import make_backend
+        from runner.experiment import measure_job
+        from runner.measure.build import build_workload
+        from runner.measure.roofline import resolve_peak
+
+        backend = make_backend(spec.backend)
+        timeout = timedelta(seconds=spec.distributed.timeout_s)
+        dist.init_process_group(COLLECTIVE_BACKENDS[backend.name], timeout=timeout)
+        workload = build_workload(spec.workload, backend)
+        peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
+        result = measure_job(spec, output_dir / rank_folder(rank), backend, workload, peak, None)
+        results.send(("ok", result))
+    except Exception:  # anything: the job reports it, naming this rank
+        results.send(("error", traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[Any]:
+    """Each rank's JobResult, in rank order; the first rank to fail or die fails the job.
+
+    Raises:
+        WorkerFailed: naming the rank that raised, died or hung, after every rank is stopped.
+    """
+    world = len(slots)
+    # the slot's environment pins each rank; backend.cores would pin every rank to the job's cores
+    spec = replace(spec, backend=replace(spec.backend, cores=None))
+    context = multiprocessing.get_context("spawn")
+    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(world)}
+    processes: list[BaseProcess] = []
+    pipes: list[Connection] = []
+    try:
+        for rank, slot in enumerate(slots):
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_rank_main, args=(spec, output_dir, rank, send), name=f"rank-{rank}", daemon=True
+            )
+            ranks_env = {**rendezvous, "RANK": str(rank), "LOCAL_RANK": str(rank), **dict(slot.env)}
+            with environment(ranks_env):
+                process.start()
+            send.close()
+            log.info("rank %d of %d: pid %s on %s", rank, world, process.pid, slot.name)
+            processes.append(process)
+            pipes.append(receive)
+        return _collect(processes, pipes)
+    finally:
+        _stop(processes)
+
+
+def _collect(processes: list[BaseProcess], pipes: list[Connection]) -> list[Any]:
+    results: dict[int, Any] = {}
+    waiting = dict(enumerate(pipes))
+    while waiting:
+        # no timeout here: a rank stuck in a collective raises after distributed.timeout_s, and
+        # the launcher's timeout bounds the whole job
+        ready = set(wait([*waiting.values(), *(processes[r].sentinel for r in waiting)]))
+        messages = {}
+        for rank, pipe in waiting.items():
+            if pipe.poll():
+                with suppress(EOFError):  # it died without a word: its sentinel says how
+                    messages[rank] = pipe.recv()
+        # a rank that died makes the others' collectives fail: name the dead one first
+        for rank in waiting:
+            if rank not in messages and processes[rank].sentinel in ready:
+                processes[rank].join(STOP_GRACE_S)
+                raise WorkerFailed(f"rank {rank} died (exit code {processes[rank].exitcode})")
+        for rank, (kind, payload) in sorted(messages.items()):
+            if kind == "error":
+                others = [r for r in waiting if r != rank and processes[r].is_alive()]
+                running = f" (still running then: rank {', '.join(map(str, others))})" if others else ""
+                raise WorkerFailed(f"rank {rank} raised{running}:\n{payload}")
+            results[rank] = payload
+            del waiting[rank]
+    return [results[rank] for rank in range(len(pipes))]
+
+
+def _stop(processes: list[BaseProcess]) -> None:
+    """Never leave a rank behind: terminate the live ones, kill what ignores that."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def collective_ms_per_step(table: OpTable) -> float:
+    """Self time per profiled step in collectives and in waiting for the other ranks."""
+    by_op = self_time_by_op(table)
+    collective = sum(ms for op, ms in by_op.items() if any(m in op.lower() for m in COLLECTIVE_MARKERS))
+    return collective / table.active_steps if table.active_steps else 0.0
+
+
+def cross_rank(results: list[Any]) -> tuple[dict[str, float], dict[str, str]]:
+    """Per-rank and cross-rank metrics, and the tag naming the slowest rank.
+
+    A rank's compute per step is its step time less its share in collectives (the share of its
+    profiled step spent in them, waiting included): with the ranks in lock step their step times
+    agree, and the straggler shows as the rank with the most compute, the one the others wait for.
+    """
+    metrics: dict[str, float] = {names.RANKS: float(len(results))}
+    medians, compute = [], []
+    for rank, result in enumerate(results):
+        median = result.metrics[names.STEP_MEDIAN_MS]
+        profiled_ms = result.metrics[names.PROFILED_STEP_MS]
+        share = min(1.0, collective_ms_per_step(result.table) / profiled_ms) if profiled_ms else 0.0
+        medians.append(median)
+        compute.append(median * (1 - share))
+        metrics[f"{rank_folder(rank)}/{names.RANK_COLLECTIVE_SHARE}"] = share
+        metrics[f"{rank_folder(rank)}/{names.RANK_COMPUTE_MS}"] = median * (1 - share)
+    metrics[names.RANKS_STEP_MEDIAN_MAX_MS] = max(medians)
+    metrics[names.RANKS_STRAGGLER_RATIO] = max(medians) / statistics.median(medians)
+    metrics[names.RANKS_COMPUTE_SPREAD] = max(compute) / min(compute) if min(compute) > 0 else float("nan")
+    metrics[names.RANKS_COLLECTIVE_SHARE] = statistics.fmean(
+        metrics[f"{rank_folder(rank)}/{names.RANK_COLLECTIVE_SHARE}"] for rank in range(len(results))
+    )
+    slowest = max(range(len(results)), key=lambda rank: compute[rank])
+    return metrics, {names.TAG_SLOWEST_RANK: str(slowest)}

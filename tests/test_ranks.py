@@ -1,0 +1,120 @@
+"""A job as torch.distributed ranks (`distributed.ranks=N`), on CPU with gloo at two ranks.
+
+Each test runs `python -m runner` in a subprocess: the ranks are spawned processes, and a
+rank killed mid-step must fail the job without leaving any rank behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from runner import names
+from runner.report.reader import trace_files
+from runner.report.traces import load_profile
+from tests.conftest import REPO, all_runs
+
+pytestmark = pytest.mark.slow
+TINY_DECODER = [
+    "+workload=decoder_layer", "workload.batch=1", "workload.seq_len=8", "workload.hidden=32", "workload.heads=2",
+    "workload.intermediate=64",
+]  # fmt: skip
+FAULTY = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[64]]"]
+
+
+def run_ranks(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable, "-m", "runner", "backend=cpu", "measure=quick", "workload.mode=train_step",
+        "distributed.ranks=2", "distributed.timeout_s=60", f"hydra.run.dir={tmp_path / 'run'}", *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def rank_pids(done: subprocess.CompletedProcess[str]) -> list[int]:
+    return [int(pid) for pid in re.findall(r"rank \d of 2: pid (\d+)", done.stdout + done.stderr)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_data_parallel_train_step_runs_as_two_ranks(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_ranks(tmp_path, *TINY_DECODER)
+    assert done.returncode == 0, done.stderr
+    (run,) = all_runs(tracking_uri)
+    assert run.info.status == "FINISHED" and run.data.params["distributed.ranks"] == "2"
+    metrics = run.data.metrics
+    assert metrics[names.RANKS] == 2
+    for rank in (0, 1):
+        assert 0 < metrics[f"rank{rank}/{names.RANK_COLLECTIVE_SHARE}"] < 1  # the gradients' all-reduce
+    assert metrics[f"rank1/{names.STEP_MEDIAN_MS}"] > 0 and metrics[names.STEP_MEDIAN_MS] > 0
+    assert metrics[names.RANKS_STRAGGLER_RATIO] >= 1 and metrics[names.RANKS_COMPUTE_SPREAD] >= 1
+    assert run.data.tags[names.TAG_SLOWEST_RANK] in ("0", "1")
+    assert run.data.tags[names.TAG_ACCURACY] == "pass"  # the ranks' averaged steps keep the weights equal
+    client = mlflow.MlflowClient(tracking_uri)
+    top = {info.path for info in client.list_artifacts(run.info.run_id)}
+    assert {"key_averages.json", "trace", "rank1"} <= top
+    rank1 = {info.path for info in client.list_artifacts(run.info.run_id, "rank1")}
+    assert rank1 == {"rank1/key_averages.json", "rank1/key_averages.txt", "rank1/trace"}
+    ops = client.download_artifacts(run.info.run_id, "rank1/key_averages.json")
+    assert "c10d::allreduce_" in Path(ops).read_text()
+    # the run's own trace is rank 0's; the other ranks' stay out of a trace diff
+    profile = load_profile(trace_files(client, run, tmp_path / "download"))
+    assert profile.cycles == 1 and len(profile.steps) == 1
+    assert "ranks: 2, slowest median" in done.stdout
+    assert not any(alive(pid) for pid in rank_pids(done))
+
+
+def test_a_slowed_rank_is_the_one_the_others_wait_for(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_ranks(tmp_path, *FAULTY, "+workload.fault=slow", "+workload.rank=1", "+workload.slow_ms=20")
+    assert done.returncode == 0, done.stderr
+    (run,) = all_runs(tracking_uri)
+    metrics = run.data.metrics
+    assert run.data.tags[names.TAG_SLOWEST_RANK] == "1"
+    assert metrics[f"rank1/{names.RANK_COMPUTE_MS}"] > 15 > metrics[f"rank0/{names.RANK_COMPUTE_MS}"]
+    # in lock step both ranks take as long; rank 0 spends the difference waiting in the all-reduce
+    assert metrics[names.RANKS_STRAGGLER_RATIO] < 1.5
+    assert metrics[f"rank0/{names.RANK_COLLECTIVE_SHARE}"] > metrics[f"rank1/{names.RANK_COLLECTIVE_SHARE}"]
+    assert metrics[names.RANKS_COMPUTE_SPREAD] > 3
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [("raise", "rank 1 raised"), ("kill", "rank 1 died (exit code -9)")],
+)
+def test_a_failing_rank_fails_the_job_by_name_and_leaves_no_rank_behind(
+    tmp_path: Path, tracking_uri: str, fault: str, message: str
+) -> None:
+    done = run_ranks(tmp_path, *FAULTY, f"+workload.fault={fault}", "+workload.rank=1")
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr[-2000:]
+    (run,) = all_runs(tracking_uri)
+    assert run.info.status == "FAILED" and message in run.data.tags[names.TAG_ERROR]
+    pids = rank_pids(done)
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["measure.processes=2"], "measure.processes=2: with distributed.ranks=2 each rank times its steps"),
+        (["measure.copies=2"], "measure.copies=2 and distributed.ranks=2: choose one"),
+        (["distributed.timeout_s=0"], "distributed.timeout_s must be a number of seconds > 0, got 0"),
+    ],
+)
+def test_ranks_refuse_what_they_cannot_do_in_one_line(
+    tmp_path: Path, tracking_uri: str, args: list[str], message: str
+) -> None:
+    done = run_ranks(tmp_path, *TINY_DECODER, *args)
+    assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
+    assert all_runs(tracking_uri) == []
