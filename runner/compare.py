@@ -83,6 +83,16 @@ def _memory(run: Run) -> str:
     return _fmt(device, 1, " dev") if device is not None else _fmt(metric(run, names.PEAK_HOST_RSS_MB), 0, " host")
 
 
+def _ranks(run: Run) -> str:
+    """Ranks, straggler ratio, collective share and the slowest rank of a multi-rank job."""
+    count = metric(run, names.RANKS)
+    if count is None:
+        return "-"
+    ratio, share = metric(run, names.RANKS_STRAGGLER_RATIO), metric(run, names.RANKS_COLLECTIVE_SHARE)
+    slowest = run.data.tags.get(names.TAG_SLOWEST_RANK, "-")
+    return f"{count:.0f}: x{ratio or 0:.2f} max/median, {share or 0:.0%} collective, slowest {slowest}"
+
+
 def _cost(run: Run) -> str:
     price = price_per_hour(run)
     median = metric(run, names.STEP_MEDIAN_MS)
@@ -117,6 +127,8 @@ COLUMNS = [
     Column("roofline", lambda r: _fmt(_percent(metric(r, names.ROOFLINE_BANDWIDTH_FRACTION)), 1, "%")),
     Column("accuracy", lambda r: r.data.tags.get(names.TAG_ACCURACY, "-")),
     Column("overhead", lambda r: _fmt(metric(r, names.PROFILER_OVERHEAD_PCT), 1, "%")),
+    Column("ranks", _ranks),
+    Column("busbw GB/s", lambda r: _fmt(metric(r, names.COLLECTIVE_BUSBW_GBPS), 3)),
     Column("$/1M steps", _cost),
 ]
 

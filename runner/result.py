@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from runner import names
 from runner.backends.base import Backend, CaptureReport
@@ -50,6 +51,20 @@ class JobResult:
     warnings: list[str] = field(default_factory=list)
 
 
+def collective_bandwidth(workload: BuiltWorkload, step_ms: float) -> dict[str, float]:
+    """nccl-tests' algbw and busbw of a collective workload among several ranks; else nothing.
+
+    busbw scales algbw by 2(n-1)/n, the share of the data an all-reduce sends over each link,
+    so figures at different rank counts compare against the same link bandwidth.
+    """
+    collective_bytes = getattr(workload.eager, "collective_bytes", None)
+    if collective_bytes is None or not dist.is_initialized() or not step_ms:
+        return {}
+    ranks = dist.get_world_size()
+    algbw = collective_bytes(*workload.inputs) / (step_ms / 1000) / 1e9
+    return {names.COLLECTIVE_ALGBW_GBPS: algbw, names.COLLECTIVE_BUSBW_GBPS: algbw * 2 * (ranks - 1) / ranks}
+
+
 def derived_metrics(
     spec: RunSpec, workload: BuiltWorkload, backend: Backend, result: Measurement, peak: Peak | None
 ) -> tuple[dict[str, float], dict[str, Any]]:
@@ -76,6 +91,7 @@ def derived_metrics(
         accuracy, accuracy_tags = check_accuracy(workload.eager, workload.inputs, output, spec.workload.dtype)
         metrics.update(accuracy)
         tags.update(accuracy_tags)
+    metrics.update(collective_bandwidth(workload, metrics[names.STEP_MEDIAN_MS]))
     if not isinstance(workload.eager, CostModel):
         tags[names.TAG_ROOFLINE_PEAK] = "none: the workload declares no bytes/FLOPs model"
     elif peak is None:

@@ -88,6 +88,18 @@ def test_a_slowed_rank_is_the_one_the_others_wait_for(tmp_path: Path, tracking_u
     assert metrics[names.RANKS_COMPUTE_SPREAD] > 3
 
 
+def test_the_all_reduce_benchmark_reports_nccl_tests_bandwidths(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_ranks(tmp_path, "+workload=allreduce", "workload.megabytes=0.1", "workload.mode=forward")
+    assert done.returncode == 0, done.stderr
+    (run,) = all_runs(tracking_uri)
+    metrics = run.data.metrics
+    algbw, busbw = metrics[names.COLLECTIVE_ALGBW_GBPS], metrics[names.COLLECTIVE_BUSBW_GBPS]
+    assert algbw == pytest.approx(0.1e6 / (metrics[names.STEP_MEDIAN_MS] / 1000) / 1e9)
+    assert busbw == pytest.approx(algbw)  # 2(n-1)/n = 1 at two ranks
+    assert metrics[names.RANKS_COLLECTIVE_SHARE] > 0.5  # the step is the all-reduce, its wait included
+    assert "collective: algbw" in done.stdout
+
+
 @pytest.mark.parametrize(
     ("fault", "message"),
     [("raise", "rank 1 raised"), ("kill", "rank 1 died (exit code -9)")],

@@ -28,7 +28,12 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
             f"ranks: {m[names.RANKS]:.0f}, slowest median {m[names.RANKS_STEP_MEDIAN_MAX_MS]:.4f} ms/step "
             f"(straggler ratio {m[names.RANKS_STRAGGLER_RATIO]:.2f}); compute per step slowest over fastest rank "
             f"{m[names.RANKS_COMPUTE_SPREAD]:.2f}, slowest rank {tags[names.TAG_SLOWEST_RANK]}; collectives "
-            f"{m[names.RANKS_COLLECTIVE_SHARE]:.0%} of profiled self time (numbers above: rank 0)"
+            f"{m[names.RANKS_COLLECTIVE_SHARE]:.0%} of the profiled step (numbers above: rank 0)"
+        )
+    if names.COLLECTIVE_BUSBW_GBPS in m:
+        lines.append(
+            f"collective: algbw {m[names.COLLECTIVE_ALGBW_GBPS]:.3f} GB/s, "
+            f"busbw {m[names.COLLECTIVE_BUSBW_GBPS]:.3f} GB/s"
         )
     if names.TAG_ACCURACY in tags:
         lines.append(f"accuracy: {tags[names.TAG_ACCURACY]} ({tags.get(names.TAG_ACCURACY_DETAIL, '')})")
