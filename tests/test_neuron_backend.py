@@ -253,6 +253,24 @@ def test_the_core_scaling_study_runs_on_neuron(tmp_path: Path, tracking_uri: str
     assert report.startswith("rmsnorm_naive:") and "| 2 |" in report
 
 
+def test_ranks_each_own_a_neuron_core_and_their_own_capture(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(
+        tmp_path, "backend=neuron", "backend.cores=0-1", "distributed.ranks=2", "workload.mode=train_step",
+        "profiler=neuron_system",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = the_run(tracking_uri)
+    assert run.info.status == "FINISHED" and run.data.metrics[names.RANKS] == 2
+    events = calls(tmp_path)
+    assert sorted(e["visible_cores"] for e in events if e["event"] == "runtime_start") == ["0", "1"]
+    assert sorted(e["rank"] for e in events if e["event"] == "process_group") == [0, 1]
+    outputs = sorted(e["profile_output_dir"] for e in events if e["event"] == "NeuronConfig")
+    assert [Path(out).parts[-2:] for out in outputs] == [("rank0", "neuron_profile"), ("rank1", "neuron_profile")]
+    assert "rank1/neuron_profile" in {
+        info.path for info in mlflow.MlflowClient(tracking_uri).list_artifacts(run.info.run_id, "rank1")
+    }
+
+
 def test_parallel_launcher_refuses_a_single_jobs_pin(tmp_path: Path, tracking_uri: str) -> None:
     done = run_neuron(tmp_path, "-m", "workload.seed=0,1", "backend.cores=0-1", "hydra/launcher=parallel")
     assert done.returncode != 0 and "Traceback" not in done.stderr

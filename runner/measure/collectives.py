@@ -16,7 +16,7 @@ def all_ranks_agree(flag: bool, device: torch.device) -> bool:
     """True while any rank says true: phases whose length depends on the clock stay in step."""
     if not dist.is_initialized():
         return flag
-    vote = torch.tensor([int(flag)], device=device)
+    vote = torch.tensor([int(flag)]).to(device)
     dist.all_reduce(vote, op=dist.ReduceOp.MAX)
     return bool(vote.item())
 

@@ -42,7 +42,19 @@ def _record_steps() -> None:
     torch.profiler.profile.step = step  # type: ignore[method-assign]
 
 
+def _register_collectives() -> None:
+    """The "neuron" process-group backend torch-neuronx registers; here gloo, since tensors stay on the CPU."""
+    import torch.distributed as dist
+
+    def gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        record("process_group", backend="neuron", rank=rank, size=size)
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    dist.Backend.register_backend("neuron", gloo, devices=["cpu", "neuron"])
+
+
 torch.utils.rename_privateuse1_backend("neuron")
+_register_collectives()
 torch._register_device_module("neuron", neuron)
 _PlaceOnCpu().__enter__()
 _record_steps()
