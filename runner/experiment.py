@@ -170,6 +170,10 @@ def run_experiment(
             metrics, tags = cross_rank([result, *other_ranks])
             result.metrics.update(metrics)
             result.tags.update(tags)
+            from runner.report.plots import rank_steps
+
+            plot = rank_steps([r.step_ms for r in (result, *other_ranks)], job.output_dir / "plots" / "rank_steps.png")
+            run.log_artifacts(plot.parent, "plots")
         run.log_result(result, spec.tracking.max_artifact_mb)
         for rank, other in enumerate(other_ranks, 1):
             run.log_result(other, spec.tracking.max_artifact_mb, rank_folder(rank))

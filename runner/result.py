@@ -49,6 +49,8 @@ class JobResult:
     series: dict[str, list[float]] = field(default_factory=dict)
     # what the console shows as warnings under the summary
     warnings: list[str] = field(default_factory=list)
+    # every timed steady-state step in ms, in the order it ran (for the ranks' step plot)
+    step_ms: list[float] = field(default_factory=list)
 
 
 def collective_bandwidth(workload: BuiltWorkload, step_ms: float) -> dict[str, float]:
@@ -133,4 +135,5 @@ def collect_result(
         texts=dict(capture.texts),
         series={names.PROCESS_MEDIAN_MS: measurement.process_medians()},
         warnings=warnings,
+        step_ms=measurement.samples(),
     )

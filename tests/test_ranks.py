@@ -63,7 +63,8 @@ def test_a_data_parallel_train_step_runs_as_two_ranks(tmp_path: Path, tracking_u
     assert run.data.tags[names.TAG_ACCURACY] == "pass"  # the ranks' averaged steps keep the weights equal
     client = mlflow.MlflowClient(tracking_uri)
     top = {info.path for info in client.list_artifacts(run.info.run_id)}
-    assert {"key_averages.json", "trace", "rank1"} <= top
+    assert {"key_averages.json", "trace", "rank1", "plots"} <= top
+    assert [info.path for info in client.list_artifacts(run.info.run_id, "plots")] == ["plots/rank_steps.png"]
     rank1 = {info.path for info in client.list_artifacts(run.info.run_id, "rank1")}
     assert rank1 == {"rank1/key_averages.json", "rank1/key_averages.txt", "rank1/trace"}
     ops = client.download_artifacts(run.info.run_id, "rank1/key_averages.json")

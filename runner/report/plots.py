@@ -236,6 +236,21 @@ def core_scaling(curves: dict[str, list[ScalingPoint]], path: Path) -> Path:
     return _save(fig, path)
 
 
+def rank_steps(step_ms: list[list[float]], path: Path) -> Path:
+    """Each rank's timed steps in the order they ran, with its median: where the ranks part ways."""
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(step_ms))]
+    for rank, (samples, color) in enumerate(zip(step_ms, colors, strict=True)):
+        median = sorted(samples)[len(samples) // 2]
+        ax.plot(range(1, len(samples) + 1), samples, color=color, linewidth=0.8, label=f"rank {rank}")
+        ax.axhline(median, color=color, linestyle="--", linewidth=0.8)
+    ax.set_xlabel("timed step (steady state, in order)")
+    ax.set_ylabel("step time, ms (dashed: median)")
+    ax.set_title("Step time per rank")
+    ax.legend(loc="upper right")
+    return _save(fig, path)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
