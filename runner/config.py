@@ -212,6 +212,11 @@ class MeasureConfig:
     keep_freed_memory: bool = True
     # compare the output with the workload's float64 reference on CPU
     accuracy: bool = True
+    # compare every submodule's output with a float64 copy of the module on the CPU (same weights
+    # and inputs): a per-layer table, a plot, and the first layer over tolerance; off costs nothing
+    layer_accuracy: bool = False
+    # the submodules layer_accuracy compares, as named_modules() names them (e.g. layers.1.mlp); null: all
+    layers: list[str] | None = None
     # peak figures for the roofline: auto (by device) or an entry of conf/peaks.yaml
     peak: str = "auto"
 
@@ -224,6 +229,8 @@ class MeasureConfig:
             _at_least("measure.copies", self.copies, 1)
         if self.processes is not None:
             _at_least("measure.processes", self.processes, 0)
+        if self.layers is not None and not self.layer_accuracy:
+            raise ConfigError("measure.layers names layers to compare: it needs measure.layer_accuracy=true")
 
 
 @dataclass

@@ -25,12 +25,13 @@ from runner.config import ConfigError, JobInfo, RunSpec
 from runner.job import JobLife
 from runner.manifest import build_manifest
 from runner.measure.build import BuiltWorkload, build_workload
+from runner.measure.layers import check_layer_names
 from runner.measure.phases import measure
 from runner.measure.ranks import cross_rank, rank_folder, run_ranks
 from runner.measure.roofline import resolve_peak
 from runner.measure.workers import TimedCopies, steady_state_concurrently
 from runner.report.console import job_summary
-from runner.result import JobResult, collect_result
+from runner.result import LAYER_TABLE, JobResult, collect_result
 from runner.secrets import redact_tree
 from runner.sweep import config_hash
 from runner.tracking import finished_run_id, flatten, git_commit
@@ -78,6 +79,19 @@ def measure_job(
     return collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
 
 
+def job_plots(results: list[JobResult], folder: Path) -> Path | None:
+    """A job's own plots: the ranks' steps (several ranks), the error through the layers; None if neither."""
+    if len(results) == 1 and LAYER_TABLE not in results[0].tables:
+        return None
+    from runner.report import plots
+
+    if len(results) > 1:
+        plots.rank_steps([result.step_ms for result in results], folder / "rank_steps.png")
+    if LAYER_TABLE in results[0].tables:
+        plots.layer_errors(results[0].tables[LAYER_TABLE], folder / "layer_accuracy.png")
+    return folder
+
+
 def _rank_spec(spec: RunSpec) -> RunSpec:
     """The spec each rank runs: its own steps in its own process.
 
@@ -120,6 +134,8 @@ def prepare(
         slots = backend.concurrent_slots(spec.measure.copies) if spec.measure.copies is not None else None
         copies = steady_state_concurrently(spec, slots) if slots else None
         workload = build_workload(spec.workload, backend)
+        if spec.measure.layer_accuracy:
+            check_layer_names(workload.eager, spec.measure.layers)
         peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
         return backend, lambda: [measure_job(spec, job.output_dir, backend, workload, peak, copies)]
     except ConfigError:
@@ -170,11 +186,9 @@ def run_experiment(
             metrics, tags = cross_rank([result, *other_ranks])
             result.metrics.update(metrics)
             result.tags.update(tags)
-            from runner.report.plots import rank_steps
-
-            plot = rank_steps([r.step_ms for r in (result, *other_ranks)], job.output_dir / "plots" / "rank_steps.png")
-            run.log_artifacts(plot.parent, "plots")
         run.log_result(result, spec.tracking.max_artifact_mb)
+        if plots := job_plots([result, *other_ranks], job.output_dir / "plots"):
+            run.log_artifacts(plots, "plots")
         for rank, other in enumerate(other_ranks, 1):
             run.log_result(other, spec.tracking.max_artifact_mb, rank_folder(rank))
         # the whole job as this function sees it: job_s - measured_s is the runner's own cost

@@ -41,6 +41,8 @@ OPS_CALLS_PER_STEP = "ops/calls_per_step"
 OPS_TOP_SHARE = "ops/top_op_share"
 
 # --- metrics: memory, accuracy, roofline ---
+# measure.layer_accuracy: how many submodule outputs are over tolerance
+LAYERS_FAILING = "accuracy/layers_failing"
 PEAK_DEVICE_MB = "memory/peak_device_mb"
 PEAK_HOST_RSS_MB = "memory/peak_host_rss_mb"
 ACCURACY_MAX_ABS_ERR = "accuracy/max_abs_err"
@@ -107,6 +109,8 @@ TAG_SKIPPED_JOBS = "runner.skipped_jobs"
 TAG_REUSED_RUNS = "runner.reused_runs"
 
 # --- tags: accuracy and roofline ---
+# measure.layer_accuracy: the first submodule over tolerance ("none" when every layer passes)
+TAG_FIRST_FAILING_LAYER = "accuracy.first_failing_layer"
 TAG_ACCURACY = "accuracy.check"
 TAG_ACCURACY_DETAIL = "accuracy.detail"
 TAG_ROOFLINE_PEAK = "roofline.peak"

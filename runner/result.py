@@ -20,6 +20,7 @@ from runner.backends.peaks import Peak
 from runner.config import RunSpec
 from runner.measure.accuracy import check_accuracy, check_finite
 from runner.measure.build import BuiltWorkload
+from runner.measure.layers import first_failing, layer_errors, layer_table
 from runner.measure.optable import OpTable, self_time_by_op
 from runner.measure.phases import Measurement
 from runner.measure.roofline import roofline_metrics
@@ -27,6 +28,8 @@ from runner.measure.stability import ADVICE, instability_reasons
 from workloads.base import CostModel
 
 MIB = 2**20
+# the per-layer accuracy table's artifact
+LAYER_TABLE = "layer_accuracy.json"
 # A training step costs about three forwards: the backward computes gradients for both the
 # inputs and the weights (twice the forward's matmul FLOPs) and reads and writes as much again.
 TRAIN_COST_FACTOR = 3
@@ -51,6 +54,8 @@ class JobResult:
     warnings: list[str] = field(default_factory=list)
     # every timed steady-state step in ms, in the order it ran (for the ranks' step plot)
     step_ms: list[float] = field(default_factory=list)
+    # more MLflow tables: artifact file name -> columns (the per-layer accuracy)
+    tables: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
 
 def collective_bandwidth(workload: BuiltWorkload, step_ms: float) -> dict[str, float]:
@@ -126,6 +131,15 @@ def collect_result(
         )
     if tags.get(names.TAG_OUTPUT_FINITE, "true") != "true":
         warnings.append(f"the workload's output is not finite: {tags[names.TAG_OUTPUT_FINITE]}")
+    tables = {}
+    if spec.measure.layer_accuracy:
+        errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)
+        tables[LAYER_TABLE] = layer_table(errors)
+        failing = first_failing(errors)
+        tags[names.TAG_FIRST_FAILING_LAYER] = failing or "none"
+        metrics[names.LAYERS_FAILING] = float(sum(not error.passed for error in errors))
+        if failing:
+            warnings.append(f"layer accuracy: {failing} is the first layer over tolerance (see {LAYER_TABLE})")
     return JobResult(
         metrics=metrics,
         tags=tags,
@@ -136,4 +150,5 @@ def collect_result(
         series={names.PROCESS_MEDIAN_MS: measurement.process_medians()},
         warnings=warnings,
         step_ms=measurement.samples(),
+        tables=tables,
     )

@@ -219,6 +219,8 @@ class NullRun:
             self.log_series(result.series)
             self.set_tags(result.tags)
         self.log_table(result.table.columns(), f"{prefix}key_averages.json")
+        for name, columns in result.tables.items():
+            self.log_table(columns, prefix + name)
         self.log_text(result.printed_table, f"{prefix}key_averages.txt")
         for name, text in result.texts.items():
             self.log_text(text, prefix + name)

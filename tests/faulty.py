@@ -10,6 +10,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from workloads.blocks import SwiGLU
+from workloads.llama import DecoderStack
+
 
 class Faulty(nn.Module):
     """Behaves like an identity until its second call, then fails the way `fault` says.
@@ -41,3 +44,19 @@ class Faulty(nn.Module):
             if self.fault == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
         return x * float("nan") if self.fault == "nonfinite" else x * self.scale
+
+
+class DriftingSwiGLU(SwiGLU):
+    """A SwiGLU whose output is 0.1% off except in float64: a faulty kernel, seen from the reference."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)
+        return out if out.dtype == torch.float64 else out * 1.001
+
+
+class PerturbedStack(DecoderStack):
+    """A decoder stack whose layer `perturbed` has a drifting MLP, for the per-layer accuracy tests."""
+
+    def __init__(self, perturbed: int, **sizes: int) -> None:
+        super().__init__(**sizes)
+        self.layers[perturbed].mlp.__class__ = DriftingSwiGLU  # same weights, drifting forward

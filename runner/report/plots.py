@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -248,6 +249,28 @@ def rank_steps(step_ms: list[list[float]], path: Path) -> Path:
     ax.set_ylabel("step time, ms (dashed: median)")
     ax.set_title("Step time per rank")
     ax.legend(loc="upper right")
+    return _save(fig, path)
+
+
+def layer_errors(table: dict[str, list[Any]], path: Path) -> Path:
+    """Normwise relative error of each layer's output, in call order, against the tolerance."""
+    errors = [max(e, 1e-18) for e in table["max_rel_err"]]  # exact zeros still show on a log axis
+    passed = table["pass"]
+    fig, ax = plt.subplots(figsize=(max(8, 0.25 * len(errors) + 3), 5))
+    ax.plot(range(len(errors)), errors, color="#4c78a8", linewidth=0.8)
+    ax.scatter(range(len(errors)), errors, c=["#4c78a8" if ok else "#e45756" for ok in passed], s=14, zorder=3)
+    ax.axhline(table["tolerance"][0], color="#e45756", linestyle="--", linewidth=0.8, label="tolerance")
+    failing = next((i for i, ok in enumerate(passed) if not ok), None)
+    if failing is not None:
+        ax.annotate(f"first over: {table['layer'][failing]}", (failing, errors[failing]), xytext=(8, -14),
+                    textcoords="offset points", color="#e45756")  # fmt: skip
+    step = max(1, len(errors) // 30)  # a readable number of names on the axis
+    ax.set_xticks(range(0, len(errors), step), [table["layer"][i] for i in range(0, len(errors), step)],
+                  rotation=60, ha="right", fontsize=7)  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_ylabel("max |out - ref| / max |ref|")
+    ax.set_title("Error through the layers (float64 CPU reference, same weights and inputs)")
+    ax.legend(loc="upper left")
     return _save(fig, path)
 
 
