@@ -26,6 +26,8 @@ BACKENDS = ("auto", "cpu", "cuda", "neuron")
 NEURON_MODES = ("DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 MODES = ("forward", "train_step")
+# measure.mode: synchronized steps only, or also blocks of measure.inflight steps between synchronizes
+MEASURE_MODES = ("latency", "throughput")
 OPTIMIZERS = ("sgd", "adamw")
 CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
@@ -114,10 +116,18 @@ class BackendConfig:
     price_per_hour: float | None = None
     # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
     explorer_timeout_s: int = 1800
+    # neuron runtime queue: NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS before the runtime starts
+    # (0 = off); null leaves the environment's value
+    inflight_requests: int | None = None
+    # TORCH_NEURONX_ENABLE_ASYNC_NRT before torch-neuronx loads; null leaves it to the environment,
+    # else to torch-neuronx (documented default 0, the shipped package sets 1): the manifest says which
+    async_runtime: bool | None = None
 
     def __post_init__(self) -> None:
         _allowed("backend.name", self.name, BACKENDS)
         _at_least("backend.explorer_timeout_s", self.explorer_timeout_s, 1)
+        if self.inflight_requests is not None:
+            _at_least("backend.inflight_requests", self.inflight_requests, 0)
         if self.cores is not None:
             parse_core_range(self.cores, "backend.cores")
 
@@ -210,6 +220,11 @@ class MeasureConfig:
     # glibc keeps freed blocks up to 32 MiB for reuse, so no step pays page faults that depend
     # on what the process did before (runner.measure.host_memory); false: glibc's own modes
     keep_freed_memory: bool = True
+    # latency: synchronized steps; throughput: also blocks of `inflight` steps with one
+    # synchronize at the end (steps per second with the device's queue kept full)
+    mode: str = "latency"
+    # steps queued between synchronizes in throughput mode
+    inflight: int = 8
     # compare the output with the workload's float64 reference on CPU
     accuracy: bool = True
     # compare every submodule's output with a float64 copy of the module on the CPU (same weights
@@ -229,6 +244,8 @@ class MeasureConfig:
             _at_least("measure.copies", self.copies, 1)
         if self.processes is not None:
             _at_least("measure.processes", self.processes, 0)
+        _allowed("measure.mode", self.mode, MEASURE_MODES)
+        _at_least("measure.inflight", self.inflight, 1)
         if self.layers is not None and not self.layer_accuracy:
             raise ConfigError("measure.layers names layers to compare: it needs measure.layer_accuracy=true")
 

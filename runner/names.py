@@ -32,6 +32,12 @@ SCALING_COPIES = "scaling/copies"
 SCALING_THROUGHPUT = "scaling/throughput_per_s"
 COMPILE_NEFFS_NEW = "compile/neffs_new"
 
+# measure.mode=throughput: steps per second with measure.inflight steps queued per synchronize,
+# the median block's time, and that depth
+THROUGHPUT_STEPS_PER_S = "throughput/steps_per_s"
+THROUGHPUT_BLOCK_MS = "throughput/block_ms"
+THROUGHPUT_INFLIGHT = "throughput/inflight"
+
 # --- metrics: the op table ---
 CPU_SELF_TOTAL_MS = "cpu/self_total_ms"
 DEVICE_SELF_TOTAL_MS = "device/self_total_ms"

@@ -210,3 +210,15 @@ def test_non_finite_output_is_tagged_for_any_workload(tmp_path: Path) -> None:
     assert tags[names.TAG_OUTPUT_FINITE] == "false: 8 of 8 elements are NaN or infinite"
     _, _, tags = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=8")
     assert tags[names.TAG_OUTPUT_FINITE] == "true"
+
+
+def test_throughput_mode_queues_blocks_of_steps_beside_the_synchronized_latency(tmp_path: Path) -> None:
+    result, metrics, _ = run_phases(
+        tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.mode=throughput", "measure.inflight=4"
+    )
+    assert len(result.block_s) == 5  # measure=quick's 20 steps in blocks of 4
+    assert metrics[names.THROUGHPUT_INFLIGHT] == 4
+    assert metrics[names.THROUGHPUT_STEPS_PER_S] == pytest.approx(4 / (metrics[names.THROUGHPUT_BLOCK_MS] / 1000))
+    assert names.STEP_MEDIAN_MS in metrics  # the latency is still measured
+    _, latency_only, _ = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16")
+    assert names.THROUGHPUT_STEPS_PER_S not in latency_only

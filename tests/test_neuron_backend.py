@@ -271,6 +271,33 @@ def test_ranks_each_own_a_neuron_core_and_their_own_capture(tmp_path: Path, trac
     }
 
 
+def test_runtime_queue_settings_are_set_before_the_runtime_starts_and_recorded(
+    tmp_path: Path, tracking_uri: str
+) -> None:
+    done = run_neuron(tmp_path, "backend=neuron", "backend.inflight_requests=4", "backend.async_runtime=false",
+                      "measure.mode=throughput", "measure.inflight=4", "profiler=neuron_system")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (start,) = [e for e in calls(tmp_path) if e["event"] == "runtime_start"]
+    assert (start["async_nrt"], start["inflight_requests"]) == ("0", "4")
+    run = the_run(tracking_uri)
+    manifest = json.loads(Path(mlflow.MlflowClient(tracking_uri).download_artifacts(
+        run.info.run_id, "environment.json")).read_text())  # fmt: skip
+    assert manifest["device"]["neuron.env.TORCH_NEURONX_ENABLE_ASYNC_NRT"] == "0 (backend config)"
+    assert manifest["device"]["neuron.env.NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"] == "4 (backend config)"
+    assert run.data.metrics[names.THROUGHPUT_INFLIGHT] == 4 and run.data.metrics[names.THROUGHPUT_STEPS_PER_S] > 0
+    default = run_neuron(tmp_path / "default", "backend=neuron", "profiler=neuron_system")
+    assert default.returncode == 0, default.stderr
+    (start,) = [e for e in calls(tmp_path / "default") if e["event"] == "runtime_start"]
+    assert (start["async_nrt"], start["inflight_requests"]) == ("1", None)  # the package's own default
+    latest = max(all_runs(tracking_uri), key=lambda r: r.info.start_time)
+    manifest = json.loads(Path(mlflow.MlflowClient(tracking_uri).download_artifacts(
+        latest.info.run_id, "environment.json")).read_text())  # fmt: skip
+    assert manifest["device"]["neuron.env.TORCH_NEURONX_ENABLE_ASYNC_NRT"] == (
+        "1 (set by torch-neuronx at import; documented default 0)"
+    )
+    assert manifest["device"]["neuron.env.NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"] == "unset"
+
+
 def test_parallel_launcher_refuses_a_single_jobs_pin(tmp_path: Path, tracking_uri: str) -> None:
     done = run_neuron(tmp_path, "-m", "workload.seed=0,1", "backend.cores=0-1", "hydra/launcher=parallel")
     assert done.returncode != 0 and "Traceback" not in done.stderr

@@ -131,3 +131,20 @@ def test_a_failing_copy_fails_the_job_without_leaving_the_others_waiting() -> No
     ))  # fmt: skip
     with pytest.raises(WorkerFailed, match="RuntimeError: injected failure"):
         steady_state_concurrently(spec, [Slot("a"), Slot("b")])
+
+
+@pytest.mark.slow
+def test_the_queue_depth_study_plots_throughput_against_latency(tmp_path: Path, tracking_uri: str) -> None:
+    cmd = [
+        sys.executable, "-m", "runner", "-m", "+experiment=queue_depth", "backend=cpu", "measure=quick",
+        "measure.mode=throughput", "measure.inflight=1,4", "workload.hidden=16", "workload.seq_len=4",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    runs = all_runs(tracking_uri)
+    (parent,) = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
+    depths = sorted(r.data.metrics[names.THROUGHPUT_INFLIGHT] for r in runs if r is not parent)
+    assert depths == [1, 4]
+    plots = {info.path for info in mlflow.MlflowClient(tracking_uri).list_artifacts(parent.info.run_id, "plots")}
+    assert "plots/queue_depth.png" in plots

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # Env-var capture; it conflicts with torch.profiler capture, so the runner refuses to run with it.
 INSPECT_ENV = "NEURON_RT_INSPECT_ENABLE"
+# the runtime's queue: torch-neuronx's asynchronous runtime, and the requests it keeps in flight
+ASYNC_NRT_ENV = "TORCH_NEURONX_ENABLE_ASYNC_NRT"
+INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
@@ -125,6 +128,7 @@ class NeuronBackend(Backend):
                 f"{INSPECT_ENV}={os.environ[INSPECT_ENV]} is set: env-var capture conflicts with torch.profiler; "
                 "unset it (the runner configures capture through profiler.modes)"
             )
+        self.runtime_settings = self._set_runtime_queue(config)
         try:
             import torch_neuronx.profiling  # noqa: F401  (autoload registers torch.neuron; profiling is explicit)
         except ImportError:
@@ -136,6 +140,27 @@ class NeuronBackend(Backend):
             raise ConfigError("backend=neuron: torch-neuronx sees no NeuronCore on this machine")
         self.cores = self._pin_cores(config.cores)
         self.correlate_status = "unset"
+        # torch-neuronx may set its own default at import: say which value is in force, and whose
+        in_force = os.environ.get(ASYNC_NRT_ENV)
+        if self.runtime_settings[ASYNC_NRT_ENV] == "unset" and in_force is not None:
+            self.runtime_settings[ASYNC_NRT_ENV] = f"{in_force} (set by torch-neuronx at import; documented default 0)"
+
+    @staticmethod
+    def _set_runtime_queue(config: BackendConfig) -> dict[str, str]:
+        """backend.async_runtime and backend.inflight_requests into the environment, before torch-neuronx loads.
+
+        Returns each variable's value in force and where it came from, for the manifest.
+        """
+        settings = {}
+        for variable, value in ((ASYNC_NRT_ENV, config.async_runtime), (INFLIGHT_ENV, config.inflight_requests)):
+            if value is not None:
+                os.environ[variable] = str(int(value))
+                settings[variable] = f"{int(value)} (backend config)"
+            elif variable in os.environ:
+                settings[variable] = f"{os.environ[variable]} (environment)"
+            else:
+                settings[variable] = "unset"
+        return settings
 
     def worker_processes(self, requested: int | None) -> int:
         """Always the job's own process: it holds the NeuronCores.
@@ -305,4 +330,5 @@ class NeuronBackend(Backend):
             names.MANIFEST_NEURON_VISIBLE_CORES: os.environ.get(VISIBLE_CORES_ENV),
             "neuron.instance_type": instance_type(),
             "neuron.driver": driver,
+            **{f"neuron.env.{variable}": value for variable, value in self.runtime_settings.items()},
         }

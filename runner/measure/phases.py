@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch.profiler import ProfilerAction
@@ -62,6 +62,9 @@ class Measurement:
     # seconds from the first copy's first timed step to the last copy's last: what their
     # throughput is measured over (per-step medians would hide time-slicing between copies)
     copies_window_s: float | None = None
+    # measure.mode=throughput: seconds per block of `inflight` steps between synchronizes
+    block_s: list[float] = field(default_factory=list)
+    inflight: int = 0
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
@@ -82,6 +85,11 @@ class Measurement:
         if self.copies is not None and self.copies_window_s:
             metrics[names.SCALING_COPIES] = float(self.copies)
             metrics[names.SCALING_THROUGHPUT] = len(self.samples()) / self.copies_window_s
+        if self.block_s:
+            block = statistics.median(self.block_s)
+            metrics[names.THROUGHPUT_STEPS_PER_S] = self.inflight / block
+            metrics[names.THROUGHPUT_BLOCK_MS] = block * 1000
+            metrics[names.THROUGHPUT_INFLIGHT] = float(self.inflight)
         metrics[names.COMPILE_GRAPHS] = float(self.compile_graphs)
         metrics[names.MEASURED_S] = self.measured_s
         return {**metrics, **summary_metrics(self.table)}
@@ -156,6 +164,26 @@ def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> li
     return repeats
 
 
+def queued_blocks(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[float]:
+    """Seconds per block of `measure.inflight` steps queued back to back, one synchronize at the end.
+
+    Enough blocks for `measure.steps` steps (at least three): the device's queue stays full, so
+    the steps per second are what a pipeline gets, while a synchronized step gives its latency.
+    """
+    blocks = max(3, spec.measure.steps // spec.measure.inflight)
+    progress = Progress(f"throughput ({spec.measure.inflight} steps in flight)", blocks)
+    seconds = []
+    for block in range(1, blocks + 1):
+        backend.synchronize()
+        start = time.perf_counter()
+        for _ in range(spec.measure.inflight):
+            workload.step()
+        backend.synchronize()
+        seconds.append(time.perf_counter() - start)
+        progress.step(block)
+    return seconds
+
+
 def profiled_window(
     workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path
 ) -> tuple[OpTable, str, str, list[float]]:
@@ -204,6 +232,8 @@ def measure(
         step_ms = steady_state_in_processes(spec, processes)
     else:
         step_ms = [steady_state(workload, backend, spec)]
+    throughput = spec.measure.mode == "throughput"
+    block_s = queued_blocks(workload, backend, spec) if throughput else []
     table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
     return Measurement(
         first_call_s=first_call_s,
@@ -216,4 +246,6 @@ def measure(
         measured_s=time.perf_counter() - started,
         copies=len(copies.step_ms) if copies else None,
         copies_window_s=copies.window_s if copies else None,
+        block_s=block_s,
+        inflight=spec.measure.inflight if throughput else 0,
     )

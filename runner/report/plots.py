@@ -24,6 +24,7 @@ from runner.report.reader import (  # noqa: E402
     op_table,
     per_op,
     price_per_hour,
+    variant,
 )
 from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves  # noqa: E402
 
@@ -252,6 +253,37 @@ def rank_steps(step_ms: list[list[float]], path: Path) -> Path:
     return _save(fig, path)
 
 
+def queue_curves(runs: list[Run]) -> dict[str, list[Run]]:
+    """Per variant with throughput runs at two queue depths or more, its runs by depth."""
+    by_variant: dict[str, list[Run]] = {}
+    for run in runs:
+        if metric(run, names.THROUGHPUT_INFLIGHT) is not None and metric(run, names.THROUGHPUT_STEPS_PER_S):
+            by_variant.setdefault(variant(run), []).append(run)
+    return {
+        name: sorted(found, key=lambda r: metric(r, names.THROUGHPUT_INFLIGHT) or 0)
+        for name, found in by_variant.items()
+        if len({metric(r, names.THROUGHPUT_INFLIGHT) for r in found}) >= 2
+    }
+
+
+def queue_depth(curves: dict[str, list[Run]], path: Path) -> Path:
+    """Steps per second against the wait for a block's results, one point per queue depth."""
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for name, found in curves.items():
+        latency = [metric(r, names.THROUGHPUT_BLOCK_MS) or 0.0 for r in found]
+        rate = [metric(r, names.THROUGHPUT_STEPS_PER_S) or 0.0 for r in found]
+        (line,) = ax.plot(latency, rate, marker="o", label=name)
+        for run, x, y in zip(found, latency, rate, strict=True):
+            depth = metric(run, names.THROUGHPUT_INFLIGHT) or 0
+            ax.annotate(f"{depth:.0f}", (x, y), xytext=(4, 4), textcoords="offset points", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("wait for a block's results, ms (steps queued per synchronize at each point)")
+    ax.set_ylabel("steps per second")
+    ax.set_title("Queue depth: throughput against latency")
+    ax.legend(loc="best")
+    return _save(fig, path)
+
+
 def layer_errors(table: dict[str, list[Any]], path: Path) -> Path:
     """Normwise relative error of each layer's output, in call order, against the tolerance."""
     errors = [max(e, 1e-18) for e in table["max_rel_err"]]  # exact zeros still show on a log axis
@@ -288,7 +320,8 @@ def write_plots(
     """Write step_time.png, op_breakdown.png, roofline.png, and the study plots where they apply.
 
     cost_frontier.png needs runs with backend.price_per_hour, shape_curves.png a variant run at
-    three sizes or more, core_scaling.png a variant run with measure.copies 1 and more.
+    three sizes or more, core_scaling.png a variant run with measure.copies 1 and more,
+    queue_depth.png a variant run in throughput mode at two queue depths or more.
     `found`: the shape curves' crossovers, when the caller has them already (they read every
     run's per-process medians from the store).
     """
@@ -305,4 +338,6 @@ def write_plots(
         written.append(shape_curves(curves, found, out / "shape_curves.png"))
     if scaling := scaling_curves(runs):
         written.append(core_scaling(scaling, out / "core_scaling.png"))
+    if queues := queue_curves(runs):
+        written.append(queue_depth(queues, out / "queue_depth.png"))
     return written

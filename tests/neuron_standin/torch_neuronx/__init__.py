@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -53,6 +54,8 @@ def _register_collectives() -> None:
     dist.Backend.register_backend("neuron", gloo, devices=["cpu", "neuron"])
 
 
+# what the shipped package does, though its documentation gives 0 as the default
+os.environ.setdefault("TORCH_NEURONX_ENABLE_ASYNC_NRT", "1")
 torch.utils.rename_privateuse1_backend("neuron")
 _register_collectives()
 torch._register_device_module("neuron", neuron)

@@ -161,7 +161,13 @@ def start_runtime() -> None:
     _owned[:] = cores
     _runtime_started = True
     atexit.register(_release_claims)
-    record("runtime_start", visible_cores=visible, cores=cores)
+    record(
+        "runtime_start",
+        visible_cores=visible,
+        cores=cores,
+        async_nrt=os.environ.get("TORCH_NEURONX_ENABLE_ASYNC_NRT"),
+        inflight_requests=os.environ.get("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"),
+    )
 
 
 def owned_cores() -> list[int]:
