@@ -28,6 +28,8 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 MODES = ("forward", "train_step")
 # measure.mode: synchronized steps only, or also blocks of measure.inflight steps between synchronizes
 MEASURE_MODES = ("latency", "throughput")
+# measure.compile_cache: the state the job's compile caches start in
+CACHE_STATES = ("cold", "warm")
 OPTIMIZERS = ("sgd", "adamw")
 CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
@@ -225,6 +227,10 @@ class MeasureConfig:
     mode: str = "latency"
     # steps queued between synchronizes in throughput mode
     inflight: int = 8
+    # cold: the job's compile caches (torch's and the NEFF cache) start empty in compile_cache_dir,
+    # which must be fresh; warm: they start as a cold job left them there; null: the user's own
+    compile_cache: str | None = None
+    compile_cache_dir: str | None = None
     # compare the output with the workload's float64 reference on CPU
     accuracy: bool = True
     # compare every submodule's output with a float64 copy of the module on the CPU (same weights
@@ -245,6 +251,12 @@ class MeasureConfig:
         if self.processes is not None:
             _at_least("measure.processes", self.processes, 0)
         _allowed("measure.mode", self.mode, MEASURE_MODES)
+        if self.compile_cache is not None:
+            _allowed("measure.compile_cache", self.compile_cache, CACHE_STATES)
+        if (self.compile_cache is None) != (self.compile_cache_dir is None):
+            raise ConfigError(
+                "measure.compile_cache (cold or warm) and measure.compile_cache_dir (the cache's folder) go together"
+            )
         _at_least("measure.inflight", self.inflight, 1)
         if self.layers is not None and not self.layer_accuracy:
             raise ConfigError("measure.layers names layers to compare: it needs measure.layer_accuracy=true")

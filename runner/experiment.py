@@ -25,6 +25,7 @@ from runner.config import ConfigError, JobInfo, RunSpec
 from runner.job import JobLife
 from runner.manifest import build_manifest
 from runner.measure.build import BuiltWorkload, build_workload
+from runner.measure.compile_cache import cache_report, use_compile_cache
 from runner.measure.layers import check_layer_names
 from runner.measure.phases import measure
 from runner.measure.ranks import cross_rank, rank_folder, run_ranks
@@ -76,7 +77,11 @@ def measure_job(
     capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
     if neffs_before is not None:
         capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
-    return collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
+    result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
+    metrics, tags = cache_report(spec)
+    result.metrics.update(metrics)
+    result.tags.update(tags)
+    return result
 
 
 def job_plots(results: list[JobResult], folder: Path) -> Path | None:
@@ -125,6 +130,7 @@ def prepare(
         ConfigError: the config cannot run here; the message names the key.
     """
     try:
+        use_compile_cache(spec)  # before the backend loads its libraries, and before anything compiles
         backend = make_backend(spec.backend)
         if spec.distributed.ranks > 1:
             rank_spec = _rank_spec(spec)

@@ -38,6 +38,10 @@ THROUGHPUT_STEPS_PER_S = "throughput/steps_per_s"
 THROUGHPUT_BLOCK_MS = "throughput/block_ms"
 THROUGHPUT_INFLIGHT = "throughput/inflight"
 
+# measure.compile_cache: torch's compile-cache lookups in the job (FX graphs and AOT autograd)
+COMPILE_CACHE_HITS = "compile/cache_hits"
+COMPILE_CACHE_MISSES = "compile/cache_misses"
+
 # --- metrics: the op table ---
 CPU_SELF_TOTAL_MS = "cpu/self_total_ms"
 DEVICE_SELF_TOTAL_MS = "device/self_total_ms"
@@ -113,6 +117,10 @@ TAG_FAILED_JOBS = "runner.failed_jobs"
 TAG_SKIPPED_JOBS = "runner.skipped_jobs"
 # comma-separated ids of the FINISHED runs that the sweep's skipped jobs reused
 TAG_REUSED_RUNS = "runner.reused_runs"
+
+# measure.compile_cache: cold or warm, and the cache's folder
+TAG_COMPILE_CACHE = "compile.cache"
+TAG_COMPILE_CACHE_DIR = "compile.cache_dir"
 
 # --- tags: accuracy and roofline ---
 # measure.layer_accuracy: the first submodule over tolerance ("none" when every layer passes)

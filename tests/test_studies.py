@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,11 @@ import pytest
 from mlflow.entities import Run
 
 from runner import names
+from runner.config import ConfigError, RunSpec, load_run_spec
+from runner.measure.compile_cache import CACHE_FOLDERS, use_compile_cache
 from runner.report.curves import Crossover, crossover_report, crossovers, size_curves
 from runner.report.scaling import contention_onset, scaling_curves, scaling_report
-from tests.conftest import REPO, all_runs
+from tests.conftest import REPO, all_runs, compose_cfg
 
 
 def logged_run(
@@ -148,3 +151,44 @@ def test_the_queue_depth_study_plots_throughput_against_latency(tmp_path: Path, 
     assert depths == [1, 4]
     plots = {info.path for info in mlflow.MlflowClient(tracking_uri).list_artifacts(parent.info.run_id, "plots")}
     assert "plots/queue_depth.png" in plots
+
+
+def cache_spec(state: str, folder: Path, *extra: str) -> RunSpec:
+    return load_run_spec(compose_cfg(
+        "+workload=rmsnorm_compiled", f"measure.compile_cache={state}", f"measure.compile_cache_dir={folder}", *extra
+    ))  # fmt: skip
+
+
+def test_a_cold_cache_must_be_fresh_and_a_warm_one_filled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in CACHE_FOLDERS.values():  # restored after the test: use_compile_cache sets them
+        monkeypatch.setenv(variable, "unchanged")
+    with pytest.raises(ConfigError, match=r"measure.compile_cache=warm: measure.compile_cache_dir=.* is empty"):
+        use_compile_cache(cache_spec("warm", tmp_path / "cache"))
+    use_compile_cache(cache_spec("cold", tmp_path / "cache"))
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
+    with pytest.raises(ConfigError, match=r"measure.compile_cache=cold: .* already holds a cache; give a fresh"):
+        use_compile_cache(cache_spec("cold", tmp_path / "cache"))
+    with pytest.raises(ConfigError, match=r"leave backend.neff_cache_dir unset"):
+        use_compile_cache(cache_spec("warm", tmp_path / "cache", "backend.neff_cache_dir=/tmp/x"))
+    with pytest.raises(ConfigError, match=r"measure.compile_cache \(cold or warm\) and measure.compile_cache_dir"):
+        load_run_spec(compose_cfg("+workload=rmsnorm_compiled", "measure.compile_cache=cold"))
+
+
+@pytest.mark.slow
+def test_the_compile_cache_study_hits_the_cache_the_cold_job_filled(tmp_path: Path, tracking_uri: str) -> None:
+    user_cache = tmp_path / "users_own_cache"
+    user_cache.mkdir()
+    cmd = [
+        sys.executable, "-m", "runner", "-m", "+experiment=compile_cache", "backend=cpu", "measure=quick",
+        "workload.hidden=16", "workload.seq_len=4", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]  # fmt: skip
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(user_cache)}
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    jobs = {r.data.tags.get(names.TAG_COMPILE_CACHE): r for r in all_runs(tracking_uri)}
+    cold, warm = jobs["cold"].data.metrics, jobs["warm"].data.metrics
+    assert cold[names.COMPILE_CACHE_MISSES] >= 1 and cold[names.COMPILE_CACHE_HITS] == 0
+    assert warm[names.COMPILE_CACHE_HITS] >= 1 and warm[names.COMPILE_CACHE_MISSES] == 0
+    assert cold[names.FIRST_CALL_S] > 0 and warm[names.FIRST_CALL_S] > 0
+    assert not any(user_cache.iterdir())  # the user's own cache is neither read nor written
+    assert any((tmp_path / "sweep" / "compile_cache" / "inductor").iterdir())
