@@ -99,7 +99,7 @@ def test_processes_pinned_to_their_own_cores_both_start(tmp_path: Path) -> None:
         done = python(tmp_path, START, "1")
         assert done.returncode == 0, done.stderr
     (start,) = [e for e in events(tmp_path, "1") if e["event"] == "runtime_start"]
-    assert start == {"event": "runtime_start", "visible_cores": "1", "cores": [1]}
+    assert (start["visible_cores"], start["cores"]) == ("1", [1])
 
 
 def test_unpinned_processes_collide(tmp_path: Path) -> None:
