@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Run
+from mlflow.entities import Run, RunTag
 from mlflow.exceptions import MlflowException
 
 from runner import names
 from runner.config import TrackingConfig
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
 from runner.report.curves import crossover_report, crossovers, size_curves
+from runner.report.links import comparison_links, describe_links, ui_for
 from runner.report.reader import (
     dollars_per_million_steps,
     find_sweep,
@@ -51,6 +52,7 @@ from runner.store import sqlite_path
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
 DEFAULT_URI = TrackingConfig.uri
 FORMATS = ("table", "markdown", "csv", "json")
+SPEEDUP = "speedup (95% CI)"
 
 
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
@@ -179,7 +181,7 @@ def comparison_rows(
         row.update({c.header: str(c.value(run)) for c in COLUMNS})
         if is_reused(run, parent):
             row["status"] += " (reused)"
-        row["speedup (95% CI)"] = speedup(run, baseline, samples)
+        row[SPEEDUP] = speedup(run, baseline, samples)
         row["run id"] = run.info.run_id
         rows.append(row)
     return rows
@@ -267,17 +269,23 @@ def pick_baseline(runs: list[Run], key: str | None) -> Run | None:
 
 
 def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
-    """Log the comparison of a sweep's jobs to its parent run; return the terminal table.
+    """Log the comparison of a sweep's jobs to its parent run; return the terminal table and UI links.
 
-    The parent gets `comparison.json` (an MLflow table), `comparison.md` and `plots/*.png`.
+    The parent gets `comparison.json` (an MLflow table), `comparison.md`, `plots/*.png` and the
+    links as tags; each job gets its speedup and baseline as tags, for the runs table's columns
+    (a job that a later sweep reuses carries that sweep's).
     """
     runs = sweep_children(client, parent.info.experiment_id, parent)
-    rows = comparison_rows(client, runs, pick_baseline(runs, None), parent)
-    if not rows:
+    if not runs:
         return "no job runs to compare"
+    baseline = runs[0]  # as pick_baseline chooses without --baseline
+    rows = comparison_rows(client, runs, baseline, parent)
     run_id = parent.info.run_id
     client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file="comparison.json")
     client.log_text(run_id, render(rows, "markdown") + "\n", "comparison.md")
+    for row in rows:
+        speedup_tags = {names.TAG_COMPARE_SPEEDUP: row[SPEEDUP], names.TAG_COMPARE_BASELINE: label(baseline)}
+        client.log_batch(row["run id"], tags=[RunTag(k, v) for k, v in speedup_tags.items()])
     from runner.report.plots import write_plots
 
     curves = size_curves(runs)
@@ -293,7 +301,18 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
         report = scaling_report(scaling)
         client.log_text(run_id, report + "\n", "scaling.md")
         table += "\n\n" + report
-    return table
+    return table + "\n\n" + ui_links(client, runs, parent)
+
+
+def ui_links(client: MlflowClient, runs: list[Run], parent: Run | None) -> str:
+    """Links to the runs in MLflow's runs table and compare view; tagged on the sweep's parent, if any."""
+    ui = ui_for(client.tracking_uri)
+    experiment_id = runs[0].info.experiment_id
+    parent_id = parent.info.run_id if parent is not None else None
+    links = comparison_links(ui, client, experiment_id, [run.info.run_id for run in runs], parent_id)
+    if parent_id is not None:
+        client.log_batch(parent_id, tags=[RunTag(key, link) for key, link in links.items()])
+    return describe_links(ui, links)
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -429,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     if diff is not None and args.format != "json":
         print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
         print(render(diff, args.format))
+    if args.format == "table":  # the other formats are data for other programs
+        print(f"\n{ui_links(client, runs, parent)}")
     if args.plots:
         from runner.report.plots import write_plots
 

@@ -114,6 +114,11 @@ def _rank_spec(spec: RunSpec) -> RunSpec:
     return replace(spec, measure=replace(spec.measure, processes=0))
 
 
+def job_params(published_config: dict[str, Any], job: JobInfo) -> dict[str, Any]:
+    """The composed config as MLflow params, with the workload's short option name beside its `_target_`."""
+    return {**flatten(published_config), names.PARAM_WORKLOAD_OPTION: job.workload_name}
+
+
 def prepare(
     spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str
 ) -> tuple[Backend, Callable[[], list[JobResult]]]:
@@ -148,7 +153,7 @@ def prepare(
         raise
     except Exception:
         with life.run(spec.tracking) as run:
-            run.log_params(flatten(published_config))
+            run.log_params(job_params(published_config, job))
             run.set_tags({names.TAG_CONFIG_HASH: digest, names.TAG_WORKLOAD: job.workload_name})
             raise
 
@@ -181,7 +186,7 @@ def run_experiment(
     placement = backend.placement() if ranks == 1 else f"{ranks} ranks, each on its own share of the machine"
     log.info("%s on %s (%s)", job.run_name, backend.name, placement)
     with life.run(spec.tracking) as run:
-        run.log_params(flatten(published_config))
+        run.log_params(job_params(published_config, job))
         run.set_tags({**run_tags(spec, job, backend, manifest), names.TAG_CONFIG_HASH: digest})
         run.log_text(json.dumps(manifest, indent=2), "environment.json")
         run.log_text(OmegaConf.to_yaml(published_config), "config_resolved.yaml")

@@ -117,6 +117,19 @@ TAG_FAILED_JOBS = "runner.failed_jobs"
 TAG_SKIPPED_JOBS = "runner.skipped_jobs"
 # comma-separated ids of the FINISHED runs that the sweep's skipped jobs reused
 TAG_REUSED_RUNS = "runner.reused_runs"
+# links into the MLflow UI: the sweep's runs in the runs table (filtered, key columns first), and compared
+TAG_UI_RUNS_TABLE = "runner.ui.runs_table"
+TAG_UI_COMPARE = "runner.ui.compare"
+
+# --- tags: each job of a sweep, from the sweep's comparison ---
+# the speedup column as the sweep's comparison printed it, and the run it is against
+TAG_COMPARE_SPEEDUP = "compare.speedup"
+TAG_COMPARE_BASELINE = "compare.baseline"
+
+# --- params beside the composed config ---
+# the workload's option name (rmsnorm_naive): MLflow's parallel coordinates cut values to 10 characters,
+# which leaves "workloads." of every _target_
+PARAM_WORKLOAD_OPTION = "workload._option_"
 
 # measure.compile_cache: cold or warm, and the cache's folder
 TAG_COMPILE_CACHE = "compile.cache"

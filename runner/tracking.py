@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 from runner import names
 from runner.config import TrackingConfig
@@ -315,12 +314,14 @@ class MlflowRun(NullRun):
 
     def describe(self) -> str:
         """Where to find the run, and how to open it (credentials masked)."""
-        uri = redact(self.tracking.uri)
-        page = f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
-        where = f"MLflow run {self.run_id} in experiment '{self.tracking.experiment}' at {uri}\n"
-        if urlsplit(uri).scheme in ("http", "https"):  # a tracking server serves the UI itself
-            return f"{where}  open it: {uri.rstrip('/')}/{page}"
-        return f"{where}  open it: mlflow ui --backend-store-uri {uri}\n  then:    http://127.0.0.1:5000/{page}"
+        from runner.report.links import run_page, ui_for
+
+        ui = ui_for(self.tracking.uri)
+        where = f"MLflow run {self.run_id} in experiment '{self.tracking.experiment}' at {redact(self.tracking.uri)}\n"
+        page = run_page(ui, self.experiment_id, str(self.run_id))
+        if not ui.start:  # a tracking server serves the UI itself
+            return f"{where}  open it: {page}"
+        return f"{where}  open it: {ui.start}\n  then:    {page}"
 
 
 @contextmanager

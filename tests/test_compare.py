@@ -6,10 +6,10 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +18,9 @@ import pytest
 from mlflow.entities import Run
 
 from runner import names
-from runner.compare import comparison_rows, render
+from runner.compare import SPEEDUP, comparison_rows, render
 from runner.measure.stats import mann_whitney_p
+from runner.report.links import LOCAL_UI
 from runner.report.plots import roof
 from tests.conftest import REPO, all_runs, serve_mlflow
 
@@ -87,7 +88,11 @@ def test_sweep_prints_the_table_and_logs_it_to_the_parent(study: Study) -> None:
     for name, run in study.children.items():
         assert by_name[name]["median ms ± IQR"].startswith(median_text(run))
         assert by_name[name]["accuracy"] == "pass"
-    assert by_name["rmsnorm_naive"]["speedup (95% CI)"] == "baseline"
+    assert by_name["rmsnorm_naive"][SPEEDUP] == "baseline"
+    for name, run in study.children.items():  # the runs table's columns: each job's speedup and short name
+        assert run.data.tags[names.TAG_COMPARE_SPEEDUP] == by_name[name][SPEEDUP]
+        assert run.data.tags[names.TAG_COMPARE_BASELINE] == study.children["rmsnorm_naive"].info.run_name
+        assert run.data.params[names.PARAM_WORKLOAD_OPTION] == name
     markdown = Path(study.client.download_artifacts(parent_id, "comparison.md")).read_text()
     assert markdown.startswith("| rank | run | status |") and markdown.count("\n") == 5  # header, rule, 3 runs
     assert sorted(row["rank"] for row in rows) == ["1", "2", "3"]
@@ -144,25 +149,52 @@ def ui(study: Study, tmp_path: Path) -> Iterator[str]:
 
 
 def chromium(url: str, *args: str) -> str:
+    """What headless Chromium makes of the page; wide, so the runs table renders all its key columns."""
     cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
-           "--window-size=1400,1600", *args, url]  # fmt: skip
+           "--window-size=1900,1200", *args, url]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+
+
+def page_text(dom: str) -> str:
+    """The page's text without its markup, as a reader sees it."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+
+
+def printed_links(output: str) -> dict[str, str]:
+    """The runs-table and compare-view links a sweep or `runner.compare` printed last."""
+    found = {}
+    for line in output.splitlines():
+        for title, key in (("runs table:", names.TAG_UI_RUNS_TABLE), ("compare view:", names.TAG_UI_COMPARE)):
+            if line.strip().startswith(title):
+                found[key] = line.split(title, 1)[1].strip()
+    return found
 
 
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (installed by .ci/run)")
-def test_mlflow_ui_shows_the_sweep_in_a_real_browser(study: Study, ui: str, tmp_path: Path) -> None:
-    experiment = study.parent.info.experiment_id
-    parent_page = chromium(f"{ui}/#/experiments/{experiment}/runs/{study.parent.info.run_id}", "--dump-dom")
-    for name in VARIANTS:
-        assert name in parent_page, f"{name} missing from the parent run page"
-    ids = urllib.parse.quote(json.dumps([r.info.run_id for r in study.children.values()]))
-    compare = f"{ui}/#/compare-runs?runs={ids}&experiments=" + urllib.parse.quote(json.dumps([experiment]))
-    page = chromium(compare, "--dump-dom")
-    assert all(name in page for name in VARIANTS) and names.STEP_MEDIAN_MS in page
-    shot = tmp_path / "compare.png"
-    chromium(compare, f"--screenshot={shot}")
+def test_printed_links_open_the_sweeps_runs_in_a_real_browser(study: Study, ui: str, tmp_path: Path) -> None:
+    # the sweep logged to a SQLite store: its links are for `mlflow ui` (on port 5000), served here elsewhere
+    links = printed_links(study.done.stdout)
+    assert f"start it: mlflow ui --backend-store-uri {study.uri}" in study.done.stdout
+    parent = study.client.get_run(study.parent.info.run_id)
+    assert links == {key: parent.data.tags[key] for key in links} and len(links) == 2
+    runs_table = links[names.TAG_UI_RUNS_TABLE].replace(LOCAL_UI, ui)
+    table_page = page_text(chromium(runs_table, "--dump-dom"))
+    assert all(name in table_page for name in VARIANTS), "the runs table misses a job of the sweep"
+    assert " 3 matching runs" in table_page and "sweep " not in table_page  # the jobs, not the parent
+    for column in (names.STEP_MEDIAN_MS, names.TAG_COMPARE_SPEEDUP, names.TAG_TIMING_STABLE, names.TAG_ACCURACY):
+        assert column in table_page, f"the runs table does not show {column}"
+    compare = links[names.TAG_UI_COMPARE].replace(LOCAL_UI, ui)
+    compare_page = chromium(compare, "--dump-dom")
+    assert all(name in compare_page for name in VARIANTS) and names.STEP_MEDIAN_MS in compare_page
+    assert names.PARAM_WORKLOAD_OPTION in compare_page  # the short name among the parallel coordinates' axes
+    # runner.compare pointed at the server prints links to that server itself
+    served = printed_links(study.compare("--uri", ui).stdout)
+    assert served[names.TAG_UI_RUNS_TABLE].startswith(f"{ui}/#/experiments/")
+    assert served[names.TAG_UI_COMPARE] == compare
+    shot = tmp_path / "runs_table.png"
+    chromium(runs_table, f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000
 
 

@@ -122,6 +122,8 @@ def test_a_password_in_the_tracking_uri_is_published_nowhere(tmp_path: Path) -> 
     assert "alice:***@" in published  # masked, not dropped: the user can still tell which server
     terminal = sweep.stdout + sweep.stderr + single.stdout + single.stderr
     assert "alice:***@" in terminal
+    # links into the UI are for the server itself: no user, no password
+    assert f"runs table:   {url}/#/experiments/" in sweep.stdout and f"open it: {url}/#/experiments/" in single.stdout
     for where, text in [("store", published), ("artifacts", every_text(tmp_path / "dl")),
                         ("output folders", every_text(tmp_path / "out")), ("terminal", terminal)]:  # fmt: skip
         assert PASSWORD not in text, f"the password reached the {where}"

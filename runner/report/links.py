@@ -1,0 +1,106 @@
+"""Links into the MLflow UI that land where a user wants to be: a run, or a comparison's runs.
+
+The runs table opens through MLflow's own shared views (what its "Share" button writes): an
+experiment tag `mlflow.sharedViewState.<key>` holds the table's filter, sort order and columns,
+and `?viewStateShareKey=<key>` in the link applies them. MLflow offers no other way for a client
+to choose the columns a user first sees. The compare view takes its runs from the link alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urlsplit
+
+from runner import names
+from runner.secrets import redact
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+# where `mlflow ui` serves when given no --host/--port
+LOCAL_UI = "http://127.0.0.1:5000"
+SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+# the comparison's key columns, first in the runs table: MLflow's column id (type.`key`) and a
+# width in pixels that shows the whole value (MLflow's default width cuts a metric to ten characters)
+KEY_COLUMNS = {
+    f"metrics.`{names.STEP_MEDIAN_MS}`": 160,
+    f"metrics.`{names.STEP_P10_MS}`": 140,
+    f"metrics.`{names.STEP_P90_MS}`": 140,
+    f"tags.`{names.TAG_COMPARE_SPEEDUP}`": 240,
+    f"tags.`{names.TAG_TIMING_STABLE}`": 110,
+    f"tags.`{names.TAG_ACCURACY}`": 120,
+}
+
+
+@dataclass(frozen=True)
+class Ui:
+    """Where the UI for a tracking URI is served, and how to start it when nothing serves it yet."""
+
+    base: str
+    # the command that serves a local store's UI; empty for a tracking server, which serves its own
+    start: str
+
+
+def ui_for(tracking_uri: str) -> Ui:
+    """The UI of a tracking URI: a server's own address without credentials or query, else `mlflow ui` here."""
+    parts = urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https"):
+        return Ui(LOCAL_UI, f"mlflow ui --backend-store-uri {redact(tracking_uri)}")
+    host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return Ui(f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}", "")
+
+
+def run_page(ui: Ui, experiment_id: str, run_id: str) -> str:
+    """The run's own page."""
+    return f"{ui.base}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def compare_page(ui: Ui, experiment_id: str, run_ids: list[str]) -> str:
+    """MLflow's compare view of these runs: params and metrics side by side, parallel coordinates."""
+    runs, experiments = quote(json.dumps(run_ids)), quote(json.dumps([experiment_id]))
+    return f"{ui.base}/#/compare-runs?runs={runs}&experiments={experiments}"
+
+
+def runs_table_page(ui: Ui, client: MlflowClient, experiment_id: str, search_filter: str) -> str:
+    """The experiment's runs table showing the runs `search_filter` finds, fastest first, key columns first.
+
+    The view is stored as an experiment tag named after the filter, so the same comparison
+    always gets the same link.
+    """
+    key = hashlib.sha256(search_filter.encode()).hexdigest()[:16]
+    view = {
+        "searchFilter": search_filter,
+        "orderByKey": f"metrics.`{names.STEP_MEDIAN_MS}`",
+        "orderByAsc": True,
+        "selectedColumns": list(KEY_COLUMNS),
+        "columnOrder": list(KEY_COLUMNS),  # MLflow applies the widths only to the columns it orders
+        "columnWidths": KEY_COLUMNS,
+    }
+    client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG_PREFIX + key, json.dumps(view))
+    return f"{ui.base}/#/experiments/{experiment_id}/runs?viewStateShareKey={key}"
+
+
+def comparison_links(
+    ui: Ui, client: MlflowClient, experiment_id: str, run_ids: list[str], parent_id: str | None
+) -> dict[str, str]:
+    """The runs table and the compare view of a sweep's jobs (the parent's children) or of chosen runs."""
+    if parent_id is not None:
+        search_filter = f"tags.`mlflow.parentRunId` = '{parent_id}'"
+    else:
+        search_filter = "attributes.run_id IN (" + ", ".join(f"'{run_id}'" for run_id in run_ids) + ")"
+    return {
+        names.TAG_UI_RUNS_TABLE: runs_table_page(ui, client, experiment_id, search_filter),
+        names.TAG_UI_COMPARE: compare_page(ui, experiment_id, run_ids),
+    }
+
+
+def describe_links(ui: Ui, links: dict[str, str]) -> str:
+    """The links as the terminal shows them, with how to start the UI when it is a local store's."""
+    lines = ["open the comparison in the MLflow UI" + (f" (start it: {ui.start})" if ui.start else "") + ":"]
+    lines.append(f"  runs table:   {links[names.TAG_UI_RUNS_TABLE]}")
+    lines.append(f"  compare view: {links[names.TAG_UI_COMPARE]}")
+    return "\n".join(lines)
