@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from runner import names
 from runner.secrets import redact
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+
+log = logging.getLogger(__name__)
 
 # where `mlflow ui` serves when given no --host/--port
 LOCAL_UI = "http://127.0.0.1:5000"
@@ -69,19 +72,26 @@ def runs_table_page(ui: Ui, client: MlflowClient, experiment_id: str, search_fil
     """The experiment's runs table showing the runs `search_filter` finds, fastest first, key columns first.
 
     The view is stored as an experiment tag named after the filter, so the same comparison
-    always gets the same link.
+    always gets the same link. Where the store refuses the tag (a read-only user), the link
+    carries the filter and the order itself, and the table shows the user's own columns.
     """
+    from mlflow.exceptions import MlflowException
+
     key = hashlib.sha256(search_filter.encode()).hexdigest()[:16]
+    order = {"searchFilter": search_filter, "orderByKey": f"metrics.`{names.STEP_MEDIAN_MS}`", "orderByAsc": True}
     view = {
-        "searchFilter": search_filter,
-        "orderByKey": f"metrics.`{names.STEP_MEDIAN_MS}`",
-        "orderByAsc": True,
+        **order,
         "selectedColumns": list(KEY_COLUMNS),
         "columnOrder": list(KEY_COLUMNS),  # MLflow applies the widths only to the columns it orders
         "columnWidths": KEY_COLUMNS,
     }
-    client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG_PREFIX + key, json.dumps(view))
-    return f"{ui.base}/#/experiments/{experiment_id}/runs?viewStateShareKey={key}"
+    page = f"{ui.base}/#/experiments/{experiment_id}/runs"
+    try:
+        client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG_PREFIX + key, json.dumps(view))
+    except MlflowException as err:
+        log.warning("the runs table's columns could not be stored (%s); the link sets its filter only", err.message)
+        return f"{page}?{urlencode({**order, 'orderByAsc': 'true'})}"  # the UI reads lowercase
+    return f"{page}?viewStateShareKey={key}"
 
 
 def comparison_links(
