@@ -1,23 +1,29 @@
-"""The comparison's PNGs: step times, op breakdown, roofline, and the studies' plots. Labels sit on the data."""
+"""The comparison's PNGs: step times, op breakdown, roofline, and the studies' plots.
+
+Each plot is a function that returns a `Figure` (tests read its texts), and `save` writes one.
+No text may sit on another or leave the image: runs, ops, compilations and crossovers are
+named in a legend that constrained layout keeps inside the figure, and every label drawn on
+the data goes through `keep_apart`, which moves it until it fits or hides it.
+"""
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.text import Annotation
+from mlflow import MlflowClient
+from mlflow.entities import Run
 
 from runner import names
-
-matplotlib.use("Agg")  # files only; no display on build machines or cluster nodes
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from mlflow import MlflowClient  # noqa: E402
-from mlflow.entities import Run  # noqa: E402
-
-from runner.report.curves import Crossover, crossovers, size_curves  # noqa: E402
-from runner.report.reader import (  # noqa: E402
+from runner.report.curves import Crossover, crossovers, size_curves
+from runner.report.reader import (
     dollars_per_million_steps,
     label,
     metric,
@@ -26,58 +32,173 @@ from runner.report.reader import (  # noqa: E402
     price_per_hour,
     variant,
 )
-from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves  # noqa: E402
+from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves
+from runner.report.traces import label_of
 
+# the PNGs' resolution; figures are built at it too, so text measured while laying out fits in the file
+DPI = 110
 TOP_OPS = 6
 FINISHED = "FINISHED"
+OTHER_COLOR = "#bbbbbb"
+FRONTIER_COLOR = "#e45756"
+# run labels are override lists: wrapped at this many characters, a legend or tick label stays narrower than the figure
+WRAP_CHARS = 50
+# with the ten colours C0-C9, up to 110 runs get a marker and colour pair of their own
+MARKERS = "osD^vP*Xh<>"
+# offsets in points tried for a label at a point: above, right, below, left, then the diagonals
+AROUND = [(0.0, 5.0), (5.0, 0.0), (0.0, -5.0), (-5.0, 0.0), (4.0, 4.0), (4.0, -4.0), (-4.0, 4.0), (-4.0, -4.0)]
+# for a label on a line: just above or below it, then further out
+ALONG = [(0.0, sign * (3.0 + 12.0 * level)) for level in range(4) for sign in (1.0, -1.0)]
+# for a label at the foot of a vertical line: right of it, stacking upwards, then left of it
+BESIDE = [(side * 3.0, 3.0 + 11.0 * level) for side in (1.0, -1.0) for level in range(5)]
+CENTERED = [(0.0, 0.0)]
+DASHES = ["--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]
 
 
-def step_times(runs: list[Run], path: Path) -> Path:
+def _figure(width: float, height: float) -> Figure:
+    """An empty figure for the Agg renderer (no pyplot state, nothing to close) laid out at draw time."""
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, WRAP_CHARS, break_long_words=False, break_on_hyphens=False)
+
+
+def _row_height(labels: list[str]) -> float:
+    """Inches per bar row, so that the tallest wrapped tick label keeps clear of its neighbours."""
+    lines = max((text.count("\n") + 1 for text in labels), default=1)
+    return max(0.6, 0.2 * lines + 0.25)
+
+
+def _run_style(index: int) -> dict[str, Any]:
+    return {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
+
+
+def op_label(name: str) -> str:
+    """How plots name an op: as the trace diff does, without the profiler's `## Call ... ##` wrapper.
+
+    `## Call CompiledFxGraph <50-character hash> ##` becomes `CompiledFxGraph <hash>`, so the
+    compiled graphs of several runs share one colour instead of crowding the top ops apart.
+    """
+    return label_of(name).removeprefix("## Call ").removesuffix(" ##")
+
+
+def _legend_below(fig: Figure, handles: list[Artist], labels: list[str]) -> None:
+    """Name the handles under the plots in as many columns as the figure's width holds.
+
+    The figure grows by the legend's height, so the plots keep theirs.
+    """
+    if not handles:
+        return
+    wrapped = [_wrap(text) for text in labels]
+    for columns in range(len(wrapped), 0, -1):
+        legend = fig.legend(handles, wrapped, loc="outside lower center", ncol=columns, fontsize=8, frameon=False)
+        for text in legend.get_texts():
+            text.set_parse_math(False)  # entries are names and prices, never math: "$1.34/h" stays as written
+        box = legend.get_window_extent()
+        if box.width <= 0.98 * fig.bbox.width or columns == 1:
+            break
+        legend.remove()
+    fig.set_figheight(fig.get_figheight() + box.height / DPI)
+
+
+def keep_apart(fig: Figure, placements: list[tuple[Annotation, Artist]], offsets: list[tuple[float, float]]) -> None:
+    """Move each annotation to the first offset where it lies inside its area and clear of other text.
+
+    An offset, in points from the annotated point, also picks the side: (5, 0) puts the text
+    right of the point, (0, -5) under it, (0, 0) centred on it. The area is the axes or the
+    bar the text belongs in. Annotations no offset fits are hidden; earlier ones win a spot.
+    """
+    for text, _ in placements:
+        text.set_in_layout(False)  # moving or hiding a label must not move the axes it was measured in
+    fig.draw_without_rendering()  # runs constrained layout, so the boxes below are the saved file's
+    moving = {id(text) for text, _ in placements}
+    taken = [
+        other.get_window_extent().padded(1)
+        for axes in fig.axes
+        for other in axes.texts
+        if other.get_visible() and other.get_text() and id(other) not in moving
+    ]
+    for text, area in placements:
+        bounds = area.get_window_extent().padded(-1)
+        for dx, dy in offsets:
+            text.xyann = (dx, dy)
+            text.set_horizontalalignment("left" if dx > 0 else "right" if dx < 0 else "center")
+            text.set_verticalalignment("bottom" if dy > 0 else "top" if dy < 0 else "center")
+            box = text.get_window_extent()
+            inside = bounds.x0 <= box.x0 and box.x1 <= bounds.x1 and bounds.y0 <= box.y0 and box.y1 <= bounds.y1
+            if inside and not any(box.overlaps(other) for other in taken):
+                taken.append(box.padded(1))
+                break
+        else:
+            text.set_visible(False)
+
+
+def _label_at(axes: Axes, text: str, xy: tuple[float, float], **style: Any) -> Annotation:
+    """A label for `keep_apart` to place: offset in points from a data point (or as `xycoords` says)."""
+    return axes.annotate(text, xy, xytext=(0, 0), textcoords="offset points", **style)
+
+
+def step_time_figure(runs: list[Run]) -> Figure:
     """Median step time per run as bars, with p10-p90 whiskers."""
     done = [r for r in runs if metric(r, names.STEP_MEDIAN_MS) is not None]
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(done) + 1.6))
+    labels = [_wrap(label(r)) for r in done]
+    fig = _figure(9, _row_height(labels) * len(done) + 1.6)
+    ax = fig.subplots()
     medians = [metric(r, names.STEP_MEDIAN_MS) or 0.0 for r in done]
     low = [m - (metric(r, names.STEP_P10_MS) or m) for m, r in zip(medians, done, strict=True)]
     high = [(metric(r, names.STEP_P90_MS) or m) - m for m, r in zip(medians, done, strict=True)]
-    bars = ax.barh([label(r) for r in done], medians, xerr=[low, high], color="#4c78a8", capsize=4)
+    bars = ax.barh(labels, medians, xerr=[low, high], color="#4c78a8", capsize=4)
     ax.bar_label(bars, labels=[f"{m:.4f} ms" for m in medians], padding=6)
     ax.invert_yaxis()
     ax.set_xlabel("steady-state step time, ms (bar: median; whiskers: p10 to p90)")
     ax.set_title("Step time per run")
     ax.set_xlim(0, max([m + h for m, h in zip(medians, high, strict=True)] or [1]) * 1.35)
-    return _save(fig, path)
+    return fig
 
 
-def op_breakdown(client: MlflowClient, runs: list[Run], path: Path) -> Path:
-    """Self time per step, stacked by op; the ops that matter most across runs, the rest as 'other'."""
+def _self_ms_by_op(client: MlflowClient, run: Run) -> dict[str, float]:
+    """The run's self time per profiled step by op label (ops the labels cannot tell apart merged)."""
+    merged: dict[str, float] = {}
+    for name, stats in per_op(op_table(client, run), metric(run, names.PROFILER_ACTIVE_STEPS) or 1).items():
+        merged[op_label(name)] = merged.get(op_label(name), 0.0) + stats.self_ms_per_step
+    return merged
+
+
+def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
+    """Self time per step, stacked by op; the ops that matter most across runs, the rest as 'other'.
+
+    The legend names every op; a bar segment carries its op's name only where the name fits.
+    """
     done = [r for r in runs if r.info.status == FINISHED]
-    tables = {r.info.run_id: per_op(op_table(client, r), metric(r, names.PROFILER_ACTIVE_STEPS) or 1) for r in done}
+    tables = [_self_ms_by_op(client, r) for r in done]
     totals: dict[str, float] = {}
-    for ops in tables.values():
-        for name, stats in ops.items():
-            totals[name] = totals.get(name, 0.0) + stats.self_ms_per_step
+    for ops in tables:
+        for name, ms in ops.items():
+            totals[name] = totals.get(name, 0.0) + ms
     top = sorted(totals, key=lambda n: totals[n], reverse=True)[:TOP_OPS]
-    colors = [plt.get_cmap("tab10")(i) for i in range(10)]
-    fig, ax = plt.subplots(figsize=(11, 0.7 * len(done) + 2.2))
-    for row, run in enumerate(done):
-        ops = tables[run.info.run_id]
-        widths = [ops[n].self_ms_per_step if n in ops else 0.0 for n in top]
-        widths.append(sum(s.self_ms_per_step for n, s in ops.items() if n not in top))
+    colors = [f"C{index}" for index in range(len(top))] + [OTHER_COLOR]
+    labels = [_wrap(label(r)) for r in done]
+    fig = _figure(11, _row_height(labels) * len(done) + 1.4)
+    ax = fig.subplots()
+    segments: list[tuple[Annotation, Artist]] = []
+    for row, ops in enumerate(tables):
+        widths = [ops.get(n, 0.0) for n in top] + [sum(ms for n, ms in ops.items() if n not in top)]
         left = 0.0
-        total = sum(widths) or 1.0
-        for index, (name, width) in enumerate(zip([*top, "other"], widths, strict=True)):
-            color = colors[index % len(colors)] if name != "other" else "#bbbbbb"
-            ax.barh(row, width, left=left, color=color, label=name if row == 0 else None)
-            if width / total > 0.12:
-                ax.text(left + width / 2, row, name.replace("aten::", ""), ha="center", va="center", fontsize=8)
+        for name, width, color in zip([*top, "other"], widths, colors, strict=True):
+            (bar,) = ax.barh(row, width, left=left, color=color)
+            if width > 0:
+                text = _label_at(ax, name.removeprefix("aten::"), (left + width / 2, row), fontsize=8)
+                segments.append((text, bar))
             left += width
-    ax.set_yticks(range(len(done)), [label(r) for r in done])
+    ax.set_yticks(range(len(done)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("self time per profiled step, ms (device time when reported, else CPU)")
     ax.set_title("Where each run's time goes, by op")
     if done:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=8, frameon=False)
-    return _save(fig, path)
+        _legend_below(fig, [Patch(color=color) for color in colors], [*top, "other"])
+    keep_apart(fig, segments, CENTERED)
+    return fig
 
 
 def roof(bandwidth: float, gflops: float, x_low: float, x_high: float) -> tuple[list[float], list[float]]:
@@ -91,10 +212,15 @@ def roof(bandwidth: float, gflops: float, x_low: float, x_high: float) -> tuple[
     return xs, [min(x * bandwidth, gflops) for x in xs]
 
 
-def roofline(runs: list[Run], path: Path) -> Path:
-    """Each run as a point (FLOP/byte, GFLOP/s) under its device's bandwidth and compute ceilings."""
+def roofline_figure(runs: list[Run]) -> Figure:
+    """Each run as a point (FLOP/byte, GFLOP/s) under its device's ceilings; the legend names the points.
+
+    Runs of one workload share an intensity and often a speed, so a point's name sits in the
+    legend (its marker and colour), never beside the point where another point's would be.
+    """
     done = [r for r in runs if metric(r, names.ROOFLINE_INTENSITY) is not None]
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig = _figure(9, 6)
+    ax = fig.subplots()
     ceilings = {
         (metric(r, names.ROOFLINE_PEAK_GBPS) or 1.0, metric(r, names.ROOFLINE_PEAK_GFLOPS) or 1.0) for r in done
     }
@@ -103,35 +229,27 @@ def roofline(runs: list[Run], path: Path) -> Path:
         min(intensities) / 10,
         max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10),
     )
+    notes: list[tuple[Annotation, Artist]] = []
     for bandwidth, gflops in sorted(ceilings):
         ridge = gflops / bandwidth
         ax.plot(*roof(bandwidth, gflops, x_low, x_high), color="#444444", linewidth=1.5)
-        ax.annotate(
-            f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {ridge:.1f} FLOP/B)",
-            (ridge, gflops),
-            textcoords="offset points",
-            xytext=(6, 6),
-            fontsize=8,
-        )
+        flat_middle = math.sqrt(min(max(ridge, x_low), x_high) * x_high)
+        text = f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {ridge:.1f} FLOP/B)"
+        notes.append((_label_at(ax, text, (flat_middle, gflops), fontsize=8), ax))
+    handles: list[Artist] = []
+    labels = []
     for index, run in enumerate(done):
         x, y = metric(run, names.ROOFLINE_INTENSITY) or 0.0, metric(run, names.ROOFLINE_ACHIEVED_GFLOPS) or 0.0
-        point = ax.scatter([x], [y], s=40, zorder=3)
-        # runs of one workload share an intensity: stagger their labels so none hides another
-        ax.annotate(
-            f"{label(run)} ({y:.1f} GFLOP/s)",
-            (x, y),
-            textcoords="offset points",
-            xytext=(8, -14 * (index + 1)),
-            fontsize=8,
-            color=point.get_facecolor()[0],
-            arrowprops={"arrowstyle": "-", "color": "#999999", "linewidth": 0.5},
-        )
+        handles.append(ax.scatter([x], [y], s=40, zorder=3, **_run_style(index)))
+        labels.append(f"{label(run)} ({y:.3g}\N{NO-BREAK SPACE}GFLOP/s)")  # the value wraps with its unit
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity, FLOP/byte (workload cost model)")
     ax.set_ylabel("achieved GFLOP/s (steady-state median)")
     ax.set_title("Roofline: each run against its device's ceilings")
-    return _save(fig, path)
+    _legend_below(fig, handles, labels)
+    keep_apart(fig, notes, ALONG)
+    return fig
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -143,7 +261,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def cost_frontier(runs: list[Run], path: Path) -> Path:
+def cost_frontier_figure(runs: list[Run]) -> Figure:
     """$/1M steps against median step time for runs with a price; the Pareto frontier joined.
 
     Whiskers span p10 to p90 of the step distribution on both axes (cost is step time times
@@ -156,101 +274,125 @@ def cost_frontier(runs: list[Run], path: Path) -> Path:
     ]
     points = [(median, dollars_per_million_steps(price, median)) for _, price, median in priced]
     front = pareto_front(points)
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig = _figure(9, 6)
+    ax = fig.subplots()
+    handles: list[Artist] = []
+    labels = []
     for index, (run, price, median) in enumerate(priced):
         low, high = metric(run, names.STEP_P10_MS) or median, metric(run, names.STEP_P90_MS) or median
         x, y = points[index]
+        style = _run_style(index)
+        handles += ax.plot([x], [y], linestyle="none", **style)
         ax.errorbar(
             [x],
             [y],
             xerr=[[x - low], [high - x]],
             yerr=[[y - dollars_per_million_steps(price, low)], [dollars_per_million_steps(price, high) - y]],
-            fmt="o",
-            color="#e45756" if index in front else "#4c78a8",
+            fmt="none",
+            ecolor=style["color"],
             capsize=3,
         )
-        ax.annotate(f"{label(run)} (${price:g}/h)", (x, y), textcoords="offset points", xytext=(8, 6), fontsize=8)
-    ax.plot([points[i][0] for i in front], [points[i][1] for i in front], color="#e45756", linewidth=1, zorder=0)
+        where = ", on the frontier" if index in front else ""
+        labels.append(f"{label(run)} (${price:g}/h: ${y:.3g} per 1M steps{where})")
+    (frontier,) = ax.plot(
+        [points[i][0] for i in front], [points[i][1] for i in front], color=FRONTIER_COLOR, linewidth=1, zorder=0
+    )
     spread = max(p[0] for p in points) / min(p[0] for p in points) if points else 1.0
     if spread > 20:
         ax.set_xscale("log")
         ax.set_yscale("log")
     ax.set_xlabel("steady-state step time, ms (point: median; whiskers: p10 to p90)")
     ax.set_ylabel("$ per 1M steps (backend.price_per_hour)")
-    ax.set_title("Cost frontier: red runs are not beaten on both time and cost")
-    return _save(fig, path)
+    ax.set_title("Cost frontier: runs on the red line are not beaten on both time and cost")
+    _legend_below(fig, [*handles, frontier], [*labels, "frontier: no other run is both faster and cheaper"])
+    return fig
 
 
-def shape_curves(curves: dict[str, list[Run]], found: list[Crossover], path: Path) -> Path:
-    """Achieved GB/s and fraction of peak against bytes moved per variant; compilations and crossovers marked."""
-    fig, (speed, share) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) -> Figure:
+    """Achieved GB/s and fraction of peak against bytes moved per variant; compilations and crossovers marked.
+
+    Compilations are one kind of marker and each crossover one line, all named in the legend.
+    """
+    fig = _figure(9, 8)
+    speed, share = fig.subplots(2, 1, sharex=True)
+    handles: list[Artist] = []
+    labels = []
+    colors = {}
+    compiled_at: list[tuple[float, float]] = []
     for name, runs in curves.items():
         sizes = [metric(r, names.ROOFLINE_BYTES) or 0.0 for r in runs]
-        (line,) = speed.plot(sizes, [metric(r, names.ROOFLINE_ACHIEVED_GBPS) or 0.0 for r in runs], "o-", label=name)
+        rates = [metric(r, names.ROOFLINE_ACHIEVED_GBPS) or 0.0 for r in runs]
+        (line,) = speed.plot(sizes, rates, "o-")
         fractions = [100 * (metric(r, names.ROOFLINE_BANDWIDTH_FRACTION) or 0.0) for r in runs]
-        share.plot(sizes, fractions, "o-", color=line.get_color(), label=name)
+        share.plot(sizes, fractions, "o-", color=line.get_color())
+        handles.append(line)
+        labels.append(name)
+        colors[name] = line.get_color()
         # where the job compiled graphs (in one process, every size after the first recompiles)
-        for run, size in zip(runs, sizes, strict=True):
-            if graphs := metric(run, names.COMPILE_GRAPHS):
-                gbps = metric(run, names.ROOFLINE_ACHIEVED_GBPS) or 0.0
-                speed.scatter([size], [gbps], marker="x", s=90, color="black", zorder=4)
-                text = f"compiled {graphs:.0f} graph{'s' if graphs > 1 else ''}"
-                speed.annotate(text, (size, gbps), textcoords="offset points", xytext=(6, -12), fontsize=7)
-    for crossover in found:
+        graphs = [metric(r, names.COMPILE_GRAPHS) for r in runs]
+        compiled_at += [(s, r) for s, r, count in zip(sizes, rates, graphs, strict=True) if count]
+    if compiled_at:
+        xs, ys = zip(*compiled_at, strict=True)
+        handles.append(speed.scatter(xs, ys, marker="x", s=90, color="black", zorder=4))
+        labels.append("x: the job compiled graphs")
+    for index, crossover in enumerate(found):
         middle = math.sqrt(crossover.bytes_low * crossover.bytes_high)
-        for axis in (speed, share):
-            axis.axvline(middle, color="#888888", linestyle="--", linewidth=1)
-        speed.annotate(
-            f"{crossover.after}\novertakes {crossover.before}",
-            (middle, 0.95),
-            xycoords=("data", "axes fraction"),
-            fontsize=7,
-            ha="center",
-            va="top",
-        )
+        style = {"color": colors.get(crossover.after, "#888888"), "linestyle": DASHES[index % len(DASHES)]}
+        handles.append(speed.axvline(middle, linewidth=1.2, **style))
+        share.axvline(middle, linewidth=1.2, **style)
+        labels.append(f"crossover: {crossover.line()}")
     speed.set_xscale("log")
     speed.set_ylabel("achieved GB/s (steady-state median)")
     speed.set_title("Shape curves: where each variant's bandwidth goes as the size grows")
-    speed.legend(fontsize=8)
     share.set_xlabel("bytes moved per step (workload cost model)")
     share.set_ylabel("% of the device's bandwidth peak")
-    return _save(fig, path)
+    _legend_below(fig, handles, labels)
+    return fig
 
 
-def core_scaling(curves: dict[str, list[ScalingPoint]], path: Path) -> Path:
+def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
     """Summed throughput against copies with the linear line, and efficiency with contention marked."""
-    fig, (speed, share) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    fig = _figure(9, 8)
+    speed, share = fig.subplots(2, 1, sharex=True)
+    handles: list[Artist] = []
+    notes: list[tuple[Annotation, Artist]] = []
     for name, points in curves.items():
         levels = [p.copies for p in points]
-        (line,) = speed.plot(levels, [p.throughput for p in points], "o-", label=name)
+        (line,) = speed.plot(levels, [p.throughput for p in points], "o-")
         speed.plot(levels, [points[0].throughput * k for k in levels], "--", color=line.get_color(), linewidth=1)
-        share.plot(levels, [100 * p.efficiency for p in points], "o-", color=line.get_color(), label=name)
+        share.plot(levels, [100 * p.efficiency for p in points], "o-", color=line.get_color())
+        handles.append(line)
         if onset := contention_onset(points):
             share.axvline(onset, color=line.get_color(), linestyle=":", linewidth=1)
-            share.annotate(f"contention ({name})", (onset, 0.05), xycoords=("data", "axes fraction"), fontsize=7)
+            text = f"contention ({name})"
+            where = {"xycoords": ("data", "axes fraction"), "fontsize": 7, "color": line.get_color()}
+            notes.append((_label_at(share, text, (onset, 0.05), **where), share))
     share.axhline(100 * CONTENTION_EFFICIENCY, color="#888888", linestyle="--", linewidth=1)
     speed.set_xscale("log", base=2)
     speed.set_ylabel("steps/s, all copies together (dashed: linear)")
     speed.set_title("Core scaling: copies side by side, each on its own share of the machine")
-    speed.legend(fontsize=8)
     share.set_xlabel("copies (measure.copies)")
     share.set_ylabel("efficiency against linear, %")
-    return _save(fig, path)
+    _legend_below(fig, handles, list(curves))
+    keep_apart(fig, notes, BESIDE)
+    return fig
 
 
-def rank_steps(step_ms: list[list[float]], path: Path) -> Path:
+def rank_steps_figure(step_ms: list[list[float]]) -> Figure:
     """Each rank's timed steps in the order they ran, with its median: where the ranks part ways."""
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(step_ms))]
-    for rank, (samples, color) in enumerate(zip(step_ms, colors, strict=True)):
+    fig = _figure(10, 4.5)
+    ax = fig.subplots()
+    handles: list[Artist] = []
+    for rank, samples in enumerate(step_ms):
+        color = f"C{rank % 10}"
         median = sorted(samples)[len(samples) // 2]
-        ax.plot(range(1, len(samples) + 1), samples, color=color, linewidth=0.8, label=f"rank {rank}")
+        handles += ax.plot(range(1, len(samples) + 1), samples, color=color, linewidth=0.8)
         ax.axhline(median, color=color, linestyle="--", linewidth=0.8)
     ax.set_xlabel("timed step (steady state, in order)")
     ax.set_ylabel("step time, ms (dashed: median)")
     ax.set_title("Step time per rank")
-    ax.legend(loc="upper right")
-    return _save(fig, path)
+    _legend_below(fig, handles, [f"rank {rank}" for rank in range(len(step_ms))])
+    return fig
 
 
 def queue_curves(runs: list[Run]) -> dict[str, list[Run]]:
@@ -266,52 +408,71 @@ def queue_curves(runs: list[Run]) -> dict[str, list[Run]]:
     }
 
 
-def queue_depth(curves: dict[str, list[Run]], path: Path) -> Path:
-    """Steps per second against the wait for a block's results, one point per queue depth."""
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for name, found in curves.items():
+def queue_depth_figure(curves: dict[str, list[Run]]) -> Figure:
+    """Steps per second against the wait for a block's results, each point labelled with its queue depth.
+
+    Where variants' points crowd together, a depth that cannot be placed clear of the others is left out.
+    """
+    fig = _figure(9, 5.5)
+    ax = fig.subplots()
+    handles: list[Artist] = []
+    notes: list[tuple[Annotation, Artist]] = []
+    for found in curves.values():
         latency = [metric(r, names.THROUGHPUT_BLOCK_MS) or 0.0 for r in found]
         rate = [metric(r, names.THROUGHPUT_STEPS_PER_S) or 0.0 for r in found]
-        (line,) = ax.plot(latency, rate, marker="o", label=name)
+        (line,) = ax.plot(latency, rate, marker="o")
+        handles.append(line)
         for run, x, y in zip(found, latency, rate, strict=True):
             depth = metric(run, names.THROUGHPUT_INFLIGHT) or 0
-            ax.annotate(f"{depth:.0f}", (x, y), xytext=(4, 4), textcoords="offset points", color=line.get_color())
+            notes.append((_label_at(ax, f"{depth:.0f}", (x, y), color=line.get_color()), ax))
     ax.set_xscale("log")
     ax.set_xlabel("wait for a block's results, ms (steps queued per synchronize at each point)")
     ax.set_ylabel("steps per second")
     ax.set_title("Queue depth: throughput against latency")
-    ax.legend(loc="best")
-    return _save(fig, path)
+    _legend_below(fig, handles, list(curves))
+    keep_apart(fig, notes, AROUND)
+    return fig
 
 
-def layer_errors(table: dict[str, list[Any]], path: Path) -> Path:
+def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     """Normwise relative error of each layer's output, in call order, against the tolerance."""
     errors = [max(e, 1e-18) for e in table["max_rel_err"]]  # exact zeros still show on a log axis
     passed = table["pass"]
-    fig, ax = plt.subplots(figsize=(max(8, 0.25 * len(errors) + 3), 5))
+    fig = _figure(max(8, 0.25 * len(errors) + 3), 5)
+    ax = fig.subplots()
     ax.plot(range(len(errors)), errors, color="#4c78a8", linewidth=0.8)
     ax.scatter(range(len(errors)), errors, c=["#4c78a8" if ok else "#e45756" for ok in passed], s=14, zorder=3)
-    ax.axhline(table["tolerance"][0], color="#e45756", linestyle="--", linewidth=0.8, label="tolerance")
-    failing = next((i for i, ok in enumerate(passed) if not ok), None)
-    if failing is not None:
-        ax.annotate(f"first over: {table['layer'][failing]}", (failing, errors[failing]), xytext=(8, -14),
-                    textcoords="offset points", color="#e45756")  # fmt: skip
+    tolerance = ax.axhline(table["tolerance"][0], color="#e45756", linestyle="--", linewidth=0.8)
     step = max(1, len(errors) // 30)  # a readable number of names on the axis
+    # upright names: their boxes, unlike slanted ones, do not reach over their neighbours'
     ax.set_xticks(range(0, len(errors), step), [table["layer"][i] for i in range(0, len(errors), step)],
-                  rotation=60, ha="right", fontsize=7)  # fmt: skip
+                  rotation=90, fontsize=7)  # fmt: skip
     ax.set_yscale("log")
     ax.set_ylabel("max |out - ref| / max |ref|")
     ax.set_title("Error through the layers (float64 CPU reference, same weights and inputs)")
-    ax.legend(loc="upper left")
-    return _save(fig, path)
+    _legend_below(fig, [tolerance], ["tolerance"])
+    failing = next((i for i, ok in enumerate(passed) if not ok), None)
+    if failing is not None:
+        note = _label_at(ax, f"first over: {table['layer'][failing]}", (failing, errors[failing]), color="#e45756")
+        keep_apart(fig, [(note, ax)], AROUND)
+    return fig
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
+    """Write the figure as a PNG at DPI, making its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.savefig(path, dpi=DPI)
     return path
+
+
+def rank_steps(step_ms: list[list[float]], path: Path) -> Path:
+    """Write `rank_steps_figure` to `path` (a job's own plot)."""
+    return save(rank_steps_figure(step_ms), path)
+
+
+def layer_errors(table: dict[str, list[Any]], path: Path) -> Path:
+    """Write `layer_errors_figure` to `path` (a job's own plot)."""
+    return save(layer_errors_figure(table), path)
 
 
 def write_plots(
@@ -327,17 +488,17 @@ def write_plots(
     """
     out = Path(out_dir)
     written = [
-        step_times(runs, out / "step_time.png"),
-        op_breakdown(client, runs, out / "op_breakdown.png"),
-        roofline(runs, out / "roofline.png"),
+        save(step_time_figure(runs), out / "step_time.png"),
+        save(op_breakdown_figure(client, runs), out / "op_breakdown.png"),
+        save(roofline_figure(runs), out / "roofline.png"),
     ]
     if any(price_per_hour(run) is not None for run in runs):
-        written.append(cost_frontier(runs, out / "cost_frontier.png"))
+        written.append(save(cost_frontier_figure(runs), out / "cost_frontier.png"))
     if curves := size_curves(runs):
         found = crossovers(client, curves) if found is None else found
-        written.append(shape_curves(curves, found, out / "shape_curves.png"))
+        written.append(save(shape_curves_figure(curves, found), out / "shape_curves.png"))
     if scaling := scaling_curves(runs):
-        written.append(core_scaling(scaling, out / "core_scaling.png"))
+        written.append(save(core_scaling_figure(scaling), out / "core_scaling.png"))
     if queues := queue_curves(runs):
-        written.append(queue_depth(queues, out / "queue_depth.png"))
+        written.append(save(queue_depth_figure(queues), out / "queue_depth.png"))
     return written
