@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import hydra
@@ -50,6 +51,13 @@ def run(cfg: DictConfig) -> float:
     A job of a sweep that fails is recorded and the sweep goes on (NaN here); a single
     job's bad input ends as one line on stderr.
     """
+    from runner.measure.slurm_ranks import follow, slurm_task  # torch loads only past --help
+
+    task = slurm_task()
+    if task is not None and task.rank > 0:  # one of a Slurm job's tasks: task 0 is the job, this a rank
+        with suppress(ConfigError):  # task 0 reports bad input
+            follow(load_run_spec(cfg), Path(HydraConfig.get().runtime.output_dir), task)
+        return math.nan
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
     life = JobLife(job_info(), sweeping)
     metrics: dict[str, float] = {}

@@ -30,6 +30,7 @@ from runner.measure.layers import check_layer_names
 from runner.measure.phases import measure
 from runner.measure.ranks import cross_rank, rank_folder, run_ranks
 from runner.measure.roofline import resolve_peak
+from runner.measure.slurm_ranks import check_world, lead, slurm_task
 from runner.measure.workers import TimedCopies, steady_state_concurrently
 from runner.report.console import job_summary
 from runner.result import LAYER_TABLE, JobResult, collect_result
@@ -137,6 +138,9 @@ def prepare(
     try:
         use_compile_cache(spec)  # before the backend loads its libraries, and before anything compiles
         backend = make_backend(spec.backend)
+        if (task := slurm_task()) is not None:  # this process is task 0 of a Slurm job of several
+            check_world(task, spec.distributed.ranks)
+            return backend, partial(lead, _rank_spec(spec), job.output_dir, task)
         if spec.distributed.ranks > 1:
             rank_spec = _rank_spec(spec)
             rank_slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")

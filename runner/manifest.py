@@ -27,6 +27,7 @@ ALLOWED_PREFIXES = (
     "SLURM_JOB_ID",
     "SLURM_JOB_PARTITION",
     "SLURM_JOB_NODELIST",
+    "SLURM_NTASKS",
 )
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE", "SESSION")
 PYTHON_PACKAGES = ("torch", "torch-neuronx", "neuronx-cc", "nki", "libneuronxla", "hydra-core", "omegaconf", "mlflow")

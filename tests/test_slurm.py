@@ -68,3 +68,49 @@ def test_a_dead_slurm_job_yields_nan_instead_of_stopping_the_sweep(
     # the launcher reaches that job class through submitit's executor plugins, by name
     assert plugins.get_executors()[SlurmLauncher._EXECUTOR] is TolerantSlurmExecutor
     assert TolerantSlurmExecutor.job_class is TolerantSlurmJob
+
+
+def slurm_ranks(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`distributed.ranks=2` as the two tasks of one Slurm job (one node here; the same path across nodes)."""
+    cmd = [
+        sys.executable, "-m", "runner", "-m", "backend=cpu", "measure=quick", "workload.mode=train_step",
+        "distributed.ranks=2", "distributed.timeout_s=60", "hydra/launcher=slurm", "hydra.launcher.partition=debug",
+        "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_two_ranks_run_as_the_two_tasks_of_a_slurm_job(
+    tmp_path: Path, tracking_uri: str, slurm_env: dict[str, str]
+) -> None:
+    tiny_decoder = ["+workload=decoder_layer", "workload.seq_len=8", "workload.hidden=32", "workload.heads=2",
+                    "workload.intermediate=64", "workload.batch=1"]  # fmt: skip
+    done = slurm_ranks(tmp_path, {**slurm_env, "MLFLOW_TRACKING_URI": tracking_uri}, *tiny_decoder)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (run,) = [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) != "true"]
+    assert run.info.status == "FINISHED" and run.data.metrics[names.RANKS] == 2
+    assert run.data.tags["env.SLURM_NTASKS"] == "2"  # one Slurm job, two tasks: one rank each
+    log = next((tmp_path / "sweep").glob("0_*/__main__.log")).read_text()
+    assert "rank 0 of 2 on " in log and "rank 1 of 2 on " in log
+    for rank in (0, 1):
+        assert 0 < run.data.metrics[f"rank{rank}/{names.RANK_COLLECTIVE_SHARE}"] < 1  # the gradients' all-reduce
+    client = mlflow.MlflowClient(tracking_uri)
+    rank1 = {info.path for info in client.list_artifacts(run.info.run_id, "rank1")}
+    assert rank1 == {"rank1/key_averages.json", "rank1/key_averages.txt", "rank1/trace"}
+    assert "c10d::allreduce_" in Path(client.download_artifacts(run.info.run_id, "rank1/key_averages.json")).read_text()
+
+
+@pytest.mark.slow
+def test_a_slurm_task_that_raises_fails_the_job_by_rank(
+    tmp_path: Path, tracking_uri: str, slurm_env: dict[str, str]
+) -> None:
+    # a task that dies is tested without Slurm (test_slurm_ranks.py): submitit waits for a dead
+    # task's result until sacct says it is gone, and this cluster has no accounting
+    faulty = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[64]]",
+              "+workload.fault=raise", "+workload.rank=1"]  # fmt: skip
+    done = slurm_ranks(tmp_path, {**slurm_env, "MLFLOW_TRACKING_URI": tracking_uri}, *faulty)
+    assert done.returncode != 0
+    (run,) = [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) != "true"]
+    assert run.info.status == "FAILED" and "rank 1 raised" in run.data.tags[names.TAG_ERROR]

@@ -9,6 +9,7 @@ count, and, in the launchers, how to share the machine between concurrent jobs.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -141,6 +142,14 @@ class Backend(ABC):
                 f"({'; '.join(slot.name for slot in slots)})"
             )
         return slots[:count]
+
+    def take_slot(self, slot: Slot) -> None:
+        """Pin this running process to `slot`, before it touches the device.
+
+        For processes the runner does not start itself (Slurm's tasks): those it starts get the
+        slot's environment at birth.
+        """
+        os.environ.update(dict(slot.env))
 
     def copy_slots(self, copies: int) -> list[Slot]:
         """The shares copies can run on: the machine split as for concurrent jobs."""

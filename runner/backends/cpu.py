@@ -34,6 +34,11 @@ class CpuBackend(Backend):
         env = tuple((variable, threads) for variable in THREAD_VARIABLES)
         return [Slot(f"CPU slot {i} ({threads} threads)", env) for i in range(count)]
 
+    def take_slot(self, slot: Slot) -> None:
+        """The slot's thread count: torch read OMP_NUM_THREADS when it loaded, before this."""
+        super().take_slot(slot)
+        torch.set_num_threads(int(dict(slot.env)[THREAD_VARIABLES[0]]))
+
     @property
     def device(self) -> torch.device:
         """The host CPU."""

@@ -17,6 +17,12 @@ GPU_PEAKS = {"H200": "h200_sxm", "H100": "h100_sxm"}
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 
 
+def _visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them."""
+    visible = os.environ.get(VISIBLE_DEVICES_ENV)
+    return visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+
+
 class CudaBackend(Backend):
     """CUDA activity, torch.cuda.synchronize before clocks and profiler steps."""
 
@@ -30,9 +36,12 @@ class CudaBackend(Backend):
     @classmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
         """One GPU per job, out of the visible ones (one job per GPU when jobs=0)."""
-        visible = os.environ.get(VISIBLE_DEVICES_ENV)
-        gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+        gpus = _visible_gpus()
         return [Slot(f"GPU {gpu}", ((VISIBLE_DEVICES_ENV, gpu),)) for gpu in gpus[: jobs or len(gpus)]]
+
+    def take_slot(self, slot: Slot) -> None:
+        """Select the slot's GPU: CUDA may have started already, and then ignores CUDA_VISIBLE_DEVICES."""
+        torch.cuda.set_device(_visible_gpus().index(dict(slot.env)[VISIBLE_DEVICES_ENV]))
 
     @property
     def device(self) -> torch.device:

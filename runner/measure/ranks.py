@@ -54,27 +54,32 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> Any:
+    """Join the ranks (torchrun's variables are set), measure the job as this rank, leave; its JobResult."""
+    from runner.backends import make_backend
+    from runner.experiment import measure_job
+    from runner.measure.build import build_workload
+    from runner.measure.roofline import resolve_peak
+
+    backend = make_backend(spec.backend)
+    timeout = timedelta(seconds=spec.distributed.timeout_s)
+    try:
+        dist.init_process_group(COLLECTIVE_BACKENDS[backend.name], timeout=timeout)
+        workload = build_workload(spec.workload, backend)
+        peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
+        return measure_job(spec, output_dir / rank_folder(rank), backend, workload, peak, None)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def _rank_main(spec: RunSpec, output_dir: Path, rank: int, results: Connection) -> None:
     # the job stops its ranks itself: a Ctrl-C reaching the process group must not print tracebacks
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        from runner.backends import make_backend
-        from runner.experiment import measure_job
-        from runner.measure.build import build_workload
-        from runner.measure.roofline import resolve_peak
-
-        backend = make_backend(spec.backend)
-        timeout = timedelta(seconds=spec.distributed.timeout_s)
-        dist.init_process_group(COLLECTIVE_BACKENDS[backend.name], timeout=timeout)
-        workload = build_workload(spec.workload, backend)
-        peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
-        result = measure_job(spec, output_dir / rank_folder(rank), backend, workload, peak, None)
-        results.send(("ok", result))
+        results.send(("ok", measure_rank(spec, output_dir, rank)))
     except Exception:  # anything: the job reports it, naming this rank
         results.send(("error", traceback.format_exc()))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[Any]:

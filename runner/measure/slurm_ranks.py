@@ -1,0 +1,144 @@
+"""A job as the tasks of one Slurm job, across hosts (`hydra/launcher=slurm`, `distributed.ranks`).
+
+With `hydra.launcher.nodes` x `hydra.launcher.tasks_per_node` = `distributed.ranks`, submitit
+starts the job once per task, on every node, and each task is one rank. Task 0 is the job: it
+owns the status file and the MLflow run, measures as rank 0, then collects the other ranks'
+results. The other tasks only measure: each leaves its result, or its traceback, in
+`rank<k>/rank_result.pickle` under the job's folder, which the nodes of a Slurm sweep share
+(submitit keeps its own files beside it). The rendezvous is torchrun's variables made from the
+Slurm job by submitit (the allocation's first node; a port chosen from the job id). Each task
+takes its share of its node from the backend's slot plan, as the ranks on one host do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from runner.config import ConfigError, RunSpec
+from runner.measure.ranks import measure_rank, rank_folder
+from runner.measure.workers import WorkerFailed
+
+log = logging.getLogger(__name__)
+RESULT_FILE = "rank_result.pickle"
+# how often task 0 looks for the other ranks' results, and how long it waits for the rest of
+# their word once one rank has failed (a raising rank writes its traceback at once)
+POLL_S = 0.5
+LAST_WORDS_S = 10.0
+
+
+@dataclass(frozen=True)
+class SlurmTask:
+    """A process's place among the tasks of its Slurm job."""
+
+    rank: int
+    world: int
+    local_rank: int
+    tasks_per_node: int
+
+
+def slurm_task() -> SlurmTask | None:
+    """The Slurm task this process is, when submitit runs the job as several tasks; else None."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or int(os.environ.get("SLURM_NTASKS", "1")) < 2:
+        return None
+    import submitit
+
+    env = submitit.JobEnvironment()
+    return SlurmTask(env.global_rank, env.num_tasks, env.local_rank, env.num_tasks // env.num_nodes)
+
+
+def check_world(task: SlurmTask, ranks: int) -> None:
+    """Refuse a Slurm job whose task count is not the configured number of ranks.
+
+    Raises:
+        ConfigError: naming distributed.ranks and the launcher's keys.
+    """
+    if task.world != ranks:
+        raise ConfigError(
+            f"distributed.ranks={ranks}, but the Slurm job has {task.world} tasks "
+            "(hydra.launcher.nodes x hydra.launcher.tasks_per_node); make them equal"
+        )
+
+
+def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> Any:
+    """Rendezvous, pin this task to its share of its node, and measure it as its rank."""
+    from submitit.helpers import TorchDistributedEnvironment
+
+    from runner.backends import make_backend
+
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    # the slot pins the task; backend.cores would pin every task of a node to the same cores
+    spec = replace(spec, backend=replace(spec.backend, cores=None))
+    backend = make_backend(spec.backend)
+    slot = backend.concurrent_slots(task.tasks_per_node, "hydra.launcher.tasks_per_node")[task.local_rank]
+    backend.take_slot(slot)
+    log.info("rank %d of %d on %s: %s", task.rank, task.world, os.uname().nodename, slot.name)
+    return measure_rank(spec, output_dir, task.rank)
+
+
+def follow(spec: RunSpec, output_dir: Path, task: SlurmTask) -> None:
+    """A task other than 0: measure as its rank and leave the result, or the traceback, for task 0."""
+    try:
+        check_world(task, spec.distributed.ranks)  # else task 0 refuses the job: no rendezvous to wait for
+        outcome: tuple[str, Any] = ("ok", _measure_task(spec, output_dir, task))
+    except Exception:  # anything: task 0 reports it, naming this rank
+        outcome = ("error", traceback.format_exc())
+    path = output_dir / rank_folder(task.rank) / RESULT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".partial")
+    temporary.write_bytes(pickle.dumps(outcome))
+    temporary.replace(path)  # whole or absent: task 0 never reads half a result
+
+
+def lead(spec: RunSpec, output_dir: Path, task: SlurmTask) -> list[Any]:
+    """Task 0: measure as rank 0, then every rank's JobResult in rank order.
+
+    Raises:
+        WorkerFailed: naming the rank that raised, or the ranks that left no result within
+            distributed.timeout_s (died or hung).
+    """
+    try:
+        own = _measure_task(spec, output_dir, task)
+    except Exception as err:  # another rank's failure breaks rank 0's collectives: name that rank first
+        reports = _await_reports(output_dir, task.world, LAST_WORDS_S, until_an_error=True)
+        _raise_first_error(reports)
+        silent = _silent(reports, task.world)
+        hint = f" (rank {silent} left no result: it died or hung)" if silent else ""
+        raise WorkerFailed(f"rank 0 raised{hint}:\n{traceback.format_exc()}") from err
+    reports = _await_reports(output_dir, task.world, spec.distributed.timeout_s)
+    _raise_first_error(reports)
+    if silent := _silent(reports, task.world):
+        raise WorkerFailed(f"rank {silent} left no result within distributed.timeout_s (it died or hung)")
+    return [own, *(reports[rank][1] for rank in range(1, task.world))]
+
+
+def _await_reports(output_dir: Path, world: int, wait_s: float, until_an_error: bool = False) -> dict[int, Any]:
+    """What ranks 1.. left, once all have (or one failed, with `until_an_error`), or after `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    reports: dict[int, Any] = {}
+    while True:
+        for rank in range(1, world):
+            path = output_dir / rank_folder(rank) / RESULT_FILE
+            if rank not in reports and path.is_file():
+                reports[rank] = pickle.loads(path.read_bytes())
+        failed = any(kind == "error" for kind, _ in reports.values())
+        if len(reports) == world - 1 or (until_an_error and failed) or time.monotonic() > deadline:
+            return reports
+        time.sleep(POLL_S)
+
+
+def _raise_first_error(reports: dict[int, Any]) -> None:
+    for rank, (kind, payload) in sorted(reports.items()):
+        if kind == "error":
+            raise WorkerFailed(f"rank {rank} raised:\n{payload}")
+
+
+def _silent(reports: dict[int, Any], world: int) -> str:
+    """The ranks that left nothing, as a list to print ("" when none)."""
+    return ", ".join(str(rank) for rank in range(1, world) if rank not in reports)
