@@ -86,13 +86,16 @@ def _memory(run: Run) -> str:
 
 
 def _ranks(run: Run) -> str:
-    """Ranks, straggler ratio, collective share and the slowest rank of a multi-rank job."""
+    """Ranks, straggler ratio, collective share and overlap, and the slowest rank of a multi-rank job."""
     count = metric(run, names.RANKS)
     if count is None:
         return "-"
     ratio, share = metric(run, names.RANKS_STRAGGLER_RATIO), metric(run, names.RANKS_COLLECTIVE_SHARE)
+    overlap = metric(run, names.RANKS_COLLECTIVE_OVERLAP)
     slowest = run.data.tags.get(names.TAG_SLOWEST_RANK, "-")
-    return f"{count:.0f}: x{ratio or 0:.2f} max/median, {share or 0:.0%} collective, slowest {slowest}"
+    collective = "-" if share is None else f"{share:.0%}"
+    overlapped = "" if overlap is None else f" ({overlap:.0%} overlapped)"
+    return f"{count:.0f}: x{ratio or 0:.2f} max/median, {collective} collective{overlapped}, slowest {slowest}"
 
 
 def _cost(run: Run) -> str:
@@ -131,6 +134,7 @@ COLUMNS = [
     Column("overhead", lambda r: _fmt(metric(r, names.PROFILER_OVERHEAD_PCT), 1, "%")),
     Column("ranks", _ranks),
     Column("busbw GB/s", lambda r: _fmt(metric(r, names.COLLECTIVE_BUSBW_GBPS), 3)),
+    Column("of link", lambda r: _fmt(_percent(metric(r, names.COLLECTIVE_BUSBW_LINK_FRACTION)), 1, "%")),
     Column("$/1M steps", _cost),
 ]
 

@@ -170,13 +170,19 @@ RANKS_STEP_MEDIAN_MAX_MS = "ranks/step_median_ms_max"
 RANKS_STRAGGLER_RATIO = "ranks/straggler_ratio"
 # per-rank compute per step (step time less collectives): slowest over fastest
 RANKS_COMPUTE_SPREAD = "ranks/compute_spread"
-# mean over ranks of the profiled step's share in collectives (the wait for the others included)
+# mean over ranks of the recorded steps' share in collectives (the wait for the others included)
 RANKS_COLLECTIVE_SHARE = "ranks/collective_share"
-# per rank, under rank<k>/: the same share, and compute per step in ms
+# mean over ranks of the share of the collectives' run time that overlapped compute
+RANKS_COLLECTIVE_OVERLAP = "ranks/collective_overlap"
+# per rank, under rank<k>/: the same share and overlap, and compute per step in ms
 RANK_COLLECTIVE_SHARE = "collective_share"
+RANK_COLLECTIVE_OVERLAP = "collective_overlap"
 RANK_COMPUTE_MS = "compute_ms"
 # the rank with the most compute per step: the one the others wait for
 TAG_SLOWEST_RANK = "ranks.slowest"
 # a collective workload (workloads.collectives): nccl-tests' algorithm and bus bandwidth
 COLLECTIVE_ALGBW_GBPS = "collective/algbw_gbps"
 COLLECTIVE_BUSBW_GBPS = "collective/busbw_gbps"
+# the device's link bandwidth from conf/peaks.yaml (interconnect_gbps), and busbw over it
+COLLECTIVE_LINK_GBPS = "collective/link_gbps"
+COLLECTIVE_BUSBW_LINK_FRACTION = "collective/busbw_fraction_of_link"

@@ -58,18 +58,24 @@ class JobResult:
     tables: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
 
-def collective_bandwidth(workload: BuiltWorkload, step_ms: float) -> dict[str, float]:
+def collective_bandwidth(workload: BuiltWorkload, step_ms: float, peak: Peak | None) -> dict[str, float]:
     """nccl-tests' algbw and busbw of a collective workload among several ranks; else nothing.
 
     busbw scales algbw by 2(n-1)/n, the share of the data an all-reduce sends over each link,
-    so figures at different rank counts compare against the same link bandwidth.
+    so figures at different rank counts compare against the same link bandwidth: the peak's
+    interconnect figure, where it has one.
     """
     collective_bytes = getattr(workload.eager, "collective_bytes", None)
     if collective_bytes is None or not dist.is_initialized() or not step_ms:
         return {}
     ranks = dist.get_world_size()
     algbw = collective_bytes(*workload.inputs) / (step_ms / 1000) / 1e9
-    return {names.COLLECTIVE_ALGBW_GBPS: algbw, names.COLLECTIVE_BUSBW_GBPS: algbw * 2 * (ranks - 1) / ranks}
+    busbw = algbw * 2 * (ranks - 1) / ranks
+    metrics = {names.COLLECTIVE_ALGBW_GBPS: algbw, names.COLLECTIVE_BUSBW_GBPS: busbw}
+    if peak is not None and peak.interconnect_gbps:
+        metrics[names.COLLECTIVE_LINK_GBPS] = peak.interconnect_gbps
+        metrics[names.COLLECTIVE_BUSBW_LINK_FRACTION] = busbw / peak.interconnect_gbps
+    return metrics
 
 
 def derived_metrics(
@@ -98,7 +104,7 @@ def derived_metrics(
         accuracy, accuracy_tags = check_accuracy(workload.eager, workload.inputs, output, spec.workload.dtype)
         metrics.update(accuracy)
         tags.update(accuracy_tags)
-    metrics.update(collective_bandwidth(workload, metrics[names.STEP_MEDIAN_MS]))
+    metrics.update(collective_bandwidth(workload, metrics[names.STEP_MEDIAN_MS], peak))
     if not isinstance(workload.eager, CostModel):
         tags[names.TAG_ROOFLINE_PEAK] = "none: the workload declares no bytes/FLOPs model"
     elif peak is None:

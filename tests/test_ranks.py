@@ -57,6 +57,9 @@ def test_a_data_parallel_train_step_runs_as_two_ranks(tmp_path: Path, tracking_u
     assert metrics[names.RANKS] == 2
     for rank in (0, 1):
         assert 0 < metrics[f"rank{rank}/{names.RANK_COLLECTIVE_SHARE}"] < 1  # the gradients' all-reduce
+        # each gradient's all-reduce starts while the backward still computes the layers before
+        assert 0 < metrics[f"rank{rank}/{names.RANK_COLLECTIVE_OVERLAP}"] <= 1
+    assert 0 < metrics[names.RANKS_COLLECTIVE_OVERLAP] <= 1
     assert metrics[f"rank1/{names.STEP_MEDIAN_MS}"] > 0 and metrics[names.STEP_MEDIAN_MS] > 0
     assert metrics[names.RANKS_STRAGGLER_RATIO] >= 1 and metrics[names.RANKS_COMPUTE_SPREAD] >= 1
     assert run.data.tags[names.TAG_SLOWEST_RANK] in ("0", "1")
@@ -72,7 +75,7 @@ def test_a_data_parallel_train_step_runs_as_two_ranks(tmp_path: Path, tracking_u
     # the run's own trace is rank 0's; the other ranks' stay out of a trace diff
     profile = load_profile(trace_files(client, run, tmp_path / "download"))
     assert profile.cycles == 1 and len(profile.steps) == 1
-    assert "ranks: 2, slowest median" in done.stdout
+    assert "ranks: 2, slowest median" in done.stdout and "of their run time overlapped compute" in done.stdout
     assert not any(alive(pid) for pid in rank_pids(done))
 
 
@@ -90,15 +93,29 @@ def test_a_slowed_rank_is_the_one_the_others_wait_for(tmp_path: Path, tracking_u
 
 
 def test_the_all_reduce_benchmark_reports_nccl_tests_bandwidths(tmp_path: Path, tracking_uri: str) -> None:
-    done = run_ranks(tmp_path, "+workload=allreduce", "workload.megabytes=0.1", "workload.mode=forward")
+    # a datasheet entry with a link figure stands in for a device's (gloo on CPU has none)
+    args = ["+workload=allreduce", "workload.megabytes=0.1", "workload.mode=forward", "measure.peak=trn2_core"]
+    done = run_ranks(tmp_path, *args)
     assert done.returncode == 0, done.stderr
     (run,) = all_runs(tracking_uri)
     metrics = run.data.metrics
     algbw, busbw = metrics[names.COLLECTIVE_ALGBW_GBPS], metrics[names.COLLECTIVE_BUSBW_GBPS]
     assert algbw == pytest.approx(0.1e6 / (metrics[names.STEP_MEDIAN_MS] / 1000) / 1e9)
     assert busbw == pytest.approx(algbw)  # 2(n-1)/n = 1 at two ranks
+    assert metrics[names.COLLECTIVE_LINK_GBPS] == 1280
+    assert metrics[names.COLLECTIVE_BUSBW_LINK_FRACTION] == pytest.approx(busbw / 1280)
     assert metrics[names.RANKS_COLLECTIVE_SHARE] > 0.5  # the step is the all-reduce, its wait included
-    assert "collective: algbw" in done.stdout
+    assert "collective: algbw" in done.stdout and "of the link's 1280 GB/s" in done.stdout
+
+
+def test_without_a_profiler_the_ranks_compare_their_step_times_only(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_ranks(tmp_path, *TINY_DECODER, "profiler=none")
+    assert done.returncode == 0, done.stderr
+    (run,) = all_runs(tracking_uri)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics[names.RANKS_STRAGGLER_RATIO] >= 1
+    assert names.RANKS_COLLECTIVE_SHARE not in run.data.metrics and names.TAG_SLOWEST_RANK not in run.data.tags
+    assert "no trace, so no collective share or slowest rank (profiler=none)" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,8 @@ class Peak:
     gflops: float
     # e.g. "datasheet: trn2_core (conf/peaks.yaml)" or "measured: ..."
     source: str
+    # the device-to-device link in GB/s, where the datasheet gives one: a collective's ceiling
+    interconnect_gbps: float | None = None
 
 
 def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
@@ -57,6 +59,7 @@ def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
         bandwidth_gbps=figures["bandwidth_gbps"] * multiplier,
         gflops=figures["tflops"][dtype] * 1000 * multiplier,
         source=f"datasheet: {entry}{scale} (conf/peaks.yaml)",
+        interconnect_gbps=figures.get("interconnect_gbps"),
     )
 
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from runner.backends.base import Backend
 from runner.config import ConfigError, WorkloadSpec, locate_target
-from runner.measure.collectives import average_gradients
+from runner.measure.collectives import GradientAverager
 
 
 @dataclass
@@ -42,11 +42,13 @@ def train_step(
     """Forward, a scalar loss (mean square of the output), backward, and an optimizer step.
 
     Floating-point inputs require grad, so a module without parameters still has a backward.
-    As one of several ranks, the gradients are averaged over the ranks before the step.
+    As one of several ranks, the gradients are averaged over the ranks before the step, their
+    all-reduces overlapping the backward.
     """
     params = [p for p in eager.parameters() if p.requires_grad]
     optimizers = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
     optimizer = optimizers[spec.optimizer](params, lr=spec.lr) if params else None
+    averager = GradientAverager(params)
     for tensor in inputs:
         if tensor.is_floating_point():
             tensor.requires_grad_(True)
@@ -58,7 +60,7 @@ def train_step(
             tensor.grad = None
         loss = module(*inputs).float().square().mean()
         loss.backward()
-        average_gradients(params)
+        averager.wait()
         if optimizer is not None:
             optimizer.step()
         return loss

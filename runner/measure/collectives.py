@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 
-# the span around the gradients' all-reduce: its self time is the wait for the other ranks,
-# which no op records (gloo and nccl wait outside any op)
+from runner.report.traces import STEP, Span
+
+# the span around the wait for the gradients' all-reduces: its self time is the wait for the
+# other ranks, which no op records (gloo and nccl wait outside any op)
 GRADIENT_ALLREDUCE = "runner::allreduce_gradients"
-# op names of collectives, as torch.profiler records them, and that span
-COLLECTIVE_MARKERS = ("c10d::", "gloo:", "nccl:", "allreduce", "all_reduce", "allgather", "reduce_scatter", "broadcast")
+# parts of the names of collectives as torch.profiler records them (c10d ops, gloo's spans, nccl's
+# kernels), and of that span; not a bare "broadcast", which aten::broadcast_tensors would match
+COLLECTIVE_MARKERS = ("c10d::", "gloo:", "nccl", "allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter")
 
 
 def all_ranks_agree(flag: bool, device: torch.device) -> bool:
@@ -21,12 +27,116 @@ def all_ranks_agree(flag: bool, device: torch.device) -> bool:
     return bool(vote.item())
 
 
-def average_gradients(parameters: list[torch.nn.Parameter]) -> None:
-    """Data parallel: every rank's gradients replaced by their mean over the ranks."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return
-    with torch.profiler.record_function(GRADIENT_ALLREDUCE):
-        for parameter in parameters:
-            if parameter.grad is not None:
-                dist.all_reduce(parameter.grad)
-                parameter.grad /= dist.get_world_size()
+class GradientAverager:
+    """Data parallel as DistributedDataParallel does it: overlap the all-reduce with the backward.
+
+    Each gradient's all-reduce starts, without waiting, as soon as the backward has accumulated
+    it, so it runs while the backward computes the gradients of the layers before; `wait` then
+    waits for the rest (under `GRADIENT_ALLREDUCE`) and takes the mean. One collective per
+    parameter, not DDP's 25 MB buckets: right for the small models profiled here, chatty for
+    large ones. Without a process group of two or more ranks it does nothing.
+    """
+
+    def __init__(self, parameters: list[torch.nn.Parameter]) -> None:
+        self.pending: list[tuple[torch.nn.Parameter, dist.Work]] = []
+        self.ranks = dist.get_world_size() if dist.is_initialized() else 1
+        if self.ranks > 1:
+            for parameter in parameters:
+                parameter.register_post_accumulate_grad_hook(self._start)  # type: ignore[no-untyped-call]
+
+    def _start(self, parameter: torch.nn.Parameter) -> None:
+        assert parameter.grad is not None
+        work = dist.all_reduce(parameter.grad, async_op=True)
+        assert work is not None
+        self.pending.append((parameter, work))
+
+    def wait(self) -> None:
+        """Every gradient replaced by its mean over the ranks."""
+        if self.ranks == 1:
+            return
+        with torch.profiler.record_function(GRADIENT_ALLREDUCE):
+            for parameter, work in self.pending:
+                work.wait()
+                assert parameter.grad is not None
+                parameter.grad /= self.ranks
+        self.pending.clear()
+
+
+def is_collective(name: str) -> bool:
+    """A collective, the wait for one, or the kernel that runs one."""
+    lowered = name.lower()
+    return any(marker in lowered for marker in COLLECTIVE_MARKERS)
+
+
+@dataclass
+class CollectiveTiming:
+    """How a rank's recorded steps spent their time with the other ranks."""
+
+    # the share of the step its own thread spent in collectives or waiting on them
+    share: float
+    # the share of the collectives' own run time during which compute ran (Holistic Trace
+    # Analysis's communication/computation overlap); None when the trace shows no collective run
+    overlap: float | None
+
+
+def _merged(spans: Iterable[Span]) -> list[tuple[float, float]]:
+    intervals: list[tuple[float, float]] = []
+    for start, end in sorted((span.start_us, span.end_us) for span in spans):
+        if intervals and start <= intervals[-1][1]:
+            intervals[-1] = (intervals[-1][0], max(intervals[-1][1], end))
+        else:
+            intervals.append((start, end))
+    return intervals
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _common_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    common, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        common += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return common
+
+
+def _descendants(span: Span) -> list[Span]:
+    found = []
+    for child in span.children:
+        found += [child, *_descendants(child)]
+    return found
+
+
+def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
+    """Collective share and overlap of a rank's recorded steps (from `traces.read_steps`); None without steps.
+
+    On a device that records its kernels, collectives and compute are the device's kernels (as
+    HTA counts them). On CPU, gloo runs each collective on its own threads: those spans are the
+    collectives' run time, and compute is whatever the step's thread ran that neither is nor
+    holds a collective.
+    """
+    if not steps:
+        return None
+    step_threads = {step.thread for step in steps}
+    spans = [span for step in steps for span in _descendants(step)]
+    own = [span for span in spans if span.thread in step_threads and not span.device]
+    waiting = _merged(span for span in own if is_collective(span.name))
+    share = _length(waiting) / _length(_merged(steps))
+    kernels = [span for span in spans if span.device]
+    if any(is_collective(span.name) for span in kernels):
+        running = [span for span in kernels if is_collective(span.name)]
+        compute = [span for span in kernels if not is_collective(span.name)]
+    else:
+        running = [span for span in spans if span.thread not in step_threads and is_collective(span.name)]
+        compute = [
+            span
+            for span in own
+            if not STEP.match(span.name) and not any(is_collective(s.name) for s in [span, *_descendants(span)])
+        ]
+    run_time = _merged(running)
+    overlap = _common_length(run_time, _merged(compute)) / _length(run_time) if run_time else None
+    return CollectiveTiming(share=min(1.0, share), overlap=overlap)

@@ -32,9 +32,9 @@ import torch.distributed as dist
 from runner import names
 from runner.backends.base import Slot
 from runner.config import RunSpec
-from runner.measure.collectives import COLLECTIVE_MARKERS
-from runner.measure.optable import OpTable, self_time_by_op
+from runner.measure.collectives import collective_timing
 from runner.measure.workers import WorkerFailed, environment
+from runner.report.traces import steps_under
 
 log = logging.getLogger(__name__)
 # the process-group backend each device uses (torch_neuronx registers "neuron")
@@ -153,35 +153,31 @@ def _stop(processes: list[BaseProcess]) -> None:
             process.join()
 
 
-def collective_ms_per_step(table: OpTable) -> float:
-    """Self time per profiled step in collectives and in waiting for the other ranks."""
-    by_op = self_time_by_op(table)
-    collective = sum(ms for op, ms in by_op.items() if any(m in op.lower() for m in COLLECTIVE_MARKERS))
-    return collective / table.active_steps if table.active_steps else 0.0
-
-
 def cross_rank(results: list[Any]) -> tuple[dict[str, float], dict[str, str]]:
     """Per-rank and cross-rank metrics, and the tag naming the slowest rank.
 
     A rank's compute per step is its step time less its share in collectives (the share of its
-    profiled step spent in them, waiting included): with the ranks in lock step their step times
-    agree, and the straggler shows as the rank with the most compute, the one the others wait for.
+    recorded steps its own thread spent in them, waiting included): with the ranks in lock step
+    their step times agree, and the straggler shows as the rank with the most compute, the one
+    the others wait for. Without traces (`profiler=none`) only the step times compare.
     """
     metrics: dict[str, float] = {names.RANKS: float(len(results))}
-    medians, compute = [], []
-    for rank, result in enumerate(results):
-        median = result.metrics[names.STEP_MEDIAN_MS]
-        profiled_ms = result.metrics[names.PROFILED_STEP_MS]
-        share = min(1.0, collective_ms_per_step(result.table) / profiled_ms) if profiled_ms else 0.0
-        medians.append(median)
-        compute.append(median * (1 - share))
-        metrics[f"{rank_folder(rank)}/{names.RANK_COLLECTIVE_SHARE}"] = share
-        metrics[f"{rank_folder(rank)}/{names.RANK_COMPUTE_MS}"] = median * (1 - share)
+    medians = [result.metrics[names.STEP_MEDIAN_MS] for result in results]
     metrics[names.RANKS_STEP_MEDIAN_MAX_MS] = max(medians)
     metrics[names.RANKS_STRAGGLER_RATIO] = max(medians) / statistics.median(medians)
+    found = [collective_timing(steps_under(result.capture_dir)) for result in results]
+    timings = [timing for timing in found if timing is not None]
+    if len(timings) < len(results):  # in lock step the step times alone cannot name the straggler
+        return metrics, {}
+    compute = [median * (1 - timing.share) for median, timing in zip(medians, timings, strict=True)]
+    for rank, timing in enumerate(timings):
+        metrics[f"{rank_folder(rank)}/{names.RANK_COLLECTIVE_SHARE}"] = timing.share
+        metrics[f"{rank_folder(rank)}/{names.RANK_COMPUTE_MS}"] = compute[rank]
+        if timing.overlap is not None:
+            metrics[f"{rank_folder(rank)}/{names.RANK_COLLECTIVE_OVERLAP}"] = timing.overlap
     metrics[names.RANKS_COMPUTE_SPREAD] = max(compute) / min(compute) if min(compute) > 0 else float("nan")
-    metrics[names.RANKS_COLLECTIVE_SHARE] = statistics.fmean(
-        metrics[f"{rank_folder(rank)}/{names.RANK_COLLECTIVE_SHARE}"] for rank in range(len(results))
-    )
+    metrics[names.RANKS_COLLECTIVE_SHARE] = statistics.fmean(timing.share for timing in timings)
+    if overlaps := [timing.overlap for timing in timings if timing.overlap is not None]:
+        metrics[names.RANKS_COLLECTIVE_OVERLAP] = statistics.fmean(overlaps)
     slowest = max(range(len(results)), key=lambda rank: compute[rank])
     return metrics, {names.TAG_SLOWEST_RANK: str(slowest)}

@@ -9,6 +9,18 @@ from runner.result import JobResult
 TOP_OPS = 5
 
 
+def _collectives(m: dict[str, float], tags: dict[str, object]) -> str:
+    """The ranks' collectives in a few words; what the step times alone say without traces."""
+    if names.RANKS_COLLECTIVE_SHARE not in m:
+        return "no trace, so no collective share or slowest rank (profiler=none)"
+    overlap = m.get(names.RANKS_COLLECTIVE_OVERLAP)
+    overlapped = f", {overlap:.0%} of their run time overlapped compute" if overlap is not None else ""
+    return (
+        f"compute per step slowest over fastest rank {m[names.RANKS_COMPUTE_SPREAD]:.2f}, slowest rank "
+        f"{tags[names.TAG_SLOWEST_RANK]}; collectives {m[names.RANKS_COLLECTIVE_SHARE]:.0%} of the step{overlapped}"
+    )
+
+
 def job_summary(run_name: str, placement: str, result: JobResult, where: str) -> str:
     """A short block: where it ran, headline numbers, the top ops, warnings, the trace and the run."""
     m, tags, table, trace_dir = result.metrics, result.tags, result.table, result.capture_dir
@@ -26,14 +38,17 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
     if names.RANKS in m:
         lines.append(
             f"ranks: {m[names.RANKS]:.0f}, slowest median {m[names.RANKS_STEP_MEDIAN_MAX_MS]:.4f} ms/step "
-            f"(straggler ratio {m[names.RANKS_STRAGGLER_RATIO]:.2f}); compute per step slowest over fastest rank "
-            f"{m[names.RANKS_COMPUTE_SPREAD]:.2f}, slowest rank {tags[names.TAG_SLOWEST_RANK]}; collectives "
-            f"{m[names.RANKS_COLLECTIVE_SHARE]:.0%} of the profiled step (numbers above: rank 0)"
+            f"(straggler ratio {m[names.RANKS_STRAGGLER_RATIO]:.2f}); {_collectives(m, tags)} (numbers above: rank 0)"
         )
     if names.COLLECTIVE_BUSBW_GBPS in m:
+        link = (
+            f" = {m[names.COLLECTIVE_BUSBW_LINK_FRACTION]:.1%} of the link's {m[names.COLLECTIVE_LINK_GBPS]:.0f} GB/s"
+            if names.COLLECTIVE_LINK_GBPS in m
+            else " (no link figure for this device: interconnect_gbps in conf/peaks.yaml)"
+        )
         lines.append(
             f"collective: algbw {m[names.COLLECTIVE_ALGBW_GBPS]:.3f} GB/s, "
-            f"busbw {m[names.COLLECTIVE_BUSBW_GBPS]:.3f} GB/s"
+            f"busbw {m[names.COLLECTIVE_BUSBW_GBPS]:.3f} GB/s{link}"
         )
     if names.TAG_ACCURACY in tags:
         lines.append(f"accuracy: {tags[names.TAG_ACCURACY]} ({tags.get(names.TAG_ACCURACY_DETAIL, '')})")

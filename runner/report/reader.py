@@ -17,6 +17,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner import names
+from runner.report.traces import read_chrome_trace
 
 
 def label(run: Run) -> str:
@@ -113,12 +114,7 @@ def trace_files(client: MlflowClient, run: Run, dest: Path) -> list[Path]:
                 folder = dest / Path(info.path).parent  # each cycle's file is trace.json: keep them apart
                 folder.mkdir(parents=True, exist_ok=True)
                 path = Path(client.download_artifacts(run.info.run_id, info.path, str(folder)))
-                with path.open() as f:
-                    try:
-                        document = json.load(f)
-                    except json.JSONDecodeError:
-                        continue
-                if isinstance(document, dict) and "traceEvents" in document:
+                if read_chrome_trace(path) is not None:
                     found.append(path)
     return sorted(found)
 

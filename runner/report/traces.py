@@ -195,15 +195,28 @@ def merge_steps(cycles: list[list[Span]]) -> Profile:
     return Profile(nodes[()], steps, len(recorded))
 
 
+def read_chrome_trace(path: Path) -> dict[str, Any] | None:
+    """The Chrome trace in `path`; None when the file is other JSON, or not JSON."""
+    with path.open() as f:
+        try:
+            document = json.load(f)
+        except json.JSONDecodeError:
+            return None
+    return document if isinstance(document, dict) and "traceEvents" in document else None
+
+
+def steps_under(folder: Path) -> list[Span]:
+    """The recorded steps of every Chrome trace under `folder` (a job's capture), in order."""
+    traces = (read_chrome_trace(path) for path in sorted(folder.rglob("*.json")))
+    return [step for trace in traces if trace is not None for step in read_steps(trace)]
+
+
 def load_profile(paths: list[Path]) -> Profile:
     """Read Chrome trace files (one per recorded cycle) into a run's merged profile.
 
     Raises:
         ValueError: none of the files holds a ProfilerStep.
     """
-    cycles = []
-    for path in paths:
-        with path.open() as f:
-            cycles.append(read_steps(json.load(f)))
+    cycles = [read_steps(read_chrome_trace(path) or {}) for path in paths]
     cycles.sort(key=lambda steps: step_number(steps[0]) if steps else -1)
     return merge_steps(cycles)

@@ -1,0 +1,61 @@
+"""What the ranks' metrics count as time in collectives, and as collectives overlapping compute.
+
+The spans are laid out by hand so each figure is known; the ranks tests measure real ones.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.measure.collectives import collective_timing, is_collective
+from runner.report.traces import Span
+
+STEP_THREAD, GLOO_THREAD = "1/1", "1/7"
+
+
+def span(name: str, start: float, end: float, thread: str = STEP_THREAD, *children: Span, device: bool = False) -> Span:
+    return Span(name, start, end - start, thread, device, list(children))
+
+
+def test_on_cpu_the_share_is_the_steps_own_wait_and_the_overlap_is_gloos_threads_against_its_compute() -> None:
+    step = span(
+        "ProfilerStep#3", 0, 100, STEP_THREAD,
+        span("aten::mm", 0, 40),
+        span("autograd::engine::evaluate_function: AccumulateGrad", 40, 43, STEP_THREAD,
+             span("c10d::allreduce_", 40, 42)),
+        span("aten::mm", 43, 80),
+        span("runner::allreduce_gradients", 80, 100, STEP_THREAD, span("aten::div_", 95, 96)),
+        span("gloo:all_reduce", 41, 90, GLOO_THREAD),
+    )  # fmt: skip
+    timing = collective_timing([step])
+    assert timing is not None
+    assert timing.share == pytest.approx((42 - 40 + 100 - 80) / 100)
+    # gloo ran 41-90; the step's thread computed 43-80 (the span that enqueued it is not compute)
+    assert timing.overlap == pytest.approx((80 - 43) / (90 - 41))
+
+
+def test_with_device_kernels_the_overlap_is_between_kernels() -> None:
+    launch = span(
+        "cudaLaunchKernel", 0, 1, STEP_THREAD,
+        span("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 30, "0/7", device=True),
+        span("ampere_sgemm_128x64", 20, 60, "0/8", device=True),
+    )  # fmt: skip
+    step = span("ProfilerStep#5", 0, 100, STEP_THREAD, launch, span("aten::mm", 1, 100))
+    timing = collective_timing([step])
+    assert timing is not None and timing.overlap == pytest.approx(10 / 20)
+    assert timing.share == 0  # the host never waited in a collective
+
+
+def test_no_collective_run_no_overlap_and_no_steps_no_timing() -> None:
+    timing = collective_timing([span("ProfilerStep#1", 0, 10, STEP_THREAD, span("aten::mm", 0, 10))])
+    assert timing is not None and timing.share == 0 and timing.overlap is None
+    assert collective_timing([]) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "collective"),
+    [("c10d::allreduce_", True), ("gloo:all_reduce", True), ("nccl:all_reduce", True),
+     ("ncclDevKernel_AllGather_RING_LL", True), ("aten::broadcast_tensors", False), ("aten::mm", False)],
+)  # fmt: skip
+def test_what_counts_as_a_collective(name: str, collective: bool) -> None:
+    assert is_collective(name) is collective
