@@ -11,7 +11,7 @@ import torch
 
 from runner import names
 from runner.backends.cpu import CpuBackend
-from runner.backends.peaks import Peak, cpu_peak, datasheet_peak
+from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
 from runner.config import BackendConfig, ConfigError, load_run_spec
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
@@ -76,6 +76,9 @@ def test_cpu_calibration_is_measured_once_and_cached(monkeypatch: pytest.MonkeyP
     assert (tmp_path / "runner" / "cpu_peaks.json").is_file()
     monkeypatch.setattr("runner.backends.peaks.calibrate_cpu", lambda dtype: pytest.fail("calibrated twice"))
     assert cpu_peak("float32") == first
+    # a later, better measurement (the first was taken on a busy host) raises the cache; a worse one does not
+    keep_best_calibration("float32", first.bandwidth_gbps * 2, first.gflops / 2)
+    assert (cpu_peak("float32").bandwidth_gbps, cpu_peak("float32").gflops) == (first.bandwidth_gbps * 2, first.gflops)
 
 
 class WrongRMSNorm(NaiveRMSNorm):
