@@ -72,7 +72,7 @@ def is_collective(name: str) -> bool:
 class CollectiveTiming:
     """How a rank's recorded steps spent their time with the other ranks."""
 
-    # the share of the step its own thread spent in collectives or waiting on them
+    # the share of the step spent in collectives or waiting on them (see `collective_timing`)
     share: float
     # the share of the collectives' own run time during which compute ran (Holistic Trace
     # Analysis's communication/computation overlap); None when the trace shows no collective run
@@ -115,28 +115,28 @@ def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
     """Collective share and overlap of a rank's recorded steps (from `traces.read_steps`); None without steps.
 
     On a device that records its kernels, collectives and compute are the device's kernels (as
-    HTA counts them). On CPU, gloo runs each collective on its own threads: those spans are the
-    collectives' run time, and compute is whatever the step's thread ran that neither is nor
-    holds a collective.
+    HTA counts them), and the share is the collectives' time that no compute hid: the host does
+    not wait for nccl, the device does. On CPU, gloo runs each collective on its own threads:
+    those spans are the collectives' run time, compute is whatever the step's thread ran that
+    neither is nor holds a collective, and the share is the step's thread's time in collectives.
     """
     if not steps:
         return None
     step_threads = {step.thread for step in steps}
+    step_time = _length(_merged(steps))
     spans = [span for step in steps for span in _descendants(step)]
     own = [span for span in spans if span.thread in step_threads and not span.device]
-    waiting = _merged(span for span in own if is_collective(span.name))
-    share = _length(waiting) / _length(_merged(steps))
     kernels = [span for span in spans if span.device]
     if any(is_collective(span.name) for span in kernels):
-        running = [span for span in kernels if is_collective(span.name)]
-        compute = [span for span in kernels if not is_collective(span.name)]
-    else:
-        running = [span for span in spans if span.thread not in step_threads and is_collective(span.name)]
-        compute = [
-            span
-            for span in own
-            if not STEP.match(span.name) and not any(is_collective(s.name) for s in [span, *_descendants(span)])
-        ]
-    run_time = _merged(running)
-    overlap = _common_length(run_time, _merged(compute)) / _length(run_time) if run_time else None
-    return CollectiveTiming(share=min(1.0, share), overlap=overlap)
+        running = _merged(span for span in kernels if is_collective(span.name))
+        common = _common_length(running, _merged(span for span in kernels if not is_collective(span.name)))
+        return CollectiveTiming(share=(_length(running) - common) / step_time, overlap=common / _length(running))
+    share = _length(_merged(span for span in own if is_collective(span.name))) / step_time
+    running = _merged(span for span in spans if span.thread not in step_threads and is_collective(span.name))
+    compute = [
+        span
+        for span in own
+        if not STEP.match(span.name) and not any(is_collective(s.name) for s in [span, *_descendants(span)])
+    ]
+    overlap = _common_length(running, _merged(compute)) / _length(running) if running else None
+    return CollectiveTiming(share=share, overlap=overlap)
