@@ -137,6 +137,11 @@ def collect_result(
         )
     if tags.get(names.TAG_OUTPUT_FINITE, "true") != "true":
         warnings.append(f"the workload's output is not finite: {tags[names.TAG_OUTPUT_FINITE]}")
+    if max(metrics.get(names.ROOFLINE_BANDWIDTH_FRACTION, 0), metrics.get(names.ROOFLINE_COMPUTE_FRACTION, 0)) > 1:
+        warnings.append(
+            f"roofline above 100%: the peak ({tags[names.TAG_ROOFLINE_PEAK]}) reads low; "
+            "a CPU calibration taken on a busy host does: python -m runner.doctor measures it again"
+        )
     tables = {}
     if spec.measure.layer_accuracy:
         errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from runner import names
+from runner.backends.base import CaptureReport
 from runner.backends.cpu import CpuBackend
 from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
 from runner.config import BackendConfig, ConfigError, load_run_spec
@@ -19,7 +20,7 @@ from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.workers import WorkerFailed, steady_state_in_processes
-from runner.result import derived_metrics
+from runner.result import collect_result, derived_metrics
 from tests.conftest import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
 
@@ -175,6 +176,20 @@ def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:
     assert rsqrt["cycle_self_ms_std"] == pytest.approx(statistics.stdev(samples), rel=1e-2, abs=1e-5)
     # per-step samples over 5 cycles of 2 steps add back up to the row's total self time
     assert sum(samples) * 2 == pytest.approx(rsqrt["self_cpu_ms"], rel=1e-3)
+
+
+def test_a_roofline_above_its_peak_warns_that_the_peak_reads_low(tmp_path: Path) -> None:
+    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
+    backend = CpuBackend(spec.backend)
+    workload = build_workload(spec.workload, backend)
+    measurement = measure(workload, backend, spec, tmp_path / "trace")
+    low = Peak(bandwidth_gbps=1e-6, gflops=1e6, source="measured: a calibration taken on a busy host")
+    result = collect_result(spec, workload, backend, measurement, low, CaptureReport(), tmp_path / "trace")
+    assert result.metrics[names.ROOFLINE_BANDWIDTH_FRACTION] > 1
+    assert any(w.startswith("roofline above 100%: the peak (measured: a calibration") for w in result.warnings)
+    fair = Peak(bandwidth_gbps=1e6, gflops=1e6, source="datasheet")
+    result = collect_result(spec, workload, backend, measurement, fair, CaptureReport(), tmp_path / "trace")
+    assert not any(w.startswith("roofline") for w in result.warnings)
 
 
 def test_a_workload_without_cost_model_has_no_roofline(tmp_path: Path) -> None:
