@@ -22,7 +22,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.secrets import redact
 from runner.signals import signals_held
-from runner.store import prepare_store, store_lock
+from runner.store import prepare_store, sqlite_path, store_lock
 
 if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
     from runner.result import JobResult
@@ -117,6 +117,12 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     os.environ[SUPPRESS_URL_PRINTING_ENV] = "true"
     mlflow.set_tracking_uri(tracking.uri)
     with store_lock(tracking.uri):  # two first jobs would both try to create the experiment
+        database = sqlite_path(tracking.uri)
+        if database is not None and mlflow.get_experiment_by_name(tracking.experiment) is None:
+            # MLflow would put a SQLite store's artifacts in ./mlruns of whichever folder the
+            # first job ran in; beside the database they stay with it
+            root = (database.resolve().parent / "mlruns").as_uri()
+            mlflow_write(lambda: mlflow.create_experiment(tracking.experiment, artifact_location=root))
         experiment = mlflow_write(lambda: mlflow.set_experiment(tracking.experiment))
     # MLflow 3's UI opens GenAI views unless an experiment says it holds training-style runs;
     # set once, so parallel jobs do not all write it again

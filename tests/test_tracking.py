@@ -46,6 +46,10 @@ def test_run_lands_with_params_tags_metrics_and_artifacts(tmp_path: Path) -> Non
     assert names.DEVICE_SELF_TOTAL_MS not in run.data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"key_averages.json", "key_averages.txt", "trace", "config_resolved.yaml"} <= artifacts
+    # beside the SQLite database, not in ./mlruns of the folder the job ran in
+    assert run.info.artifact_uri.startswith(
+        (Path(mlflow.get_tracking_uri().removeprefix("sqlite:///")).parent / "mlruns").as_uri()
+    )
     local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "dl")))
     table = json.loads((local / "key_averages.json").read_text())
     assert "name" in table["columns"] and any(row[0] == "aten::rsqrt" for row in table["data"])
