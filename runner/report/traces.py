@@ -206,7 +206,7 @@ def read_chrome_trace(path: Path) -> dict[str, Any] | None:
 
 
 def steps_under(folder: Path) -> list[Span]:
-    """The recorded steps of every Chrome trace under `folder` (a job's capture), in order."""
+    """The recorded steps of every Chrome trace under `folder` (a job's capture)."""
     traces = (read_chrome_trace(path) for path in sorted(folder.rglob("*.json")))
     return [step for trace in traces if trace is not None for step in read_steps(trace)]
 
