@@ -95,23 +95,26 @@ def _calibration_key(dtype: str) -> str:
     return f"{platform.node()}|{platform.processor() or platform.machine()}|threads={torch.get_num_threads()}|{dtype}"
 
 
+def _cached_calibrations() -> dict[str, list[float]]:
+    path = cache_file()
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def cpu_peak(dtype: str) -> Peak:
     """The CPU calibration for this machine and thread count, measured on first use."""
-    path = cache_file()
-    cache: dict[str, list[float]] = json.loads(path.read_text()) if path.is_file() else {}
-    if _calibration_key(dtype) not in cache:
-        log.info("calibrating CPU peaks (once per machine; cached in %s) ...", path)
-        keep_best_calibration(dtype, *calibrate_cpu(dtype))
-        cache = json.loads(path.read_text())
-    bandwidth, gflops = cache[_calibration_key(dtype)]
-    return Peak(bandwidth, gflops, f"measured: best copy bandwidth and {dtype} matmul on this machine ({path})")
+    figures = _cached_calibrations().get(_calibration_key(dtype))
+    if figures is None:
+        log.info("calibrating CPU peaks (once per machine; cached in %s) ...", cache_file())
+        figures = keep_best_calibration(dtype, *calibrate_cpu(dtype))
+    bandwidth, gflops = figures
+    return Peak(bandwidth, gflops, f"measured: best copy bandwidth and {dtype} matmul on this machine ({cache_file()})")
 
 
-def keep_best_calibration(dtype: str, bandwidth: float, gflops: float) -> None:
-    """Cache the best of this measurement and the cached one: a peak measured on a busy host reads low."""
-    path = cache_file()
-    cache: dict[str, list[float]] = json.loads(path.read_text()) if path.is_file() else {}
+def keep_best_calibration(dtype: str, bandwidth: float, gflops: float) -> list[float]:
+    """Cache the best of this and the cached measurement, and return it: a busy host reads low."""
+    cache = _cached_calibrations()
     cached = cache.get(_calibration_key(dtype), [0.0, 0.0])
-    cache[_calibration_key(dtype)] = [max(bandwidth, cached[0]), max(gflops, cached[1])]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cache, indent=2))
+    best = cache[_calibration_key(dtype)] = [max(bandwidth, cached[0]), max(gflops, cached[1])]
+    cache_file().parent.mkdir(parents=True, exist_ok=True)
+    cache_file().write_text(json.dumps(cache, indent=2))
+    return best
