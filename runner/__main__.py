@@ -16,11 +16,11 @@ from runner import CONF_DIR, names
 from runner.callbacks import UsageError
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
 from runner.job import ERROR_FILE, JobLife, one_line
-from runner.secrets import redact, redact_file, redact_log_records
+from runner.secrets import redact, redact_file, redact_process_output
 from runner.signals import exit_code_of
 
 register_schemas()
-redact_log_records()
+redact_process_output()
 # what Hydra's sweeper writes into the sweep folder
 MULTIRUN_FILE = "multirun.yaml"
 # Overrides left out of run names: group selections (the workload is the name's first word)

@@ -21,6 +21,7 @@ from typing import Any
 
 from runner import names
 from runner.config import ConfigError, JobInfo, TrackingConfig
+from runner.secrets import redact
 from runner.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,14 @@ SWEEP_ID_ENV = "RUNNER_SWEEP_ID"
 
 
 def one_line(error: BaseException) -> str:
-    """An exception as one line: its type and the first line of its message."""
+    """An exception as one line, secrets masked: a client's error repeats the URI it could not reach."""
     message = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+    return redact(f"{type(error).__name__}: {message[0]}" if message else type(error).__name__)
+
+
+def current_traceback() -> str:
+    """The traceback being handled, secrets masked, for error.txt."""
+    return redact(traceback.format_exc())
 
 
 def write_status(job_dir: Path, **fields: Any) -> None:
@@ -130,7 +136,7 @@ class JobLife:
     def keep_traceback(self) -> None:
         """Write the traceback being handled to the job's folder, beside its status file."""
         try:
-            (self.job.output_dir / ERROR_FILE).write_text(traceback.format_exc())
+            (self.job.output_dir / ERROR_FILE).write_text(current_traceback())
         except OSError as err:
             log.error("could not write %s: %s", ERROR_FILE, err.strerror or err)
 
@@ -154,5 +160,5 @@ class JobLife:
                 raise
             except Exception as err:
                 run.set_tags({names.TAG_ERROR: one_line(err)})
-                run.log_text(traceback.format_exc(), ERROR_FILE)
+                run.log_text(current_traceback(), ERROR_FILE)
                 raise

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 MASK = "***"
 # scheme://user:password@ or scheme://token@ (Hydra writes overrides with escaped colons: http\://a\:b@)
@@ -56,8 +57,30 @@ def redact_file(path: Path) -> None:
         temporary.replace(path)
 
 
-def redact_log_records() -> None:
-    """Mask secrets in every log record of this process, whoever logs it (Hydra logs overrides)."""
+class RedactedStream:
+    """A text stream that masks secrets in what is written to it; everything else is the stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        """Write `text` with its secrets masked."""
+        return self.stream.write(redact(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def redact_process_output() -> None:
+    """Mask secrets in everything this process prints or logs, whoever writes it.
+
+    Log records are masked where they are made, for every handler (Hydra's log files too); the
+    terminal streams are masked as they are written, for what bypasses logging: Hydra writes a
+    failed job's overrides to stderr, and turns an exception in a callback into a warning that
+    holds the unreachable tracking URI.
+    """
+    if not isinstance(sys.stderr, RedactedStream):
+        sys.stdout, sys.stderr = RedactedStream(sys.stdout), RedactedStream(sys.stderr)
     make_record = logging.getLogRecordFactory()
     if getattr(make_record, "redacts", False):
         return
@@ -69,6 +92,8 @@ def redact_log_records() -> None:
         except Exception:  # a malformed call is logging's to report, at emit time, as usual
             return record
         record.msg, record.args = redact(message), None
+        if record.exc_info:  # formatters use exc_text when it is set
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
         return record
 
     redacted_record.redacts = True  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -126,6 +127,24 @@ def test_a_password_in_the_tracking_uri_is_published_nowhere(tmp_path: Path) -> 
     assert f"runs table:   {url}/#/experiments/" in sweep.stdout and f"open it: {url}/#/experiments/" in single.stdout
     for where, text in [("store", published), ("artifacts", every_text(tmp_path / "dl")),
                         ("output folders", every_text(tmp_path / "out")), ("terminal", terminal)]:  # fmt: skip
+        assert PASSWORD not in text, f"the password reached the {where}"
+
+
+def test_a_server_that_cannot_be_reached_does_not_leak_the_password_in_the_errors(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        secret_url = f"http://alice:{PASSWORD}@127.0.0.1:{probe.getsockname()[1]}"
+    env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    job = ["+workload=rmsnorm_naive", *TINY, f"tracking.uri={secret_url}"]
+    single = subprocess.run([sys.executable, "-m", "runner", *job, f"hydra.run.dir={tmp_path}/out/run"], cwd=REPO,
+                            capture_output=True, text=True, env=env)  # fmt: skip
+    sweep = subprocess.run([sys.executable, "-m", "runner", "-m", *job, f"hydra.sweep.dir={tmp_path}/out/sweep"],
+                           cwd=REPO, capture_output=True, text=True, env=env)  # fmt: skip
+    assert single.returncode == 1 and sweep.returncode == 1
+    terminal = single.stdout + single.stderr + sweep.stdout + sweep.stderr
+    assert "the job failed: MlflowException: API request to http://alice:***@127.0.0.1" in single.stderr
+    assert "Callback RunnerCallback.on_multirun_start raised" in sweep.stderr  # Hydra's warning, masked
+    for where, text in [("output folders", every_text(tmp_path / "out")), ("terminal", terminal)]:
         assert PASSWORD not in text, f"the password reached the {where}"
 
 
