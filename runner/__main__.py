@@ -18,6 +18,7 @@ from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
 from runner.job import ERROR_FILE, JobLife, one_line
 from runner.secrets import redact, redact_file, redact_process_output
 from runner.signals import exit_code_of
+from runner.store import StoreFull
 
 register_schemas()
 redact_process_output()
@@ -74,6 +75,8 @@ def run(cfg: DictConfig) -> float:
     except Exception as err:  # recorded by the job's life: one line here, the traceback in error.txt
         where = life.job.output_dir / ERROR_FILE
         run = f"run {life.run_id} is FAILED" if life.run_id else "no run was opened"
+        if life.run_id and isinstance(err, StoreFull):
+            run = f"run {life.run_id} could not be closed and shows RUNNING until a sweep of its configuration resumes"
         raise UsageError(f"the job failed: {one_line(err)} (traceback: {where}; {run})") from err
     return metrics.get(names.STEP_MEDIAN_MS, math.nan)
 

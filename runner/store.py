@@ -22,6 +22,12 @@ from runner.signals import signals_held
 
 # URIs this process has already prepared
 _prepared: set[str] = set()
+# what SQLite says when the disk under the store is full
+SQLITE_FULL = "database or disk is full"
+
+
+class StoreFull(RuntimeError):
+    """The disk under the store is full: nothing more, not even a run's end, can be written."""
 
 
 def sqlite_path(uri: str) -> Path | None:

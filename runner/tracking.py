@@ -22,7 +22,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.secrets import redact
 from runner.signals import signals_held
-from runner.store import prepare_store, sqlite_path, store_lock
+from runner.store import SQLITE_FULL, StoreFull, prepare_store, sqlite_path, store_lock
 
 if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
     from runner.result import JobResult
@@ -51,6 +51,8 @@ def mlflow_write(call: Callable[[], T]) -> T:
             with signals_held():
                 return call()
         except Exception as err:
+            if SQLITE_FULL in str(err):
+                raise StoreFull(f"the MLflow store's disk is full ({SQLITE_FULL}): free space where it lives") from err
             if "database is locked" not in str(err) or attempt == LOCKED_RETRIES - 1:
                 raise
             delay = min(0.05 * 2**attempt, 5.0) * random.uniform(0.5, 1.5)
@@ -344,9 +346,13 @@ def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
 
     experiment_id = ensure_experiment(tracking)
     parent = os.environ.get(PARENT_RUN_ENV) or None
-    with mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent)) as active:
-        try:
-            yield MlflowRun(active.info.run_id, experiment_id, tracking)
-        except KeyboardInterrupt:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
-            mlflow_write(lambda: mlflow.end_run("KILLED"))
-            raise
+    active = mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent))
+    try:
+        yield MlflowRun(active.info.run_id, experiment_id, tracking)
+    except KeyboardInterrupt:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
+        mlflow_write(lambda: mlflow.end_run("KILLED"))
+        raise
+    except BaseException:
+        mlflow_write(lambda: mlflow.end_run("FAILED"))
+        raise
+    mlflow_write(lambda: mlflow.end_run("FINISHED"))

@@ -95,6 +95,22 @@ def test_a_full_disk_gives_a_failed_run_and_no_broken_artifact(full_disk: Path, 
     assert status == "FAILED" or "could not write job_status.json" in done.stdout + done.stderr
 
 
+def test_a_full_disk_under_the_store_is_named_and_the_open_run_not_called_failed(full_disk: Path) -> None:
+    store = f"sqlite:///{full_disk / 'mlflow.db'}"
+    for seed in range(1, 6):  # the store and its artifacts grow with each run until the 2 MiB are gone
+        done = subprocess.run([sys.executable, "-m", "runner", "+workload=rmsnorm_naive", "measure=quick",
+                               "schedule=repeat", f"workload.seed={seed}", f"tracking.uri={store}",
+                               f"hydra.run.dir={full_disk.parent}/run{seed}"],
+                              cwd=REPO, capture_output=True, text=True)  # fmt: skip
+        if done.returncode:
+            break
+    assert done.returncode == 1, "the 2 MiB store never filled up"
+    assert "the job failed: StoreFull: the MLflow store's disk is full (database or disk is full)" in done.stderr
+    running = [run.info.run_id for run in all_runs(store) if run.info.status == "RUNNING"]
+    # a run the full store could not close is not reported as FAILED
+    assert all(f"run {run_id} could not be closed and shows RUNNING" in done.stderr for run_id in running)
+
+
 def every_text(root: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
 
