@@ -73,7 +73,12 @@ def close_dead_job(job_dir: Path, reason: str, tracking_uri: str | None) -> None
 
         from runner.tracking import fail_run
 
-        fail_run(MlflowClient(tracking_uri), run_id, reason)
+        client = MlflowClient(tracking_uri)
+        run = client.get_run(run_id)
+        if run.info.status != "RUNNING":  # it closed its run (KILLED by a stop), then died before its status file
+            write_status(job_dir, status=run.info.status, error=run.data.tags.get(names.TAG_ERROR))
+            return
+        fail_run(client, run_id, reason)
 
 
 class JobLife:
