@@ -11,6 +11,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import math
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -481,11 +483,13 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
 
 
 def register_schemas() -> None:
-    """Register the group schemas as top-level configs (`schema_<group>`), outside the groups.
+    """Register the group schemas as top-level configs (`schema_<group>`) and the `runner.pid` resolver.
 
     Each option file extends its group's schema (`- /schema_backend@_here_`), so unknown keys
     and wrong types fail at composition, while option lists and `--help` show real options only.
     """
+    # the process id that names a job's default folder; cached, so a sweep's jobs share their parent's
+    OmegaConf.register_new_resolver("runner.pid", os.getpid, use_cache=True, replace=True)
     store = ConfigStore.instance()
     for group, schema in SCHEMAS.items():
         store.store(name=f"schema_{group}", node=schema)

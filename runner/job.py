@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import platform
 import time
 import traceback
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from runner.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
 STATUS_FILE = "job_status.json"
+# which process works in a job's folder: {"pid", "host"}, created exclusively, removed at its end
+OWNER_FILE = "job_owner.json"
 # the traceback of a job that raised, in its folder and in its run
 ERROR_FILE = "error.txt"
 # Set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is
@@ -51,8 +54,12 @@ def write_status(job_dir: Path, **fields: Any) -> None:
     status.update(fields, updated=time.time())
     job_dir.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(status, indent=2))
-    temporary.replace(path)
+    try:
+        temporary.write_text(json.dumps(status, indent=2))
+        temporary.replace(path)
+    except OSError:  # a full disk: no half-written file left beside the status
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def read_status(job_dir: Path) -> dict[str, Any] | None:
@@ -79,6 +86,63 @@ def close_dead_job(job_dir: Path, reason: str, tracking_uri: str | None) -> None
             write_status(job_dir, status=run.info.status, error=run.data.tags.get(names.TAG_ERROR))
             return
         fail_run(client, run_id, reason)
+
+
+def claim_folder(job_dir: Path, key: str) -> None:
+    """Make this process the one job working in `job_dir`, or refuse: two jobs in one folder mix their data.
+
+    Default folders are named per process (conf/config.yaml), so this refuses only a folder
+    given by hand to two live jobs. An owner that is gone (killed, crashed) leaves its file
+    behind; a later job of this host takes the folder over.
+
+    Raises:
+        ConfigError: another live process works in the folder; the message names `key`.
+    """
+    job_dir.mkdir(parents=True, exist_ok=True)
+    path = job_dir / OWNER_FILE
+    me = {"pid": os.getpid(), "host": platform.node()}
+    for _ in range(2):
+        try:
+            with path.open("x") as owner_file:
+                json.dump(me, owner_file)
+            return
+        except FileExistsError:
+            owner = _read_owner(path)
+        if owner is not None and owner != me and _held(owner):
+            raise ConfigError(
+                f"{key}={job_dir} is in use by process {owner['pid']} on {owner['host']}: every job needs "
+                f"its own folder (leave {key} unset, or give each job its own; if that process is gone, "
+                f"delete {path})"
+            )
+        path.unlink(missing_ok=True)  # its owner is gone (or it is ours from an earlier claim)
+
+
+def release_folder(job_dir: Path) -> None:
+    """Give up this process's claim on `job_dir` (a claim of another process is left alone)."""
+    path = job_dir / OWNER_FILE
+    if _read_owner(path) == {"pid": os.getpid(), "host": platform.node()}:
+        path.unlink(missing_ok=True)
+
+
+def _read_owner(path: Path) -> dict[str, Any] | None:
+    try:
+        owner = json.loads(path.read_text())
+    except (OSError, ValueError):  # gone meanwhile, or half-written by an owner that died
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def _held(owner: dict[str, Any]) -> bool:
+    """Whether the owner may still be working: alive here, or on another host (which this one cannot see)."""
+    if owner.get("host") != platform.node():
+        return True
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, KeyError, ValueError, TypeError):
+        return True
+    return True
 
 
 class JobLife:
@@ -109,18 +173,20 @@ class JobLife:
         """Run the job's body; in a sweep, a failure is recorded and swallowed.
 
         SIGINT and SIGTERM stop the job: status KILLED, run KILLED, and `Interrupted`
-        propagates so the whole process (or sweep) ends with 130 or 143.
+        propagates so the whole process (or sweep) ends with 130 or 143. The job's folder is
+        claimed first: a folder another live job works in is refused before anything is written.
         """
         stop_on_signals()
-        self.status(
-            status="RUNNING",
-            overrides=" ".join(self.job.overrides),
-            pid=os.getpid(),
-            sweep_id=os.environ.get(SWEEP_ID_ENV),
-            run_id=None,
-            error=None,
-        )
+        claim_folder(self.job.output_dir, "hydra.sweep.dir" if self.sweeping else "hydra.run.dir")
         try:
+            self.status(
+                status="RUNNING",
+                overrides=" ".join(self.job.overrides),
+                pid=os.getpid(),
+                sweep_id=os.environ.get(SWEEP_ID_ENV),
+                run_id=None,
+                error=None,
+            )
             yield
         except KeyboardInterrupt as stop:
             reason = f"interrupted by {stop}" if str(stop) else "interrupted"
@@ -135,8 +201,11 @@ class JobLife:
                 raise
             log.error("job failed, the sweep goes on: %s", one_line(err), exc_info=not isinstance(err, ConfigError))
             return
-        if not self.skipped:
-            self.status(status="FINISHED")
+        else:
+            if not self.skipped:
+                self.status(status="FINISHED")
+        finally:
+            release_folder(self.job.output_dir)
 
     def keep_traceback(self) -> None:
         """Write the traceback being handled to the job's folder, beside its status file."""

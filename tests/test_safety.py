@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import mlflow
 import pytest
 
 from runner import names
+from runner.job import OWNER_FILE, STATUS_FILE
 from tests.conftest import REPO, all_runs, serve_mlflow
 
 pytestmark = pytest.mark.slow
@@ -26,9 +28,9 @@ TINY = ["workload.hidden=16", "workload.seq_len=2", "measure=quick", "backend=cp
 PASSWORD = "pw-4f2a-do-not-leak"
 
 
-def start(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
+def start(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO, **popen: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "runner", *args], cwd=REPO, env={**os.environ, **(env or {})},
+        [sys.executable, "-m", "runner", *args], cwd=cwd, env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **popen,
     )  # fmt: skip
 
@@ -38,16 +40,41 @@ def statuses(uri: str) -> list[str]:
 
 
 def test_four_processes_start_together_on_a_fresh_store(tmp_path: Path) -> None:
+    """Two runs and two identical sweeps at once, in default folders: each job keeps its own data."""
     uri = f"sqlite:///{tmp_path / 'fresh.db'}"
     env = {"MLFLOW_TRACKING_URI": uri}
-    procs = [start("+workload=rmsnorm_naive", *TINY, f"workload.seed={i}", f"hydra.run.dir={tmp_path}/r{i}", env=env)
-             for i in range(2)]  # fmt: skip
-    procs += [start("-m", "+workload=rmsnorm_naive", *TINY, f"workload.seed={i}", f"hydra.sweep.dir={tmp_path}/s{i}",
-                    env=env) for i in (2, 3)]  # fmt: skip
+    procs = [start("+workload=rmsnorm_naive", *TINY, f"workload.seed={i}", env=env, cwd=tmp_path) for i in range(2)]
+    procs += [start("-m", "+workload=rmsnorm_naive", *TINY, env=env, cwd=tmp_path) for _ in range(2)]
     outputs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in outputs]
     assert not any("Traceback" in err for _, err in outputs)
-    assert statuses(uri) == ["FINISHED"] * 6  # two runs, two sweeps of one job and their parents
+    # the identical sweeps: each counts its own job, run or skipped when the other finished first
+    assert all(re.search(r"sweep: 1 job\(s\): (1 finished, 0|0 finished, 1) skipped", out) for out, _ in outputs[2:])
+    runs = all_runs(uri)
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    jobs = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) != "true"]
+    folders = [
+        *(tmp_path / "outputs/runs").glob(f"*/{STATUS_FILE}"),
+        *(tmp_path / "outputs/sweeps").glob(f"*/*/{STATUS_FILE}"),
+    ]
+    assert len(folders) == 4  # one folder per job, though all four started within a second or two
+    owners = {}
+    for status_file in folders:
+        status = json.loads(status_file.read_text())
+        assert status["status"] in ("FINISHED", "SKIPPED")
+        if status["status"] == "FINISHED":
+            owners[status["run_id"]] = status["pid"]
+        assert not (status_file.parent / OWNER_FILE).exists()  # released at the end
+    assert sorted(owners) == sorted(r.info.run_id for r in jobs)
+    client = mlflow.MlflowClient(uri)
+    for run in jobs:
+        pid = int(run.data.tags[names.TAG_PID])
+        assert owners[run.info.run_id] == pid  # the status file in its folder is its own
+        (trace,) = [a.path for a in client.list_artifacts(run.info.run_id, "trace/iteration_4")]
+        events = json.loads(Path(client.download_artifacts(run.info.run_id, trace, str(tmp_path))).read_text())
+        assert {e["pid"] for e in events["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("pid"), int)} == {
+            pid
+        }  # the trace it logged was written by its own process
     with sqlite3.connect(tmp_path / "fresh.db") as db:
         tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     assert not [t for t in tables if t.startswith("_alembic_tmp_")]
@@ -85,7 +112,8 @@ def test_a_full_disk_gives_a_failed_run_and_no_broken_artifact(full_disk: Path, 
                            "schedule.active=200", f"hydra.run.dir={full_disk}/run"],
                           cwd=REPO, capture_output=True, text=True)  # fmt: skip
     assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert "is incomplete" in done.stderr and "is it full?" in done.stderr
+    assert "was cut short and is removed" in done.stderr and "is it full?" in done.stderr
+    assert not list(full_disk.rglob("*.tmp"))  # neither the trace's nor the status file's half-written copy
     (run,) = all_runs(tracking_uri)
     assert run.info.status == "FAILED" and run.data.tags[names.TAG_ERROR].startswith("CaptureIncomplete")
     logged = [a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(run.info.run_id)]

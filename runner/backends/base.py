@@ -87,9 +87,11 @@ def require_complete_traces(capture_dir: Path) -> None:
             except (OSError, ValueError):
                 broken = True
         if broken:
+            path.unlink(missing_ok=True)  # the run fails; what it wrote of the trace is no use to anyone
             free = shutil.disk_usage(capture_dir).free / 2**20
             raise CaptureIncomplete(
-                f"the profiler's trace {path} is incomplete ({free:.1f} MiB free on its disk; is it full?)"
+                f"the profiler's trace {path} was cut short and is removed "
+                f"({free:.1f} MiB free on its disk; is it full?)"
             )
 
 

@@ -1,0 +1,58 @@
+"""A job's folder is its own: a claim another live process holds is refused, a dead one's taken over."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.config import ConfigError
+from runner.job import OWNER_FILE, STATUS_FILE, JobLife, claim_folder, release_folder, write_status
+from tests.conftest import job_for
+
+
+def plant_owner(folder: Path, pid: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / OWNER_FILE).write_text(json.dumps({"pid": pid, "host": platform.node()}))
+
+
+def test_a_folder_another_live_job_works_in_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    job = job_for(tmp_path)
+    with subprocess.Popen(["sleep", "30"]) as other:
+        plant_owner(job.output_dir, other.pid)
+        with pytest.raises(ConfigError, match=rf"hydra.run.dir=.* is in use by process {other.pid}"):
+            with JobLife(job).running():
+                pass
+        other.kill()
+    assert not (job.output_dir / STATUS_FILE).exists()  # the other job's status is not touched
+    assert json.loads((job.output_dir / OWNER_FILE).read_text())["pid"] == other.pid
+
+
+def test_a_dead_owners_folder_is_taken_over_and_released_at_the_end(tmp_path: Path) -> None:
+    job = job_for(tmp_path)
+    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout
+    plant_owner(job.output_dir, int(gone))
+    with JobLife(job, sweeping=True).running():
+        assert json.loads((job.output_dir / OWNER_FILE).read_text())["pid"] != int(gone)
+    assert not (job.output_dir / OWNER_FILE).exists()
+    assert json.loads((job.output_dir / STATUS_FILE).read_text())["status"] == "FINISHED"
+
+
+def test_release_leaves_another_process_claim_alone(tmp_path: Path) -> None:
+    with subprocess.Popen(["sleep", "30"]) as other:
+        plant_owner(tmp_path, other.pid)
+        release_folder(tmp_path)
+        assert (tmp_path / OWNER_FILE).exists()
+        with pytest.raises(ConfigError, match="hydra.sweep.dir"):
+            claim_folder(tmp_path, "hydra.sweep.dir")
+        other.kill()
+
+
+def test_a_status_file_that_cannot_be_written_leaves_no_temporary_behind(tmp_path: Path) -> None:
+    (tmp_path / STATUS_FILE).mkdir()  # replacing a folder by the written file fails, as a full disk would
+    with pytest.raises(OSError):
+        write_status(tmp_path, status="RUNNING")
+    assert not list(tmp_path.glob("*.tmp"))
