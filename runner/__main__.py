@@ -24,9 +24,6 @@ register_schemas()
 redact_process_output()
 # what Hydra's sweeper writes into the sweep folder
 MULTIRUN_FILE = "multirun.yaml"
-# Overrides left out of run names: group selections (the workload is the name's first word)
-# and where results go.
-UNNAMED = ("workload=", "experiment=", "tracking=", "tracking.", "hydra.", "resume=")
 
 
 def job_info() -> JobInfo:
@@ -38,12 +35,11 @@ def job_info() -> JobInfo:
     hydra_cfg = HydraConfig.get()
     workload = hydra_cfg.runtime.choices.get("workload") or "custom"
     overrides = [redact(o) for o in hydra_cfg.overrides.task]
-    shown = [o for o in overrides if not o.lstrip("+").startswith(UNNAMED)]
     output_dir = Path(hydra_cfg.runtime.output_dir)
     hydra_dir = output_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
     for written in [*(hydra_dir.glob("*.yaml") if hydra_dir else []), output_dir.parent / MULTIRUN_FILE]:
         redact_file(written)
-    return JobInfo(" ".join([workload, *shown]), workload, overrides, output_dir, hydra_dir)
+    return JobInfo(names.job_name(workload, overrides, names.swept_keys()), workload, overrides, output_dir, hydra_dir)
 
 
 def run(cfg: DictConfig) -> float:

@@ -59,6 +59,16 @@ def _tracking(config: DictConfig) -> TrackingConfig:
     return tracking
 
 
+def swept_keys(config: DictConfig) -> list[str]:
+    """The keys a sweep varies: overrides with several values, hydra.sweeper.params' unless overridden."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = config.hydra.sweeper.get("params") or {}
+    given = [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task]
+    last = {override.key_or_group: override for override in OverridesParser.create().parse_overrides(given)}
+    return [key for key, override in last.items() if override.is_sweep_override()]
+
+
 class RunnerCallback(Callback):
     """Checks output directories up front; opens and closes a sweep's parent run.
 
@@ -87,6 +97,7 @@ class RunnerCallback(Callback):
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)
         tracking = self.tracking = _tracking(config)
+        swept = os.environ[names.SWEPT_KEYS_ENV] = ",".join(swept_keys(config))
         stop_on_signals()
         atexit.register(self._close_if_stopped)
         if not tracking.enabled:
@@ -105,8 +116,11 @@ class RunnerCallback(Callback):
             names.TAG_SWEEP_DIR: config.hydra.sweep.dir,
             names.TAG_HOST: platform.node(),
             names.TAG_PID: str(os.getpid()),
+            names.TAG_SWEPT_KEYS: swept,
         }
-        run = mlflow_write(lambda: client.create_run(experiment_id, run_name=f"sweep {overrides}".strip(), tags=tags))
+        shown = [redact(o) for o in config.hydra.overrides.task if not o.lstrip("+").startswith(names.OUTPUT_OVERRIDES)]
+        name = " ".join(["sweep", *shown])
+        run = mlflow_write(lambda: client.create_run(experiment_id, run_name=name, tags=tags))
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
         log.info("sweep parent run %s in experiment '%s'", self.parent_run_id, tracking.experiment)
@@ -126,6 +140,7 @@ class RunnerCallback(Callback):
         """Summarise the jobs, report and close the parent; True when the sweep failed."""
         os.environ.pop(PARENT_RUN_ENV, None)
         os.environ.pop(SWEEP_ID_ENV, None)
+        os.environ.pop(names.SWEPT_KEYS_ENV, None)
         tracking, sweep_id, self.sweep_id = self.tracking, self.sweep_id, ""
         enabled = tracking is not None and tracking.enabled
         summary = summarise_sweep(self.sweep_dir, sweep_id, tracking.uri if tracking and enabled else None)

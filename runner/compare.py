@@ -29,7 +29,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
 from runner.report.curves import crossover_report, crossovers, size_curves
-from runner.report.links import comparison_links, describe_links, ui_for
+from runner.report.links import comparison_links, describe_links, swept_columns, ui_for
 from runner.report.reader import (
     dollars_per_million_steps,
     find_sweep,
@@ -309,13 +309,17 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
 
 
 def ui_links(client: MlflowClient, runs: list[Run], parent: Run | None) -> str:
-    """Links to the runs in MLflow's runs table and compare view; tagged on the sweep's parent, if any."""
+    """Links to the runs in MLflow's runs table (a sweep's swept keys first) and compare view.
+
+    They are tagged on the sweep's parent, if any.
+    """
     ui = ui_for(client.tracking_uri)
     experiment_id = runs[0].info.experiment_id
-    parent_id = parent.info.run_id if parent is not None else None
-    links = comparison_links(ui, client, experiment_id, [run.info.run_id for run in runs], parent_id)
-    if parent_id is not None:
-        client.log_batch(parent_id, tags=[RunTag(key, link) for key, link in links.items()])
+    swept = parent.data.tags.get(names.TAG_SWEPT_KEYS, "").split(",") if parent is not None else []
+    first = swept_columns([key for key in swept if key], runs)
+    links = comparison_links(ui, client, experiment_id, [run.info.run_id for run in runs], first)
+    if parent is not None:
+        client.log_batch(parent.info.run_id, tags=[RunTag(key, link) for key, link in links.items()])
     return describe_links(ui, links)
 
 

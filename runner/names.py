@@ -7,6 +7,8 @@ slashes (`time/step_median_ms`) so the MLflow UI groups them; tag names use dots
 
 from __future__ import annotations
 
+import os
+
 # --- metrics: the measurement phases (runner.measure) ---
 STEP_MEDIAN_MS = "time/step_median_ms"
 STEP_MEAN_MS = "time/step_mean_ms"
@@ -117,6 +119,8 @@ TAG_FAILED_JOBS = "runner.failed_jobs"
 TAG_SKIPPED_JOBS = "runner.skipped_jobs"
 # comma-separated ids of the FINISHED runs that the sweep's skipped jobs reused
 TAG_REUSED_RUNS = "runner.reused_runs"
+# comma-separated keys the sweep varies (measure.copies, workload): the runs table's first columns
+TAG_SWEPT_KEYS = "runner.swept_keys"
 # links into the MLflow UI: the sweep's runs in the runs table (filtered, key columns first), and compared
 TAG_UI_RUNS_TABLE = "runner.ui.runs_table"
 TAG_UI_COMPARE = "runner.ui.compare"
@@ -186,3 +190,30 @@ COLLECTIVE_BUSBW_GBPS = "collective/busbw_gbps"
 # the device's link bandwidth from conf/peaks.yaml (interconnect_gbps), and busbw over it
 COLLECTIVE_LINK_GBPS = "collective/link_gbps"
 COLLECTIVE_BUSBW_LINK_FRACTION = "collective/busbw_fraction_of_link"
+
+# --- run names ---
+# overrides no run name shows: where results go, and whether earlier ones are reused
+OUTPUT_OVERRIDES = ("tracking=", "tracking.", "hydra.", "resume=")
+# overrides a job's name leaves out besides: group selections (the workload is a word of its own)
+UNNAMED = ("workload=", "experiment=", *OUTPUT_OVERRIDES)
+# the sweep's swept keys, comma-separated, from the sweep's process to its jobs
+SWEPT_KEYS_ENV = "RUNNER_SWEPT_KEYS"
+
+
+def override_key(override: str) -> str:
+    """The key an override sets (`+measure.copies=4` sets measure.copies)."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def swept_keys() -> set[str]:
+    """The keys the sweep this job belongs to varies; none for a single run."""
+    return {key for key in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if key}
+
+
+def job_name(workload: str, overrides: list[str], swept: set[str]) -> str:
+    """The workload and the job's overrides, those the sweep varies first: the MLflow UI cuts names short."""
+    shown = [o for o in overrides if not o.lstrip("+").startswith(UNNAMED)]
+    varied = [o for o in shown if override_key(o) in swept]
+    rest = [o for o in shown if o not in varied]
+    words = [workload, *varied] if "workload" in swept else [*varied, workload]
+    return " ".join([*words, *rest])

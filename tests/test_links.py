@@ -7,10 +7,20 @@ from urllib.parse import parse_qs, urlsplit
 
 import mlflow
 import pytest
+from mlflow.entities import Param, Run, RunData, RunInfo
 from mlflow.exceptions import MlflowException
 
 from runner import names
-from runner.report.links import KEY_COLUMNS, LOCAL_UI, SHARED_VIEW_TAG_PREFIX, comparison_links, ui_for
+from runner.compare import ui_links
+from runner.report.links import (
+    KEY_COLUMNS,
+    LOCAL_UI,
+    SHARED_VIEW_TAG_PREFIX,
+    comparison_links,
+    swept_columns,
+    ui_for,
+)
+from runner.report.reader import sweep_children
 
 
 @pytest.mark.parametrize(
@@ -31,24 +41,28 @@ def test_a_local_stores_links_go_to_mlflow_ui_with_how_to_start_it() -> None:
     assert ui.base == LOCAL_UI and ui.start == "mlflow ui --backend-store-uri sqlite:////data/mlflow.db"
 
 
-def test_a_sweeps_runs_table_is_a_shared_view_of_its_jobs(tracking_uri: str) -> None:
+def stored_view(client: mlflow.MlflowClient, experiment: str, link: str) -> dict[str, object]:
+    """The shared view a runs-table link applies."""
+    key = parse_qs(urlsplit(link).fragment.split("?", 1)[1])["viewStateShareKey"][0]
+    view: dict[str, object] = json.loads(client.get_experiment(experiment).tags[SHARED_VIEW_TAG_PREFIX + key])
+    return view
+
+
+def test_a_comparisons_runs_table_is_a_shared_view_of_its_runs(tracking_uri: str) -> None:
     client = mlflow.MlflowClient(tracking_uri)
     experiment = client.create_experiment("links")
     ui = ui_for(tracking_uri)
-    links = comparison_links(ui, client, experiment, ["r1", "r2"], "parent1")
-    key = parse_qs(urlsplit(links[names.TAG_UI_RUNS_TABLE]).fragment.split("?", 1)[1])["viewStateShareKey"][0]
-    view = json.loads(client.get_experiment(experiment).tags[SHARED_VIEW_TAG_PREFIX + key])
-    assert view["searchFilter"] == "tags.`mlflow.parentRunId` = 'parent1'"
+    links = comparison_links(ui, client, experiment, ["r1", "r2"], [])
+    view = stored_view(client, experiment, links[names.TAG_UI_RUNS_TABLE])
+    assert view["searchFilter"] == "attributes.run_id IN ('r1', 'r2')"
     assert view["orderByKey"] == f"metrics.`{names.STEP_MEDIAN_MS}`" and view["orderByAsc"] is True
     assert view["selectedColumns"] == list(KEY_COLUMNS) == view["columnOrder"]
-    assert f"metrics.`{names.STEP_MEDIAN_MS}`" in view["columnWidths"]
-    # the same comparison gets the same link; chosen runs are filtered by id
-    assert comparison_links(ui, client, experiment, ["r1", "r2"], "parent1") == links
-    chosen = comparison_links(ui, client, experiment, ["r1", "r2"], None)
-    chosen_key = chosen[names.TAG_UI_RUNS_TABLE].rsplit("=", 1)[1]
-    chosen_view = json.loads(client.get_experiment(experiment).tags[SHARED_VIEW_TAG_PREFIX + chosen_key])
-    assert chosen_view["searchFilter"] == "attributes.run_id IN ('r1', 'r2')"
-    assert chosen[names.TAG_UI_COMPARE] == (
+    assert f"metrics.`{names.STEP_MEDIAN_MS}`" in view["columnWidths"]  # type: ignore[operator]
+    # the same comparison gets the same link, another column set another
+    assert comparison_links(ui, client, experiment, ["r1", "r2"], []) == links
+    swept = comparison_links(ui, client, experiment, ["r1", "r2"], ["params.`measure.copies`"])
+    assert swept[names.TAG_UI_RUNS_TABLE] != links[names.TAG_UI_RUNS_TABLE]
+    assert links[names.TAG_UI_COMPARE] == (
         f"{LOCAL_UI}/#/compare-runs?runs=%5B%22r1%22%2C%20%22r2%22%5D&experiments=%5B%22{experiment}%22%5D"
     )
 
@@ -63,10 +77,49 @@ def test_a_store_that_refuses_the_view_still_gets_a_filtered_link(
         raise MlflowException("Permission denied")
 
     monkeypatch.setattr(client, "set_experiment_tag", refuse)
-    link = comparison_links(ui_for(tracking_uri), client, experiment, ["r1"], "parent1")[names.TAG_UI_RUNS_TABLE]
+    link = comparison_links(ui_for(tracking_uri), client, experiment, ["r1"], [])[names.TAG_UI_RUNS_TABLE]
     query = parse_qs(urlsplit(link).fragment.split("?", 1)[1])
     assert query == {
-        "searchFilter": ["tags.`mlflow.parentRunId` = 'parent1'"],
+        "searchFilter": ["attributes.run_id IN ('r1')"],
         "orderByKey": [f"metrics.`{names.STEP_MEDIAN_MS}`"],
         "orderByAsc": ["true"],
     }
+
+
+def job_run(client: mlflow.MlflowClient, experiment: str, parent: str, params: dict[str, str]) -> str:
+    run = client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+    for key, value in params.items():
+        client.log_param(run, key, value)
+    client.set_terminated(run)
+    return str(run)
+
+
+def test_a_sweeps_runs_table_shows_the_runs_it_reused_and_its_swept_keys_first(tracking_uri: str) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("study")
+    earlier = client.create_run(experiment, tags={names.TAG_SWEEP: "true"}).info.run_id
+    reused = job_run(client, experiment, earlier, {"measure.copies": "1"})
+    study = client.create_run(experiment, tags={names.TAG_SWEEP: "true"}).info.run_id
+    ran = [job_run(client, experiment, study, {"measure.copies": str(k)}) for k in (2, 4)]
+    client.set_tag(study, names.TAG_REUSED_RUNS, reused)
+    client.set_tag(study, names.TAG_SWEPT_KEYS, "measure.copies")
+    parent = client.get_run(study)
+    rows = sweep_children(client, experiment, parent)
+    ui_links(client, rows, parent)
+    view = stored_view(client, experiment, client.get_run(study).data.tags[names.TAG_UI_RUNS_TABLE])
+    # what the UI's table finds with the view's filter: every row of the comparison, the reused run too
+    shown = {run.info.run_id for run in client.search_runs([experiment], str(view["searchFilter"]))}
+    assert shown == {reused, *ran} == {run.info.run_id for run in rows}
+    assert view["columnOrder"] == ["params.`measure.copies`", *KEY_COLUMNS] == view["selectedColumns"]
+
+
+def test_a_swept_group_shows_its_params_that_differ() -> None:
+    def run(params: dict[str, str]) -> Run:
+        return Run(
+            RunInfo("r", "e", "u", "FINISHED", 0, 1, "active"), RunData(params=[Param(k, v) for k, v in params.items()])
+        )
+
+    quick = run({"measure.steps": "20", "measure.repeats": "1", "workload._option_": "a", "workload.hidden": "16"})
+    stable = run({"measure.steps": "200", "measure.repeats": "1", "workload._option_": "b", "workload.hidden": "32"})
+    columns = swept_columns(["measure", "workload", "workload.hidden"], [quick, stable])
+    assert columns == ["params.`measure.steps`", f"params.`{names.PARAM_WORKLOAD_OPTION}`", "params.`workload.hidden`"]

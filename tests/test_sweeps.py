@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -171,3 +172,47 @@ def test_worker_processes_under_each_launcher(tmp_path: Path, tracking_uri: str,
         assert len(client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)) == 2
         assert run.data.tags[names.TAG_TIMING_STABLE] in ("true", "false")
     assert "speedup (95% CI)" in done.stdout
+
+
+def test_the_swept_keys_are_what_the_sweep_varies() -> None:
+    from omegaconf import OmegaConf
+
+    from runner.callbacks import swept_keys
+
+    config = OmegaConf.create({
+        "hydra": {
+            "sweeper": {"params": {"measure.copies": "1,2,4,8", "workload.hidden": "16,32"}},
+            "overrides": {"task": ["+experiment=core_scaling", "workload.hidden=64", "+workload=a,b", "x=glob(*)"]},
+        }
+    })  # fmt: skip
+    assert swept_keys(config) == ["measure.copies", "workload", "x"]  # the command line's single hidden wins
+
+
+def test_a_jobs_name_leads_with_what_its_sweep_varies() -> None:
+    overrides = ["measure.copies=4", "+experiment=core_scaling", "measure=quick", "tracking.uri=sqlite:///x.db"]
+    assert (
+        names.job_name("rmsnorm_naive", overrides, {"measure.copies"}) == "measure.copies=4 rmsnorm_naive measure=quick"
+    )
+    assert names.job_name("rmsnorm_naive", overrides, set()) == "rmsnorm_naive measure.copies=4 measure=quick"
+    both = ["workload.hidden=16", "+workload=rmsnorm_builtin", "measure=quick"]
+    assert names.job_name("rmsnorm_builtin", both, {"workload", "workload.hidden"}) == (
+        "rmsnorm_builtin workload.hidden=16 measure=quick"
+    )
+
+
+@pytest.mark.slow
+def test_a_sweeps_names_and_runs_table_lead_with_its_swept_key(tmp_path: Path, tracking_uri: str) -> None:
+    done = sweep(tmp_path, "measure.steps=5", "+workload.label=a,b", "profiler=none", f"tracking.uri={tracking_uri}",
+                 uri=tracking_uri)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (parent,) = [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) == "true"]
+    assert parent.info.run_name.startswith("sweep +workload=custom") and "tracking" not in parent.info.run_name
+    assert parent.data.tags[names.TAG_SWEPT_KEYS] == "workload.label"
+    assert sorted(r.info.run_name.split()[0] for r in job_runs(tracking_uri)) == [
+        "+workload.label=a",
+        "+workload.label=b",
+    ]
+    client = mlflow.MlflowClient(tracking_uri)
+    key = parent.data.tags[names.TAG_UI_RUNS_TABLE].rsplit("viewStateShareKey=", 1)[1]
+    view = client.get_experiment(parent.info.experiment_id).tags[f"mlflow.sharedViewState.{key}"]
+    assert json.loads(view)["columnOrder"][0] == "params.`workload.label`"

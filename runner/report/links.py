@@ -20,6 +20,7 @@ from runner.secrets import redact
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+    from mlflow.entities import Run
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ KEY_COLUMNS = {
     f"tags.`{names.TAG_TIMING_STABLE}`": 110,
     f"tags.`{names.TAG_ACCURACY}`": 120,
 }
+# a swept param's column, before the key columns: wide enough for a value and most names
+SWEPT_COLUMN_WIDTH = 160
 
 
 @dataclass(frozen=True)
@@ -68,23 +71,46 @@ def compare_page(ui: Ui, experiment_id: str, run_ids: list[str]) -> str:
     return f"{ui.base}/#/compare-runs?runs={runs}&experiments={experiments}"
 
 
-def runs_table_page(ui: Ui, client: MlflowClient, experiment_id: str, search_filter: str) -> str:
-    """The experiment's runs table showing the runs `search_filter` finds, fastest first, key columns first.
+def swept_columns(keys: list[str], runs: list[Run]) -> list[str]:
+    """The runs table's columns of a sweep's swept keys: the param each sets.
 
-    The view is stored as an experiment tag named after the filter, so the same comparison
-    always gets the same link. Where the store refuses the tag (a read-only user), the link
-    carries the filter and the order itself, and the table shows the user's own columns.
+    A swept config group (`measure=quick,stable`) sets no param of its own: its column is the
+    workload's option name for the workload, else the group's params that differ between the runs.
+    """
+    found: list[str] = []
+    for key in keys:
+        if key == "workload":
+            found.append(names.PARAM_WORKLOAD_OPTION)
+        elif any(key in run.data.params for run in runs):
+            found.append(key)
+        else:
+            group = sorted({param for run in runs for param in run.data.params if param.startswith(f"{key}.")})
+            found += [param for param in group if len({run.data.params.get(param) for run in runs}) > 1]
+    return [f"params.`{param}`" for param in dict.fromkeys(found)]
+
+
+def runs_table_page(
+    ui: Ui, client: MlflowClient, experiment_id: str, search_filter: str, first_columns: list[str]
+) -> str:
+    """The experiment's runs table showing the runs `search_filter` finds, fastest first.
+
+    Its columns are `first_columns` (a sweep's swept keys), then the key columns. The view is
+    stored as an experiment tag named after its contents, so the same comparison always gets
+    the same link. Where the store refuses the tag (a read-only user, or a filter too long for
+    a tag), the link carries the filter and the order itself, and the table shows the user's
+    own columns.
     """
     from mlflow.exceptions import MlflowException
 
-    key = hashlib.sha256(search_filter.encode()).hexdigest()[:16]
     order = {"searchFilter": search_filter, "orderByKey": f"metrics.`{names.STEP_MEDIAN_MS}`", "orderByAsc": True}
+    widths = {**dict.fromkeys(first_columns, SWEPT_COLUMN_WIDTH), **KEY_COLUMNS}
     view = {
         **order,
-        "selectedColumns": list(KEY_COLUMNS),
-        "columnOrder": list(KEY_COLUMNS),  # MLflow applies the widths only to the columns it orders
-        "columnWidths": KEY_COLUMNS,
+        "selectedColumns": list(widths),
+        "columnOrder": list(widths),  # MLflow applies the widths only to the columns it orders
+        "columnWidths": widths,
     }
+    key = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:16]
     page = f"{ui.base}/#/experiments/{experiment_id}/runs"
     try:
         client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG_PREFIX + key, json.dumps(view))
@@ -95,15 +121,16 @@ def runs_table_page(ui: Ui, client: MlflowClient, experiment_id: str, search_fil
 
 
 def comparison_links(
-    ui: Ui, client: MlflowClient, experiment_id: str, run_ids: list[str], parent_id: str | None
+    ui: Ui, client: MlflowClient, experiment_id: str, run_ids: list[str], first_columns: list[str]
 ) -> dict[str, str]:
-    """The runs table and the compare view of a sweep's jobs (the parent's children) or of chosen runs."""
-    if parent_id is not None:
-        search_filter = f"tags.`mlflow.parentRunId` = '{parent_id}'"
-    else:
-        search_filter = "attributes.run_id IN (" + ", ".join(f"'{run_id}'" for run_id in run_ids) + ")"
+    """The runs table and the compare view of a comparison's runs, `first_columns` first in the table.
+
+    The table is filtered on the runs' ids, not on a sweep's parent: a sweep's rows include the
+    runs it reused from earlier sweeps, which are other parents' children.
+    """
+    search_filter = "attributes.run_id IN (" + ", ".join(f"'{run_id}'" for run_id in run_ids) + ")"
     return {
-        names.TAG_UI_RUNS_TABLE: runs_table_page(ui, client, experiment_id, search_filter),
+        names.TAG_UI_RUNS_TABLE: runs_table_page(ui, client, experiment_id, search_filter, first_columns),
         names.TAG_UI_COMPARE: compare_page(ui, experiment_id, run_ids),
     }
 
