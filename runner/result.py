@@ -23,7 +23,7 @@ from runner.measure.build import BuiltWorkload
 from runner.measure.layers import first_failing, layer_errors, layer_table
 from runner.measure.optable import OpTable, self_time_by_op
 from runner.measure.phases import Measurement
-from runner.measure.roofline import roofline_metrics
+from runner.measure.roofline import over_peak, roofline_metrics
 from runner.measure.stability import ADVICE, instability_reasons
 from workloads.base import CostModel
 
@@ -137,9 +137,9 @@ def collect_result(
         )
     if tags.get(names.TAG_OUTPUT_FINITE, "true") != "true":
         warnings.append(f"the workload's output is not finite: {tags[names.TAG_OUTPUT_FINITE]}")
-    if max(metrics.get(names.ROOFLINE_BANDWIDTH_FRACTION, 0), metrics.get(names.ROOFLINE_COMPUTE_FRACTION, 0)) > 1:
+    if over := over_peak(metrics):
         warnings.append(
-            f"roofline above 100%: the peak ({tags[names.TAG_ROOFLINE_PEAK]}) reads low; "
+            f"roofline above 100% ({'; '.join(over)}): the peak ({tags[names.TAG_ROOFLINE_PEAK]}) reads low; "
             "a CPU calibration taken on a busy host does: python -m runner.doctor measures it again"
         )
     tables = {}
@@ -149,8 +149,6 @@ def collect_result(
         failing = first_failing(errors)
         tags[names.TAG_FIRST_FAILING_LAYER] = failing or "none"
         metrics[names.LAYERS_FAILING] = float(sum(not error.passed for error in errors))
-        if failing:
-            warnings.append(f"layer accuracy: {failing} is the first layer over tolerance (see {LAYER_TABLE})")
     return JobResult(
         metrics=metrics,
         tags=tags,

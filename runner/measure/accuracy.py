@@ -47,7 +47,7 @@ def check_accuracy(
         names.ACCURACY_MAX_REL_ERR: max_rel,
         names.ACCURACY_TOLERANCE: tolerance,
     }
-    detail = f"max_rel_err {max_rel:.2e} against tolerance {tolerance:.0e} for {dtype}"
+    detail = f"max_rel_err {max_rel:.2e} against tolerance {tolerance:g} for {dtype}"
     return metrics, {names.TAG_ACCURACY: verdict, names.TAG_ACCURACY_DETAIL: detail}
 
 

@@ -16,6 +16,19 @@ def resolve_peak(requested: str, backend: Backend, dtype: str) -> Peak | None:
     return datasheet_peak(requested, 1, dtype) if requested != "auto" else backend.peak(dtype)
 
 
+def over_peak(metrics: dict[str, float]) -> list[str]:
+    """The ceilings the run's roofline is above, each with its fraction ("compute 177% of 10.2 GFLOP/s")."""
+    ceilings = [
+        ("bandwidth", names.ROOFLINE_BANDWIDTH_FRACTION, names.ROOFLINE_PEAK_GBPS, "GB/s"),
+        ("compute", names.ROOFLINE_COMPUTE_FRACTION, names.ROOFLINE_PEAK_GFLOPS, "GFLOP/s"),
+    ]
+    return [
+        f"{kind} {metrics[fraction]:.0%} of {metrics[peak]:.1f} {unit}"
+        for kind, fraction, peak, unit in ceilings
+        if metrics.get(fraction, 0) > 1
+    ]
+
+
 def roofline_metrics(bytes_moved: int, flops: int, step_ms: float, peak: Peak) -> dict[str, float]:
     """`roofline/*` metrics from the workload's cost model and its median step time."""
     seconds = step_ms / 1000

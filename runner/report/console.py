@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runner import names
 from runner.measure.optable import self_time_by_op
-from runner.result import JobResult
+from runner.result import LAYER_TABLE, JobResult
 
 TOP_OPS = 5
 
@@ -19,6 +19,17 @@ def _collectives(m: dict[str, float], tags: dict[str, object]) -> str:
         f"compute per step slowest over fastest rank {m[names.RANKS_COMPUTE_SPREAD]:.2f}, slowest rank "
         f"{tags[names.TAG_SLOWEST_RANK]}; collectives {m[names.RANKS_COLLECTIVE_SHARE]:.0%} of the step{overlapped}"
     )
+
+
+def _layers(m: dict[str, float], tags: dict[str, object], tables: dict[str, dict[str, list[object]]]) -> str:
+    """measure.layer_accuracy in one line: how many layer outputs were compared, and the first over tolerance."""
+    compared, failing = len(tables[LAYER_TABLE]["layer"]), int(m[names.LAYERS_FAILING])
+    verdict = (
+        f"{failing} over tolerance; {tags[names.TAG_FIRST_FAILING_LAYER]} is the first layer over tolerance"
+        if failing
+        else "none over tolerance"
+    )
+    return f"layer accuracy: {compared} layer output(s) compared with float64 on the CPU, {verdict} (see {LAYER_TABLE})"
 
 
 def job_summary(run_name: str, placement: str, result: JobResult, where: str) -> str:
@@ -52,10 +63,13 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
         )
     if names.TAG_ACCURACY in tags:
         lines.append(f"accuracy: {tags[names.TAG_ACCURACY]} ({tags.get(names.TAG_ACCURACY_DETAIL, '')})")
+    if names.LAYERS_FAILING in m:
+        lines.append(_layers(m, tags, result.tables))
     if names.ROOFLINE_ACHIEVED_GBPS in m:
         lines.append(
             f"roofline: {m[names.ROOFLINE_ACHIEVED_GBPS]:.2f} GB/s = {m[names.ROOFLINE_BANDWIDTH_FRACTION]:.1%} of "
-            f"{m[names.ROOFLINE_PEAK_GBPS]:.1f} GB/s; {m[names.ROOFLINE_ACHIEVED_GFLOPS]:.2f} GFLOP/s "
+            f"{m[names.ROOFLINE_PEAK_GBPS]:.1f} GB/s; {m[names.ROOFLINE_ACHIEVED_GFLOPS]:.2f} GFLOP/s = "
+            f"{m[names.ROOFLINE_COMPUTE_FRACTION]:.1%} of {m[names.ROOFLINE_PEAK_GFLOPS]:.1f} GFLOP/s "
             f"[{tags[names.TAG_ROOFLINE_PEAK]}]"
         )
     by_op = self_time_by_op(table)

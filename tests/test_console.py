@@ -1,0 +1,73 @@
+"""What the terminal shows at the end of a job: each check in its own line, with the figures it used."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from runner import names
+from runner.measure.accuracy import TOLERANCE, check_accuracy
+from runner.measure.optable import OpTable
+from runner.measure.roofline import over_peak
+from runner.report.console import job_summary
+from runner.result import LAYER_TABLE, JobResult
+
+STEADY = {
+    names.STEP_MEDIAN_MS: 1.0,
+    names.STEP_P10_MS: 0.9,
+    names.STEP_P90_MS: 1.1,
+    names.STEP_CV: 0.01,
+    names.FIRST_CALL_S: 0.1,
+}
+
+
+def summary(tmp_path: Path, metrics: dict[str, float], tags: dict[str, str], **fields: object) -> str:
+    result = JobResult({**STEADY, **metrics}, tags, OpTable([], 1, False), "", tmp_path, **fields)  # type: ignore[arg-type]
+    return job_summary("job", "cpu", result, "MLflow run r")
+
+
+def test_layer_accuracy_says_what_it_compared_when_every_layer_passes(tmp_path: Path) -> None:
+    table = {"layer": ["layers.0", "layers.1", "norm"]}
+    text = summary(
+        tmp_path, {names.LAYERS_FAILING: 0.0}, {names.TAG_FIRST_FAILING_LAYER: "none"}, tables={LAYER_TABLE: table}
+    )
+    assert "layer accuracy: 3 layer output(s) compared with float64 on the CPU, none over tolerance" in text
+    failing = summary(
+        tmp_path, {names.LAYERS_FAILING: 2.0}, {names.TAG_FIRST_FAILING_LAYER: "layers.1"}, tables={LAYER_TABLE: table}
+    )
+    assert "3 layer output(s) compared with float64 on the CPU, 2 over tolerance; layers.1 is the first" in failing
+    assert "layer accuracy" not in summary(tmp_path, {}, {})  # not asked for: not shown
+
+
+class Halving(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / 2
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        return x.double() / 2
+
+
+def test_the_printed_tolerance_is_the_one_the_check_uses() -> None:
+    x = torch.ones(4, dtype=torch.bfloat16)
+    for dtype in ("bfloat16", "float32", "float16"):
+        metrics, tags = check_accuracy(Halving(), (x,), x / 2, dtype)
+        printed = re.search(r"against tolerance (\S+) for", tags[names.TAG_ACCURACY_DETAIL])
+        assert printed is not None and float(printed.group(1)) == TOLERANCE[dtype] == metrics[names.ACCURACY_TOLERANCE]
+
+
+def test_the_roofline_names_the_ceiling_it_is_above(tmp_path: Path) -> None:
+    roofline = {
+        names.ROOFLINE_ACHIEVED_GBPS: 0.05,
+        names.ROOFLINE_BANDWIDTH_FRACTION: 0.0014,
+        names.ROOFLINE_PEAK_GBPS: 35.7,
+        names.ROOFLINE_ACHIEVED_GFLOPS: 17.7,
+        names.ROOFLINE_COMPUTE_FRACTION: 1.77,
+        names.ROOFLINE_PEAK_GFLOPS: 10.0,
+    }
+    assert over_peak(roofline) == ["compute 177% of 10.0 GFLOP/s"]
+    text = summary(tmp_path, roofline, {names.TAG_ROOFLINE_PEAK: "measured"})
+    assert "roofline: 0.05 GB/s = 0.1% of 35.7 GB/s; 17.70 GFLOP/s = 177.0% of 10.0 GFLOP/s [measured]" in text
+    assert over_peak({**roofline, names.ROOFLINE_COMPUTE_FRACTION: 0.5}) == []
