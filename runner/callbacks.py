@@ -146,12 +146,13 @@ class RunnerCallback(Callback):
         summary = summarise_sweep(self.sweep_dir, sweep_id, tracking.uri if tracking and enabled else None)
         lines = summary.lines()
         if stopped:
-            lines.insert(0, "sweep stopped by a signal: the job in flight was closed KILLED, the rest did not run")
+            closed = f"{len(summary.killed)} job(s) in flight closed KILLED" if summary.killed else "no job was in flight"
+            lines.insert(0, f"sweep stopped by a signal: {closed}, the rest did not run")
         elif not summary.total:
             lines.insert(0, "sweep: no job to run (the sweep's overrides expand to nothing)")
         text = "\n".join(lines)
         print(text, flush=True)
-        failed = stopped or bool(summary.failed) or not summary.total
+        failed = stopped or bool(summary.failed or summary.killed) or not summary.total
         if self.parent_run_id is not None and tracking is not None:
             from mlflow import MlflowClient
 

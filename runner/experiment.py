@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -36,7 +37,7 @@ from runner.report.console import job_summary
 from runner.result import LAYER_TABLE, JobResult, collect_result
 from runner.secrets import redact_tree
 from runner.sweep import config_hash
-from runner.tracking import finished_run_id, flatten, git_commit
+from runner.tracking import close_dead_runs, finished_run_id, flatten, git_commit
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,9 @@ def measure_job(
 ) -> JobResult:
     """The phases on the workload, the backend's capture report, and the result they make."""
     capture_dir = backend.capture_dir(output_dir)
+    # a folder used again (a resumed job that failed before, a hydra.run.dir given twice) must not
+    # hand this run the traces of the earlier one
+    shutil.rmtree(capture_dir, ignore_errors=True)
     backend.reset_peak_memory()
     neffs_before = backend.compiled_artifact_count()
     measurement = measure(workload, backend, spec, capture_dir, copies)
@@ -185,6 +189,8 @@ def run_experiment(
             life.skip(done)
             return {}
     backend, measure_ranks = prepare(spec, job, life, published_config, digest)
+    if spec.tracking.enabled and not resume:  # (a resumed job closed them above)
+        close_dead_runs(spec.tracking, digest)
     manifest = build_manifest(backend.manifest())
     ranks = spec.distributed.ranks
     placement = backend.placement() if ranks == 1 else f"{ranks} ranks, each on its own share of the machine"

@@ -68,12 +68,21 @@ def read_status(job_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def close_dead_job(job_dir: Path, reason: str, tracking_uri: str | None) -> None:
-    """Record that a job died without closing its run, and mark that run FAILED in MLflow."""
-    status = read_status(job_dir) or {}
-    if status.get("status") not in (None, "RUNNING"):
+def close_dead_job(
+    job_dir: Path, reason: str, tracking_uri: str | None, stopped: bool = False, overrides: str = ""
+) -> None:
+    """Record that a job died without closing its run, and mark that run FAILED in MLflow.
+
+    A job its sweep `stopped` is recorded KILLED. One that died before it wrote its status
+    file is recorded for the sweep running now (with its `overrides`), so its summary counts it.
+    """
+    status = read_status(job_dir)
+    end = "KILLED" if stopped else "FAILED"
+    if status is None:
+        status = {"sweep_id": os.environ.get(SWEEP_ID_ENV), "overrides": overrides}
+    elif status.get("status") != "RUNNING":
         return
-    write_status(job_dir, status="FAILED", error=reason)
+    write_status(job_dir, **{**status, "status": end, "error": reason})
     run_id = status.get("run_id")
     if run_id and tracking_uri:
         from mlflow import MlflowClient
@@ -85,7 +94,7 @@ def close_dead_job(job_dir: Path, reason: str, tracking_uri: str | None) -> None
         if run.info.status != "RUNNING":  # it closed its run (KILLED by a stop), then died before its status file
             write_status(job_dir, status=run.info.status, error=run.data.tags.get(names.TAG_ERROR))
             return
-        fail_run(client, run_id, reason)
+        fail_run(client, run_id, reason, end)
 
 
 def claim_folder(job_dir: Path, key: str) -> None:

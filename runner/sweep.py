@@ -42,22 +42,25 @@ class SweepSummary:
     finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    # stopped by SIGINT/SIGTERM (the sweep's own stop, or a signal to the job alone)
+    killed: list[str] = field(default_factory=list)
     # the FINISHED runs that skipped jobs found: the comparison shows them, marked reused
     reused_run_ids: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
         """Jobs of the sweep, whatever became of them."""
-        return len(self.finished) + len(self.skipped) + len(self.failed)
+        return len(self.finished) + len(self.skipped) + len(self.failed) + len(self.killed)
 
     def lines(self) -> list[str]:
         """The summary printed at the end of a sweep."""
         lines = [
             f"sweep: {self.total} job(s): {len(self.finished)} finished, {len(self.skipped)} skipped "
-            f"(already FINISHED), {len(self.failed)} failed"
+            f"(already FINISHED), {len(self.failed)} failed" + (f", {len(self.killed)} killed" if self.killed else "")
         ]
         lines += [f"  skipped: {name}" for name in self.skipped]
         lines += [f"  FAILED:  {name}" for name in self.failed]
+        lines += [f"  KILLED:  {name}" for name in self.killed]
         return lines
 
 
@@ -77,6 +80,8 @@ def summarise_sweep(sweep_dir: Path, sweep_id: str, tracking_uri: str | None) ->
         elif status.get("status") == "SKIPPED":
             summary.skipped.append(f"{name} -> run {status.get('run_id')}")
             summary.reused_run_ids.append(str(status.get("run_id")))
+        elif status.get("status") == "KILLED":
+            summary.killed.append(f"{name}: {status.get('error', 'interrupted')}")
         else:
             summary.failed.append(f"{name}: {status.get('error', 'no error recorded')}")
     return summary

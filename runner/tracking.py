@@ -135,18 +135,23 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     return experiment_id
 
 
-def fail_run(client: Any, run_id: str, reason: str) -> None:
-    """Close a run its own process can no longer close: FAILED, with the reason as runner.error."""
+def fail_run(client: Any, run_id: str, reason: str, status: str = "FAILED") -> None:
+    """Close a run its own process can no longer close: FAILED (or KILLED), with the reason as runner.error."""
     client.set_tag(run_id, names.TAG_ERROR, reason)
-    client.set_terminated(run_id, "FAILED")
+    client.set_terminated(run_id, status)
 
 
 def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
-    """The id of a FINISHED run of this configuration in the experiment, if there is one.
+    """The id of a FINISHED run of this configuration in the experiment, if there is one."""
+    runs = close_dead_runs(tracking, config_hash)
+    return next((run.info.run_id for run in runs if run.info.status == "FINISHED"), None)
 
-    On the way, RUNNING runs of the same configuration whose process on this host is gone
-    are marked FAILED: a sweep killed as a whole leaves its in-flight run RUNNING, and the
-    next job of that configuration is the first to notice.
+
+def close_dead_runs(tracking: TrackingConfig, config_hash: str) -> list[Any]:
+    """This configuration's runs in the experiment; RUNNING ones whose process on this host is gone are marked FAILED.
+
+    A run or sweep killed as a whole (kill -9) leaves its run RUNNING, and the next job of that
+    configuration is the first to notice.
     """
     from mlflow import MlflowClient
 

@@ -1,4 +1,5 @@
-"""A job's folder is its own: a claim another live process holds is refused, a dead one's taken over."""
+"""A job's folder is its own (a claim another live process holds is refused, a dead one's taken over),
+and a job that died is counted by its sweep as what it was."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ from pathlib import Path
 import pytest
 
 from runner.config import ConfigError
-from runner.job import OWNER_FILE, STATUS_FILE, JobLife, claim_folder, release_folder, write_status
+from runner.job import (
+    OWNER_FILE,
+    STATUS_FILE,
+    SWEEP_ID_ENV,
+    JobLife,
+    claim_folder,
+    close_dead_job,
+    read_status,
+    release_folder,
+    write_status,
+)
+from runner.sweep import summarise_sweep
 from tests.conftest import job_for
 
 
@@ -23,9 +35,11 @@ def test_a_folder_another_live_job_works_in_is_refused_before_anything_is_writte
     job = job_for(tmp_path)
     with subprocess.Popen(["sleep", "30"]) as other:
         plant_owner(job.output_dir, other.pid)
-        with pytest.raises(ConfigError, match=rf"hydra.run.dir=.* is in use by process {other.pid}"):
-            with JobLife(job).running():
-                pass
+        with (
+            pytest.raises(ConfigError, match=rf"hydra.run.dir=.* is in use by process {other.pid}"),
+            JobLife(job).running(),
+        ):
+            pass
         other.kill()
     assert not (job.output_dir / STATUS_FILE).exists()  # the other job's status is not touched
     assert json.loads((job.output_dir / OWNER_FILE).read_text())["pid"] == other.pid
@@ -56,3 +70,24 @@ def test_a_status_file_that_cannot_be_written_leaves_no_temporary_behind(tmp_pat
     with pytest.raises(OSError):
         write_status(tmp_path, status="RUNNING")
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_job_stopped_before_it_wrote_its_status_is_counted_killed_by_its_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SWEEP_ID_ENV, "this-sweep")
+    write_status(tmp_path / "0_a", status="FINISHED", sweep_id="this-sweep", overrides="x=1")
+    close_dead_job(tmp_path / "1_b", "stopped with the sweep", None, stopped=True, overrides="x=2")
+    close_dead_job(tmp_path / "2_c", "died from signal SIGKILL", None, overrides="x=3")
+    assert read_status(tmp_path / "1_b") == {**read_status(tmp_path / "1_b"), "status": "KILLED", "overrides": "x=2"}
+    summary = summarise_sweep(tmp_path, "this-sweep", None)
+    assert (len(summary.finished), len(summary.killed), len(summary.failed)) == (1, 1, 1)
+    assert summary.lines()[0].endswith("1 failed, 1 killed")
+    assert summary.killed == ["1_b [x=2]: stopped with the sweep"]
+
+
+def test_a_job_that_closed_itself_is_left_as_it_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SWEEP_ID_ENV, "this-sweep")
+    write_status(tmp_path, status="KILLED", sweep_id="this-sweep", error="interrupted by SIGTERM")
+    close_dead_job(tmp_path, "stopped with the sweep", None, stopped=True)
+    assert read_status(tmp_path)["error"] == "interrupted by SIGTERM"  # type: ignore[index]

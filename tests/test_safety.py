@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -263,7 +264,27 @@ def test_a_signal_leaves_nothing_running(
     if launcher is not None:
         (parent,) = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
         assert parent.info.status == "KILLED"
-        assert "sweep stopped by a signal" in out and "sweep: 1 job(s)" in out
+        assert "sweep stopped by a signal: 1 job(s) in flight closed KILLED" in out
+        assert "sweep: 1 job(s): 0 finished, 0 skipped (already FINISHED), 0 failed, 1 killed" in out
+
+
+def test_a_killed_single_run_is_closed_by_the_next_run_of_its_configuration(tmp_path: Path, tracking_uri: str) -> None:
+    long = ["+workload=rmsnorm_naive", "measure.steps=10000000", *TINY[:2], "backend=cpu"]
+    first = start(*long, f"hydra.run.dir={tmp_path}/first")
+    wait_for_run(tmp_path / "first")
+    while not all_runs(tracking_uri)[0].data.tags.get(names.TAG_CONFIG_HASH):  # tagged right after it opens
+        time.sleep(0.05)
+    first.kill()
+    first.communicate(timeout=60)
+    (dead,) = all_runs(tracking_uri)
+    assert dead.info.status == "RUNNING"  # kill -9: nobody closed it
+    again = start(*long, f"hydra.run.dir={tmp_path}/again")
+    wait_for_run(tmp_path / "again")  # its run opens after the dead one of its configuration is closed
+    again.kill()
+    again.communicate(timeout=60)
+    closed = mlflow.MlflowClient(tracking_uri).get_run(dead.info.run_id)
+    assert closed.info.status == "FAILED"
+    assert closed.data.tags[names.TAG_ERROR] == f"orphaned: its process {first.pid} on {platform.node()} is gone"
 
 
 def test_the_readme_order_gives_a_row_per_config(tmp_path: Path, tracking_uri: str) -> None:

@@ -176,7 +176,7 @@ class ProcessLauncher(Launcher):
             if process.is_alive():
                 process.kill()
                 process.join()
-            results[idx] = self._collect(config, process.exitcode, False)
+            results[idx] = self._collect(config, process.exitcode, False, stopped=True)
 
     def _job_config(self, idx: int, overrides: list[str]) -> DictConfig:
         assert self.config is not None and self.hydra_context is not None
@@ -191,8 +191,8 @@ class ProcessLauncher(Launcher):
         HydraConfig.instance().set_config(config)
         return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
 
-    def _collect(self, config: DictConfig, exitcode: int | None, timed_out: bool) -> JobReturn:
-        """Turn a finished process into a JobReturn; mark the run of a dead job FAILED now."""
+    def _collect(self, config: DictConfig, exitcode: int | None, timed_out: bool, stopped: bool = False) -> JobReturn:
+        """Turn a finished process into a JobReturn; mark the run of a dead job FAILED (KILLED if `stopped`) now."""
         from runner.job import close_dead_job
 
         job_dir = self._job_dir(config)
@@ -203,7 +203,9 @@ class ProcessLauncher(Launcher):
             ret.status = JobStatus.COMPLETED if outcome["completed"] else JobStatus.FAILED
             ret.return_value = outcome["value"] if outcome["completed"] else JobFailed(outcome["value"])
             return ret
-        if timed_out:
+        if stopped:
+            reason = "stopped with the sweep"
+        elif timed_out:
             reason = f"killed after the per-job timeout of {self.timeout_s} s"
         elif exitcode is not None and exitcode < 0:
             reason = f"died from signal {signal.Signals(-exitcode).name}"
@@ -211,7 +213,7 @@ class ProcessLauncher(Launcher):
             reason = f"exited with code {exitcode} without a result"
         log.error("job %s %s", job_dir.name, reason)
         uri = OmegaConf.select(config, "tracking.uri") if OmegaConf.select(config, "tracking.enabled") else None
-        close_dead_job(job_dir, reason, uri)
+        close_dead_job(job_dir, reason, uri, stopped, " ".join(config.hydra.overrides.task))
         # Like a job that raised: recorded as failed, and the sweep goes on to its summary,
         # which exits non-zero. (A FAILED JobReturn would stop Hydra before that summary.)
         ret.status = JobStatus.COMPLETED
