@@ -56,6 +56,18 @@ def _at_least(key: str, value: float, minimum: float) -> None:
         raise ConfigError(f"{key} must be >= {minimum}, got {value}")
 
 
+def _refuse_non_finite(value: Any, key: str) -> None:
+    """Refuse inf and nan anywhere in a config: every bound check (`warmup_s >= 0`) lets them through."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _refuse_non_finite(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_non_finite(item, f"{key}[{index}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}={value} is not a finite number; give a number such as 0.5")
+
+
 def parse_cores(spec: str, key: str) -> list[int]:
     """Expand a core spec like '0,2-3' into [0, 2, 3].
 
@@ -130,6 +142,8 @@ class BackendConfig:
     def __post_init__(self) -> None:
         _allowed("backend.name", self.name, BACKENDS)
         _at_least("backend.explorer_timeout_s", self.explorer_timeout_s, 1)
+        if self.price_per_hour is not None:
+            _at_least("backend.price_per_hour", self.price_per_hour, 0)
         if self.inflight_requests is not None:
             _at_least("backend.inflight_requests", self.inflight_requests, 0)
         if self.cores is not None:
@@ -471,6 +485,7 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
             raise _unknown_key(str(key), list(TOP_LEVEL_KEYS))
     for group in SCHEMAS:
         _check_keys(cfg[group], group)
+    _refuse_non_finite(OmegaConf.to_container(cfg, resolve=True), "")
     return RunSpec(
         workload=_workload_spec(cfg.get("workload")),
         backend=_to_object(cfg.backend, "backend"),

@@ -106,14 +106,10 @@ def _rank_spec(spec: RunSpec) -> RunSpec:
     """The spec each rank runs: its own steps in its own process.
 
     Raises:
-        ConfigError: measure.processes or measure.copies asks for processes of their own.
+        ConfigError: measure.copies asks for processes of their own (measure.processes is
+            refused by `Backend.worker_processes`).
     """
     ranks = spec.distributed.ranks
-    if spec.measure.processes:
-        raise ConfigError(
-            f"measure.processes={spec.measure.processes}: with distributed.ranks={ranks} each rank times its "
-            "steps in its own process; use measure.processes=0 and measure.repeats for a spread"
-        )
     if spec.measure.copies is not None:
         raise ConfigError(f"measure.copies={spec.measure.copies} and distributed.ranks={ranks}: choose one")
     return replace(spec, measure=replace(spec.measure, processes=0))
@@ -142,6 +138,7 @@ def prepare(
     try:
         use_compile_cache(spec)  # before the backend loads its libraries, and before anything compiles
         backend = make_backend(spec.backend)
+        backend.worker_processes(spec.measure.processes, spec.distributed.ranks)
         if (task := slurm_task()) is not None:  # this process is task 0 of a Slurm job of several
             check_world(task, spec.distributed.ranks)
             return backend, partial(lead, _rank_spec(spec), job.output_dir, task)
@@ -149,7 +146,6 @@ def prepare(
             rank_spec = _rank_spec(spec)
             rank_slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
             return backend, partial(run_ranks, rank_spec, job.output_dir, rank_slots)
-        backend.worker_processes(spec.measure.processes)
         slots = backend.concurrent_slots(spec.measure.copies) if spec.measure.copies is not None else None
         copies = steady_state_concurrently(spec, slots) if slots else None
         workload = build_workload(spec.workload, backend)

@@ -24,7 +24,7 @@ from runner.measure.layers import first_failing, layer_errors, layer_table
 from runner.measure.optable import OpTable, self_time_by_op
 from runner.measure.phases import Measurement
 from runner.measure.roofline import over_peak, roofline_metrics
-from runner.measure.stability import ADVICE, instability_reasons
+from runner.measure.stability import instability_advice, instability_reasons
 from workloads.base import CostModel
 
 MIB = 2**20
@@ -133,7 +133,8 @@ def collect_result(
     warnings = list(capture.warnings)
     if tags[names.TAG_TIMING_STABLE] == "false":
         warnings.append(
-            f"timing unstable ({tags[names.TAG_TIMING_REASONS]}): compare its step time with care; {ADVICE}"
+            f"timing unstable ({tags[names.TAG_TIMING_REASONS]}): compare its step time with care; "
+            + instability_advice(spec, backend)
         )
     if tags.get(names.TAG_OUTPUT_FINITE, "true") != "true":
         warnings.append(f"the workload's output is not finite: {tags[names.TAG_OUTPUT_FINITE]}")

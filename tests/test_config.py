@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR
+from runner.backends import make_backend
 from runner.backends.cpu import CpuBackend
 from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
 from runner.measure.build import build_workload
@@ -79,12 +80,26 @@ def test_compiled_variant_is_the_naive_one_with_compile_on() -> None:
         pytest.param("profiler.modes=[DEVICE,GPU]", r"profiler\.modes='GPU'.*RUNTIME", id="mode"),
         pytest.param("profiler.max_events_per_nc=0", r"profiler\.max_events_per_nc must be >= 1", id="events"),
         pytest.param("workload._target_=nowhere.Module", r"workload\._target_='nowhere\.Module' cannot", id="target"),
+        pytest.param("measure.warmup_s=inf", r"measure\.warmup_s=inf is not a finite number", id="warmup-inf"),
+        pytest.param("measure.warmup_s=nan", r"measure\.warmup_s=nan is not a finite number", id="warmup-nan"),
+        pytest.param("workload.lr=nan", r"workload\.lr=nan is not a finite number", id="lr-nan"),
+        pytest.param("workload.eps=inf", r"workload\.eps=inf is not a finite number", id="kwarg-inf"),
+        pytest.param("distributed.timeout_s=inf", r"distributed\.timeout_s=inf is not a finite", id="timeout-inf"),
+        pytest.param("backend.price_per_hour=-5", r"backend\.price_per_hour must be >= 0, got -5", id="price"),
     ],
 )
 def test_bad_values_name_the_key(override: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", override))
         build_workload(spec.workload, CpuBackend(spec.backend))
+
+
+def test_backend_cores_is_refused_off_neuron() -> None:
+    spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "backend.cores=0-1"))
+    with pytest.raises(
+        ConfigError, match=r"backend\.cores=0-1 pins NeuronCores \(backend=neuron\); this job runs on cpu:"
+    ):
+        make_backend(spec.backend)
 
 
 def test_missing_workload_lists_the_options() -> None:

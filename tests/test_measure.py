@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import statistics
 from pathlib import Path
 
@@ -10,16 +13,18 @@ import pytest
 import torch
 
 from runner import names
-from runner.backends.base import CaptureReport
+from runner.backends.base import Backend, CaptureReport
 from runner.backends.cpu import CpuBackend
+from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
 from runner.config import BackendConfig, ConfigError, load_run_spec
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
+from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
-from runner.measure.workers import WorkerFailed, steady_state_in_processes
+from runner.measure.workers import WorkerFailed, _result, _start, steady_state_in_processes
 from runner.result import collect_result, derived_metrics
 from tests.conftest import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
@@ -165,6 +170,39 @@ def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str
     ))  # fmt: skip
     with pytest.raises(WorkerFailed, match=message):
         steady_state_in_processes(spec, 1)
+
+
+def test_a_ctrl_c_while_a_worker_starts_leaves_it_running() -> None:
+    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
+    worker = _start(spec, 1, {}, None)
+    os.kill(worker.process.pid, signal.SIGINT)  # what a Ctrl-C to the process group does while it starts
+    samples, _, _ = _result(worker)
+    assert len(samples) == 1 and len(samples[0]) == spec.measure.steps
+
+
+def neuron_backend() -> NeuronBackend:
+    """A NeuronBackend without a device: the rule on worker processes needs none."""
+    return NeuronBackend.__new__(NeuronBackend)
+
+
+@pytest.mark.parametrize(
+    ("backend", "overrides", "advised"),
+    [
+        pytest.param(CpuBackend(BackendConfig(name="cpu")), [], "measure.processes=5", id="cpu"),
+        pytest.param(CpuBackend(BackendConfig(name="cpu")), ["measure.processes=5"], "measure.processes=10", id="more"),
+        pytest.param(CpuBackend(BackendConfig(name="cpu")), ["distributed.ranks=2"], "measure.repeats=5", id="ranks"),
+        pytest.param(CpuBackend(BackendConfig(name="cpu")), ["measure.copies=2"], "measure.repeats=5", id="copies"),
+        pytest.param(neuron_backend(), ["measure.processes=0"], "measure.repeats=5", id="neuron"),
+    ],
+)
+def test_instability_advice_is_what_the_runner_accepts(backend: Backend, overrides: list[str], advised: str) -> None:
+    spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", *overrides))
+    advice = instability_advice(spec, backend)
+    (override,) = re.findall(r"\((measure\.\w+=\d+)\)", advice)
+    assert override == advised
+    assert ("OMP_NUM_THREADS" in advice) == (backend.name == "cpu")
+    rerun = load_run_spec(compose_cfg("+workload=rmsnorm_naive", *overrides, override))
+    assert backend.worker_processes(rerun.measure.processes, rerun.distributed.ranks) >= 0  # the rule that refuses
 
 
 def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:

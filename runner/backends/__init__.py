@@ -37,9 +37,16 @@ def make_backend(config: BackendConfig) -> Backend:
     """Build the backend named by `backend.name`.
 
     Raises:
-        ConfigError: the requested device is not available on this machine.
+        ConfigError: the requested device is not available on this machine, or backend.cores
+            (NeuronCores) is set for another device, which would silently ignore it.
     """
-    return backend_class(config.name)(config)
+    cls = backend_class(config.name)
+    if config.cores is not None and cls is not NeuronBackend:
+        raise ConfigError(
+            f"backend.cores={config.cores} pins NeuronCores (backend=neuron); this job runs on {cls.name}: "
+            "leave it unset (on the CPU, OMP_NUM_THREADS or taskset choose the threads and cores)"
+        )
+    return cls(config)
 
 
 __all__ = ["Backend", "backend_class", "make_backend"]

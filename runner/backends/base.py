@@ -123,12 +123,18 @@ class Backend(ABC):
         """Shares for several concurrent jobs; a device without shares runs them whole, one slot."""
         return [WHOLE_MACHINE]
 
-    def worker_processes(self, requested: int | None) -> int:
+    def worker_processes(self, requested: int | None, ranks: int = 1) -> int:
         """How many fresh processes time the steady state (0: the job's own process).
 
         Raises:
-            ConfigError: this device cannot serve that many processes.
+            ConfigError: this device cannot serve that many processes, or the job runs as
+                several ranks, each of which times its steps in its own process.
         """
+        if requested and ranks > 1:
+            raise ConfigError(
+                f"measure.processes={requested}: with distributed.ranks={ranks} each rank times its "
+                "steps in its own process; use measure.processes=0 and measure.repeats for a spread"
+            )
         return self.default_processes if requested is None else requested
 
     def concurrent_slots(self, count: int, key: str = "measure.copies") -> list[Slot]:

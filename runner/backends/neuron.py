@@ -162,8 +162,8 @@ class NeuronBackend(Backend):
                 settings[variable] = "unset"
         return settings
 
-    def worker_processes(self, requested: int | None) -> int:
-        """Always the job's own process: it holds the NeuronCores.
+    def worker_processes(self, requested: int | None, ranks: int = 1) -> int:
+        """Always the job's own process (or each rank's own): it holds the NeuronCores.
 
         Raises:
             ConfigError: measure.processes asks for worker processes.
