@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import signal
 import socket
 import statistics
 import time
@@ -33,7 +32,7 @@ from runner import names
 from runner.backends.base import Slot
 from runner.config import RunSpec
 from runner.measure.collectives import collective_timing
-from runner.measure.workers import WorkerFailed, environment
+from runner.measure.workers import WorkerFailed, born_ignoring_interrupts, environment
 from runner.report.traces import steps_under
 
 log = logging.getLogger(__name__)
@@ -74,8 +73,7 @@ def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> Any:
 
 
 def _rank_main(spec: RunSpec, output_dir: Path, rank: int, results: Connection) -> None:
-    # the job stops its ranks itself: a Ctrl-C reaching the process group must not print tracebacks
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # born ignoring SIGINT (`born_ignoring_interrupts`): the job stops its ranks itself
     try:
         results.send(("ok", measure_rank(spec, output_dir, rank)))
     except Exception:  # anything: the job reports it, naming this rank
@@ -102,7 +100,7 @@ def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[Any]:
                 target=_rank_main, args=(spec, output_dir, rank, send), name=f"rank-{rank}", daemon=True
             )
             ranks_env = {**rendezvous, "RANK": str(rank), "LOCAL_RANK": str(rank), **dict(slot.env)}
-            with environment(ranks_env):
+            with environment(ranks_env), born_ignoring_interrupts():
                 process.start()
             send.close()
             log.info("rank %d of %d: pid %s on %s", rank, world, process.pid, slot.name)

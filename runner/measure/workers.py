@@ -40,9 +40,7 @@ class WorkerFailed(RuntimeError):
 
 
 def _worker(spec: RunSpec, results: Connection, start_together: Barrier | None) -> None:
-    # the job stops its workers itself: a Ctrl-C reaching the whole process group must not
-    # print a worker's traceback
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # born ignoring SIGINT (`born_ignoring_interrupts`): the job stops its workers itself
     try:
         from runner.measure.phases import steady_state, timed_step, timed_steps, warm_up
 
@@ -75,6 +73,22 @@ def environment(variables: Mapping[str, str | None]) -> Iterator[None]:
         _apply(saved)
 
 
+@contextmanager
+def born_ignoring_interrupts() -> Iterator[None]:
+    """Start the processes started inside the block with SIGINT ignored from birth.
+
+    The job stops its children itself. A Ctrl-C to the process group that reached a child
+    while its interpreter started, before its own code could ignore it, killed it with
+    `Fatal Python error: init_import_site` and a traceback. An ignored signal stays ignored
+    across exec, so the child never sees one; this process ignores it only while it forks.
+    """
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _apply(variables: Mapping[str, str | None]) -> None:
     for name, value in variables.items():
         if value is None:
@@ -96,7 +110,7 @@ def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: B
     process = context.Process(
         target=_worker, args=(spec, send, start_together), name=f"steady-state-{number}", daemon=True
     )
-    with environment({**keep_freed_memory_env(spec.measure.keep_freed_memory), **env}):
+    with environment({**keep_freed_memory_env(spec.measure.keep_freed_memory), **env}), born_ignoring_interrupts():
         process.start()
     send.close()
     return _Running(number, process, receive)
