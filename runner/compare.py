@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -53,6 +54,9 @@ DEFAULT_EXPERIMENT = TrackingConfig.experiment
 DEFAULT_URI = TrackingConfig.uri
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
+FINISHED = "FINISHED"
+# a whole MLflow run id (uuid4 hex), as opposed to a prefix of one
+WHOLE_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
@@ -153,7 +157,12 @@ def speedup(run: Run, baseline: Run | None, samples: dict[str, list[float]]) -> 
     A speedup is printed only with an interval that excludes no change, and never for a run
     whose timing is unstable: a bare ratio of two medians can be a mode flip.
     """
-    if baseline is None or metric(run, names.STEP_MEDIAN_MS) is None or metric(baseline, names.STEP_MEDIAN_MS) is None:
+    if baseline is None:
+        return "-"
+    unfinished = next((r for r in (run, baseline) if r.info.status != FINISHED), None)
+    if unfinished is not None:
+        return f"not compared: {'run' if unfinished is run else 'baseline'} {unfinished.info.status}"
+    if metric(run, names.STEP_MEDIAN_MS) is None or metric(baseline, names.STEP_MEDIAN_MS) is None:
         return "-"
     if run.info.run_id == baseline.info.run_id:
         return "baseline"
@@ -256,10 +265,26 @@ def find_run(client: MlflowClient, experiment_id: str, key: str, option: str = "
         for run in client.search_runs([experiment_id], max_results=50000)
         if run.info.run_id.startswith(key)
     ]
-    if len(matches) != 1:
-        found = "no run" if not matches else f"{len(matches)} runs"
-        raise SystemExit(f"error: {option} {key!r}: {found} in this experiment with an id starting so; give more of it")
+    if len(matches) > 1:
+        raise SystemExit(f"error: {option} {key!r}: {len(matches)} runs in this experiment have an id starting so; "
+                         "give more of it")  # fmt: skip
+    if not matches:
+        if WHOLE_RUN_ID.fullmatch(key):  # get_run looked in every experiment
+            raise SystemExit(f"error: {option} {key!r}: no run has this id in this store")
+        raise SystemExit(f"error: {option} {key!r}: no run in this experiment has an id starting so")
     return client.get_run(matches[0])
+
+
+def not_compared(runs: list[Run]) -> str | None:
+    """Why these runs' ops or traces are not compared: the first run that did not finish; None when all did."""
+    unfinished = next((run for run in runs if run.info.status != FINISHED), None)
+    return None if unfinished is None else f"not compared: run {label(unfinished)} {unfinished.info.status}"
+
+
+def require_finished(run: Run, option: str, refusal: str) -> None:
+    """Exit in one line for a run that did not finish: its ops and trace are not a finished run's."""
+    if run.info.status != FINISHED:
+        raise SystemExit(f"error: {option} {run.info.run_id}: {refusal}: run {run.info.status}")
 
 
 def pick_baseline(runs: list[Run], key: str | None) -> Run | None:
@@ -380,6 +405,7 @@ def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) 
     """`--replay`: the commands that run the run's top ops alone."""
     from runner.report.replay import render_replays, top_replays
 
+    require_finished(run, "--replay", "not replayed")
     replays, clock = top_replays(client, run, top)
     if not replays:
         raise SystemExit(f"error: --replay {run.info.run_id}: the run has no ATen ops in its op table")
@@ -396,6 +422,8 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
     from runner.report.traces import load_profile
 
     runs = [find_run(client, experiment_id, key, "--diff") for key in keys]
+    for run in runs:
+        require_finished(run, "--diff", "not compared")
     with tempfile.TemporaryDirectory() as scratch:
         profiles = []
         for number, run in enumerate(runs):
@@ -448,14 +476,19 @@ def main(argv: list[str] | None = None) -> int:
     runs, parent = selected_runs(client, experiment_id, args)
     baseline = pick_baseline(runs, args.baseline)
     rows = comparison_rows(client, runs, baseline, parent)
-    diff = op_diff(client, runs[0], runs[1]) if len(runs) == 2 else None
-    if args.format == "json":  # one document: the runs, and the per-op diff of two
-        print(json.dumps({"runs": rows, "op_diff": diff} if diff is not None else rows, indent=2))
+    two = len(runs) == 2
+    unfinished = not_compared(runs) if two else None
+    diff = op_diff(client, runs[0], runs[1]) if two and unfinished is None else None
+    if args.format == "json":  # one document: the runs, and the per-op diff of two (or why there is none)
+        document = {"runs": rows, "op_diff": diff, **({"op_diff_note": unfinished} if unfinished else {})}
+        print(json.dumps(document if two else rows, indent=2))
     else:
         print(render(rows, args.format))
     if diff is not None and args.format != "json":
         print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
         print(render(diff, args.format))
+    elif unfinished is not None and args.format != "json":
+        print(f"\nper-op diff: {unfinished}")
     if args.format == "table":  # the other formats are data for other programs
         print(f"\n{ui_links(client, runs, parent)}")
     if args.plots:

@@ -5,14 +5,23 @@ the same configuration (its config hash; a single run against a single baseline 
 is). A job fails the gate only when its step time exceeds the baseline's by more than PCT
 percent with significance: a one-sided Welch test on the log per-process medians, its
 p-values corrected across the jobs with Holm's method, so a sweep of twenty jobs does not
-raise a false alarm twenty times as often. Exit status: 0 passed, 1 a regression, 2 the
-baseline or the runs could not be found.
+raise a false alarm twenty times as often.
+
+A job passes as "ok" only when its 95% interval stays within the margin; one whose interval
+reaches past it without significance passes too, marked "could not judge" (the gate fails on
+evidence only: its "caught from" says what the spread lets it catch). The times shown are
+geometric means of the per-process medians, the values the test compares.
+
+Exit status: 0 passed; 1 a regression; 2 the baseline or the runs could not be found; 3 a
+compared job did not finish (FAILED, KILLED, still RUNNING) or no job could be tested, said in
+one line on stderr. A regression outranks 3: both are said.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 
 from mlflow import MlflowClient
@@ -22,9 +31,13 @@ from scipy.stats import gmean
 from runner import names
 from runner.compare import FORMATS, add_selection_arguments, find_run, open_experiment, render, selected_runs
 from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, time_ratio
-from runner.report.reader import label, metric, process_medians, sweep_children
+from runner.report.reader import label, process_medians, sweep_children
 
-REGRESSION_EXIT, NOT_FOUND_EXIT = 1, 2
+REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
+FINISHED = "FINISHED"
+TIMES_LEGEND = (
+    "baseline ms, job ms: geometric mean of each run's per-process median step times (the values the test compares)"
+)
 
 
 @dataclass
@@ -50,18 +63,18 @@ def baseline_runs(client: MlflowClient, experiment_id: str, ref: str) -> list[Ru
         if not runs:
             raise SystemExit(f"error: --baseline {ref!r}: no FINISHED job run has tag {key} = {value!r}")
         return runs
-    run = find_run(client, experiment_id, ref)
+    run = find_run(client, experiment_id, ref, "--baseline")
     if run.data.tags.get(names.TAG_SWEEP) == "true":
         return sweep_children(client, experiment_id, run)
     return [run]
 
 
 def pair_up(jobs: list[Run], baselines: list[Run]) -> list[Pair]:
-    """Each job with the newest baseline run of its configuration (not itself)."""
+    """Each job with the newest FINISHED baseline run of its configuration (not itself)."""
     if len(jobs) == 1 and len(baselines) == 1:
         return [Pair(jobs[0], baselines[0])]
     by_hash: dict[str, Run] = {}
-    for run in sorted(baselines, key=lambda r: r.info.start_time):
+    for run in sorted((r for r in baselines if r.info.status == FINISHED), key=lambda r: r.info.start_time):
         by_hash[run.data.tags.get(names.TAG_CONFIG_HASH, "")] = run
     job_ids = {job.info.run_id for job in jobs}
     pairs = []
@@ -75,9 +88,11 @@ def judge(client: MlflowClient, pairs: list[Pair], margin: float) -> None:
     """Test every pair that can be tested, then correct the p-values across them (Holm)."""
     tested = []
     for pair in pairs:
-        if pair.baseline is not None and pair.job.info.status == "FINISHED":
-            pair.baseline_ms, pair.job_ms = process_medians(client, pair.baseline), process_medians(client, pair.job)
-            pair.estimate = time_ratio(pair.baseline_ms, pair.job_ms, margin)
+        if pair.job.info.status == FINISHED:
+            pair.job_ms = process_medians(client, pair.job)
+        if pair.baseline is not None and pair.baseline.info.status == FINISHED:
+            pair.baseline_ms = process_medians(client, pair.baseline)
+            pair.estimate = time_ratio(pair.baseline_ms, pair.job_ms, margin)  # None without two medians a side
             if pair.estimate is not None:
                 tested.append(pair)
     for pair, adjusted in zip(tested, holm([p.estimate.p_slower for p in tested if p.estimate]), strict=True):
@@ -89,12 +104,19 @@ def catchable(estimate: TimeRatio, margin: float) -> float:
     return (1 + margin) * (1 + estimate.detectable) - 1
 
 
+def not_judged(estimate: TimeRatio, p_holm: float, margin: float) -> bool:
+    """Neither shown slower than the margin nor shown within it: the interval reaches past the margin."""
+    return p_holm >= SIGNIFICANCE and estimate.high > 1 + margin
+
+
 def verdict(pair: Pair, margin: float) -> str:
     """What the gate concludes for one job."""
+    if pair.job.info.status != FINISHED:
+        return f"not tested: the job is {pair.job.info.status}"
     if pair.baseline is None:
         return "no baseline for this configuration"
-    if pair.job.info.status != "FINISHED":
-        return f"not tested: the job is {pair.job.info.status}"
+    if pair.baseline.info.status != FINISHED:
+        return f"not tested: the baseline is {pair.baseline.info.status}"
     if pair.estimate is None:
         return "not tested: needs measure.processes >= 2 in both runs"
     unstable = any(r.data.tags.get(names.TAG_TIMING_STABLE) == "false" for r in (pair.job, pair.baseline))
@@ -103,7 +125,22 @@ def verdict(pair: Pair, margin: float) -> str:
         return f"REGRESSION: slower by more than {margin:.0%}{note}"
     if pair.estimate.high < 1:
         return f"faster{note}"
+    if not_judged(pair.estimate, pair.p_holm, margin):
+        reach = pair.estimate.high - 1
+        return f"could not judge: its 95% interval reaches {reach:+.1%}, past the +{margin:.0%} margin{note}"
     return f"ok{note}"
+
+
+def not_passed(pairs: list[Pair], margin: float) -> str | None:
+    """Why the gate cannot pass these jobs whatever their times: one did not finish, or none was tested."""
+    unfinished = Counter(p.job.info.status for p in pairs if p.job.info.status != FINISHED)
+    if unfinished:
+        statuses = ", ".join(f"{count} {status}" for status, count in unfinished.items())
+        return f"{unfinished.total()} of {len(pairs)} job(s) did not finish ({statuses})"
+    if not any(p.estimate is not None for p in pairs):
+        reasons = "; ".join(f"{n} {why}" for why, n in Counter(verdict(p, margin) for p in pairs).items())
+        return f"no job could be tested ({reasons or 'no job runs'})"
+    return None
 
 
 def rows(pairs: list[Pair], margin: float) -> list[dict[str, str]]:
@@ -112,14 +149,13 @@ def rows(pairs: list[Pair], margin: float) -> list[dict[str, str]]:
     for pair in pairs:
         est = pair.estimate
 
-        def typical(run: Run | None, samples: list[float]) -> str:
-            value = float(gmean(samples)) if samples else metric(run, names.STEP_MEDIAN_MS) if run else None
-            return "-" if value is None else f"{value:.4f}"
+        def typical(samples: list[float]) -> str:
+            return f"{float(gmean(samples)):.4f}" if samples else "-"
 
         table.append({
             "job": label(pair.job),
-            "baseline ms": typical(pair.baseline, pair.baseline_ms),
-            "job ms": typical(pair.job, pair.job_ms),
+            "baseline ms": typical(pair.baseline_ms),
+            "job ms": typical(pair.job_ms),
             "change (95% CI)": "-" if est is None else
             f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
             f"p (> +{margin:.0%}, Holm)": "-" if est is None else f"{pair.p_holm:.3f}",
@@ -148,7 +184,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the gate's table and exit 1 when a job regressed."""
+    """Print the gate's table; exit 1 when a job regressed, else 3 when a job did not finish or none was tested."""
     args = parse_args(argv)
     margin = args.fail_above / 100
     try:
@@ -160,21 +196,29 @@ def main(argv: list[str] | None = None) -> int:
         return NOT_FOUND_EXIT
     pairs = pair_up(jobs, baselines)
     judge(client, pairs, margin)
-    print(render(rows(pairs, margin), args.format))
-    detectable = [catchable(p.estimate, margin) for p in pairs if p.estimate is not None]
-    regressions = [p for p in pairs if p.estimate is not None and p.p_holm < SIGNIFICANCE]
+    table = rows(pairs, margin)
+    if table or args.format == "json":
+        print(render(table, args.format))
+    tested = [(p, p.estimate) for p in pairs if p.estimate is not None]
+    regressions = [p for p, _ in tested if p.p_holm < SIGNIFICANCE]
     if args.format != "json":
-        if detectable:
+        print(f"\n{TIMES_LEGEND}")
+        if tested:
+            detectable = [catchable(estimate, margin) for _, estimate in tested]
             print(
-                f"\nsmallest slowdown the gate catches 80% of the time here: +{min(detectable):.1%} to "
+                f"smallest slowdown the gate catches 80% of the time here: +{min(detectable):.1%} to "
                 f"+{max(detectable):.1%}; more worker processes (measure.processes) bring it nearer the margin"
             )
-        untested = len(pairs) - len(detectable)
+        unjudged = sum(not_judged(estimate, p.p_holm, margin) for p, estimate in tested)
         print(
-            f"gate: {len(regressions)} regression(s) above +{args.fail_above:g}% in {len(detectable)} tested "
-            f"job(s); {untested} not tested"
+            f"gate: {len(regressions)} regression(s) above +{args.fail_above:g}% in {len(tested)} tested job(s)"
+            + (f", {unjudged} of them not judged" if unjudged else "")
+            + f"; {len(pairs) - len(tested)} not tested"
         )
-    return REGRESSION_EXIT if regressions else 0
+    why = not_passed(pairs, margin)
+    if why is not None:
+        print(f"gate: not passed: {why}", file=sys.stderr)
+    return REGRESSION_EXIT if regressions else INCOMPLETE_EXIT if why is not None else 0
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ def test_a_run_without_traces_is_refused_in_one_line(tracking_uri: str) -> None:
     unknown = subprocess.run(
         [sys.executable, "-m", "runner.compare", "--diff", naive, "ffff"], cwd=REPO, capture_output=True, text=True
     )
-    assert unknown.stderr.strip().startswith("error: --diff 'ffff': no run in this experiment with an id starting so")
+    assert unknown.stderr.strip().startswith("error: --diff 'ffff': no run in this experiment has an id starting so")
 
 
 @pytest.mark.slow

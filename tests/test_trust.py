@@ -7,7 +7,11 @@ is known in advance.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -18,6 +22,8 @@ from scipy import stats
 from runner import compare, gate, names
 from runner.measure.stability import instability_reasons, two_modes
 from runner.measure.stats import holm, time_ratio
+from tests.conftest import REPO, all_runs
+from tests.test_sweeps import FAULTY
 
 rng = np.random.default_rng(0)
 
@@ -67,6 +73,12 @@ def test_holm_adjusts_step_down() -> None:
     assert holm([0.5]) == [0.5]
 
 
+def runner_experiment(client: mlflow.MlflowClient) -> str:
+    """The id of the experiment the runner logs to, created on first use."""
+    experiment = client.get_experiment_by_name("runner")
+    return experiment.experiment_id if experiment else client.create_experiment("runner")
+
+
 def synthetic_run(
     client: mlflow.MlflowClient,
     medians: list[float],
@@ -74,27 +86,37 @@ def synthetic_run(
     config_hash: str = "cfg-a",
     stable: bool = True,
     tags: dict[str, str] | None = None,
+    status: str = "FINISHED",
 ) -> str:
-    """A FINISHED job run with these per-process medians, as a job would log them."""
-    experiment = client.get_experiment_by_name("runner")
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment("runner")
+    """A job run with these per-process medians, as a job would log them (none: it died first), ended `status`."""
+    experiment_id = runner_experiment(client)
     timing = {names.TAG_TIMING_STABLE: "true" if stable else "false"}
     run = client.create_run(
         experiment_id, run_name=name, tags={names.TAG_CONFIG_HASH: config_hash, **timing, **(tags or {})}
     )
     now = int(time.time() * 1000)
-    history = [Metric(names.PROCESS_MEDIAN_MS, value, now, step) for step, value in enumerate(medians)]
-    client.log_batch(
-        run.info.run_id, metrics=[*history, Metric(names.STEP_MEDIAN_MS, float(np.median(medians)), now, 0)]
-    )
-    client.set_terminated(run.info.run_id, "FINISHED")
+    if medians:
+        history = [Metric(names.PROCESS_MEDIAN_MS, value, now, step) for step, value in enumerate(medians)]
+        client.log_batch(
+            run.info.run_id, metrics=[*history, Metric(names.STEP_MEDIAN_MS, float(np.median(medians)), now, 0)]
+        )
+    client.set_terminated(run.info.run_id, status)
     return run.info.run_id
 
 
-def run_gate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, str]]]:
+def synthetic_sweep(client: mlflow.MlflowClient) -> str:
+    """A sweep's parent run: jobs join it with the tag `mlflow.parentRunId`."""
+    experiment_id = runner_experiment(client)
+    parent = client.create_run(experiment_id, run_name="sweep", tags={names.TAG_SWEEP: "true"})
+    client.set_terminated(parent.info.run_id, "FINISHED")
+    return parent.info.run_id
+
+
+def run_gate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, str]], str]:
+    """The gate's exit status, its rows and what it said on stderr."""
     code = gate.main([*args, "--format", "json"])
-    out = capsys.readouterr().out
-    return code, json.loads(out) if code != gate.NOT_FOUND_EXIT else []
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code != gate.NOT_FOUND_EXIT else [], err.strip()
 
 
 @pytest.fixture
@@ -107,9 +129,13 @@ def client(tracking_uri: str) -> mlflow.MlflowClient:
     [
         pytest.param([1.10, 1.11, 1.09, 1.10], 5, 1, "REGRESSION: slower by more than 5%", id="10%-slower"),
         pytest.param([1.03, 1.02, 1.03, 1.02], 5, 0, "ok", id="within-the-margin"),
-        pytest.param([0.8, 1.4, 1.1, 1.3], 5, 0, "ok", id="too-noisy-to-tell"),
+        # passes (the gate fails on evidence only), but does not read "ok"
+        pytest.param([0.8, 1.4, 1.1, 1.3], 5, 0, r"could not judge: its 95% interval reaches \+\d+\.\d%, "
+                     r"past the \+5% margin", id="too-noisy-to-tell"),
         pytest.param([0.90, 0.91, 0.89, 0.90], 5, 0, "faster", id="faster"),
-        pytest.param([1.10], 5, 0, "not tested: needs measure.processes >= 2 in both runs", id="one-process"),
+        # the only job untested: the gate tested nothing
+        pytest.param([1.10], 5, gate.INCOMPLETE_EXIT, "not tested: needs measure.processes >= 2 in both runs",
+                     id="one-process"),
     ],
 )  # fmt: skip
 def test_gate_against_a_synthetic_baseline(
@@ -118,8 +144,8 @@ def test_gate_against_a_synthetic_baseline(
 ) -> None:  # fmt: skip
     base = synthetic_run(client, [1.0, 1.01, 0.99, 1.0], "base")
     job = synthetic_run(client, new, "new")
-    exit_code, rows = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", str(fail_above))
-    assert (exit_code, rows[0]["verdict"]) == (code, verdict)
+    exit_code, rows, _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", str(fail_above))
+    assert exit_code == code and re.fullmatch(verdict, rows[0]["verdict"]), rows[0]["verdict"]
 
 
 def test_gate_finds_baselines_by_tag_and_pairs_by_configuration(
@@ -131,7 +157,7 @@ def test_gate_finds_baselines_by_tag_and_pairs_by_configuration(
     slower_a = synthetic_run(client, [1.30, 1.31, 1.29], "a@new", "cfg-a")
     same_b = synthetic_run(client, [2.0, 2.01, 1.99], "b@new", "cfg-b")
     unmatched = synthetic_run(client, [1.0, 1.0, 1.0], "c@new", "cfg-c")
-    code, rows = run_gate(capsys, "--runs", slower_a, same_b, unmatched, "--baseline",
+    code, rows, _ = run_gate(capsys, "--runs", slower_a, same_b, unmatched, "--baseline",
                           f"{names.TAG_GIT_COMMIT}=abc123", "--fail-above", "10")  # fmt: skip
     verdicts = {row["job"]: row["verdict"] for row in rows}
     assert code == 1
@@ -146,7 +172,7 @@ def test_gate_corrects_for_many_jobs(client: mlflow.MlflowClient, capsys: pytest
         synthetic_run(client, [1.0, 1.01, 0.99], "base", "cfg-0"),
         synthetic_run(client, borderline, "job", "cfg-0"),
     )
-    alone, _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "0")
+    alone, _, _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "0")
     assert alone == 1
     tag = {"baseline": "v1"}
     synthetic_run(client, [1.0, 1.01, 0.99], "base0", "cfg-0", tags=tag)
@@ -154,7 +180,7 @@ def test_gate_corrects_for_many_jobs(client: mlflow.MlflowClient, capsys: pytest
     for i in range(1, 20):
         synthetic_run(client, [1.0, 1.01, 0.99], f"base{i}", f"cfg-{i}", tags=tag)
         jobs.append(synthetic_run(client, [1.0, 1.01, 0.99], f"job{i}", f"cfg-{i}"))
-    among_many, rows = run_gate(capsys, "--runs", *jobs, "--baseline", "baseline=v1", "--fail-above", "0")
+    among_many, rows, _ = run_gate(capsys, "--runs", *jobs, "--baseline", "baseline=v1", "--fail-above", "0")
     assert among_many == 0 and len(rows) == 20
 
 
@@ -167,6 +193,123 @@ def test_gate_names_a_missing_baseline(client: mlflow.MlflowClient, capsys: pyte
         err.strip()
         == "error: --baseline 'runner.git_commit=nope': no FINISHED job run has tag runner.git_commit = 'nope'"
     )
+
+
+def test_gate_fails_a_job_that_did_not_finish(client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """A crashed job against a finished baseline does not pass as "1 not tested"."""
+    base = synthetic_run(client, [1.0, 1.01, 0.99], "base")
+    crashed = synthetic_run(client, [], "crashed", status="FAILED")
+    code, (row,), why = run_gate(capsys, "--runs", crashed, "--baseline", base, "--fail-above", "5")
+    assert (code, row["verdict"]) == (gate.INCOMPLETE_EXIT, "not tested: the job is FAILED")
+    assert why == "gate: not passed: 1 of 1 job(s) did not finish (1 FAILED)"
+
+
+@pytest.mark.parametrize(
+    ("finished_job", "code"),
+    [
+        pytest.param([1.0, 1.01, 0.99], gate.INCOMPLETE_EXIT, id="the-rest-ok"),
+        pytest.param([1.30, 1.31, 1.29], gate.REGRESSION_EXIT, id="a-regression-outranks"),
+    ],
+)
+def test_gate_fails_a_sweep_whose_jobs_failed(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str], finished_job: list[float], code: int
+) -> None:
+    """The README's CI form (the latest sweep against a tag) with 2 of 3 jobs FAILED, in a real store."""
+    tag = {names.TAG_GIT_COMMIT: "abc123"}
+    for config in ("a", "b", "c"):
+        synthetic_run(client, [1.0, 1.01, 0.99], f"{config}@old", f"cfg-{config}", tags=tag)
+    sweep = {"mlflow.parentRunId": synthetic_sweep(client)}
+    synthetic_run(client, finished_job, "a@new", "cfg-a", tags=sweep)
+    synthetic_run(client, [], "b@new", "cfg-b", tags=sweep, status="FAILED")
+    synthetic_run(client, [1.0], "c@new", "cfg-c", tags=sweep, status="KILLED")
+    exit_code, rows, why = run_gate(capsys, "--baseline", f"{names.TAG_GIT_COMMIT}=abc123", "--fail-above", "5")
+    assert exit_code == code
+    assert [row["verdict"] for row in rows][1:] == ["not tested: the job is FAILED", "not tested: the job is KILLED"]
+    assert why == "gate: not passed: 2 of 3 job(s) did not finish (1 FAILED, 1 KILLED)"
+
+
+@pytest.mark.slow
+def test_gate_fails_a_real_sweep_whose_jobs_failed(tmp_path: Path, tracking_uri: str) -> None:
+    """The README's CI form against a sweep of real jobs, one of which raised: exit 3, one line why."""
+    sweep = [sys.executable, "-m", "runner", "-m", *FAULTY, "+workload.fault=none,raise",
+             f"hydra.sweep.dir={tmp_path / 'sweep'}"]  # fmt: skip
+    swept = subprocess.run(sweep, cwd=REPO, capture_output=True, text=True)
+    assert "sweep: 2 job(s): 1 finished, 0 skipped (already FINISHED), 1 failed" in swept.stdout, swept.stderr[-3000:]
+    commit = next(r for r in all_runs(tracking_uri) if r.info.status == "FINISHED").data.tags[names.TAG_GIT_COMMIT]
+    ci = [sys.executable, "-m", "runner.gate", "--baseline", f"{names.TAG_GIT_COMMIT}={commit}", "--fail-above", "5"]
+    gated = subprocess.run(ci, cwd=REPO, capture_output=True, text=True)
+    assert gated.returncode == gate.INCOMPLETE_EXIT, gated.stdout + gated.stderr
+    assert gated.stderr.strip() == "gate: not passed: 1 of 2 job(s) did not finish (1 FAILED)"
+    assert gated.stdout.count("not tested: the job is FAILED") == 1
+
+
+def test_gate_fails_when_it_tested_nothing(client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """No baseline of the job's configuration, or a baseline that failed: nothing tested, exit 3."""
+    for config in ("b", "c"):
+        synthetic_run(client, [1.0, 1.01, 0.99], f"{config}@old", f"cfg-{config}", tags={"baseline": "v1"})
+    job = synthetic_run(client, [1.0, 1.01, 0.99], "job", "cfg-a")
+    code, (row,), why = run_gate(capsys, "--runs", job, "--baseline", "baseline=v1", "--fail-above", "5")
+    assert (code, row["verdict"]) == (gate.INCOMPLETE_EXIT, "no baseline for this configuration")
+    assert why == "gate: not passed: no job could be tested (1 no baseline for this configuration)"
+    crashed_base = synthetic_run(client, [], "base", status="FAILED")
+    code, (row,), why = run_gate(capsys, "--runs", job, "--baseline", crashed_base, "--fail-above", "5")
+    assert (code, row["verdict"]) == (gate.INCOMPLETE_EXIT, "not tested: the baseline is FAILED")
+    assert why == "gate: not passed: no job could be tested (1 not tested: the baseline is FAILED)"
+
+
+def test_gate_says_when_it_could_not_judge(client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """A many-fold slowdown hidden by unstable timing: not "ok", and the summary counts it."""
+    base = synthetic_run(client, [1.0, 1.01, 0.99], "base")
+    job = synthetic_run(client, [1.0, 30.0, 60.0], "flipped", stable=False)
+    assert gate.main(["--runs", job, "--baseline", base, "--fail-above", "5"]) == 0
+    out = capsys.readouterr().out
+    _, (row,), _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "5")
+    high = row["change (95% CI)"].split(", ")[1].rstrip("]")
+    assert row["verdict"] == f"could not judge: its 95% interval reaches {high}, past the +5% margin (timing unstable)"
+    assert "gate: 0 regression(s) above +5% in 1 tested job(s), 1 of them not judged; 0 not tested" in out
+
+
+def test_gate_and_compare_name_the_option_of_a_run_not_found(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = synthetic_run(client, [1.0, 1.01], "job")
+    missing = "0123456789abcdef" * 2  # the length of an MLflow run id
+    assert gate.main(["--runs", job, "--baseline", missing, "--fail-above", "5"]) == gate.NOT_FOUND_EXIT
+    assert capsys.readouterr().err.strip() == f"error: --baseline '{missing}': no run has this id in this store"
+    assert gate.main(["--runs", job, "--baseline", "zz", "--fail-above", "5"]) == gate.NOT_FOUND_EXIT
+    assert capsys.readouterr().err.strip() == "error: --baseline 'zz': no run in this experiment has an id starting so"
+    with pytest.raises(SystemExit, match=f"^error: --runs '{missing}': no run has this id in this store$"):
+        compare.main(["--runs", job, missing])
+
+
+def log_op_table(client: mlflow.MlflowClient, run_id: str) -> None:
+    """A one-op key_averages.json, as a profiled job logs it."""
+    columns = ["name", "input_shapes", "calls_per_step", "self_cpu_ms"]
+    table = {"columns": columns, "data": [["aten::mul", "[[4, 8], [4, 8]]", 1, 0.5]]}
+    client.log_dict(run_id, table, "key_averages.json")
+
+
+def test_compare_does_not_diff_a_run_that_failed(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Not "every op gone, -100%": the failed run is named, in the table, the per-op diff, --diff and --replay."""
+    client.create_experiment("runner", artifact_location=str(tmp_path / "artifacts"))
+    ok = synthetic_run(client, [1.0, 1.01, 0.99], "ok")
+    log_op_table(client, ok)
+    crashed = synthetic_run(client, [], "crashed", status="FAILED")
+    assert compare.main(["--runs", ok, crashed, "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "per-op diff: not compared: run crashed FAILED" in out and "gone" not in out and "-100%" not in out
+    assert "| not compared: run FAILED |" in out  # its speedup
+    assert compare.main(["--runs", crashed, ok, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["op_diff"] is None and document["op_diff_note"] == "not compared: run crashed FAILED"
+    assert [row[compare.SPEEDUP] for row in document["runs"]] == ["not compared: run FAILED",
+                                                                  "not compared: baseline FAILED"]  # fmt: skip
+    with pytest.raises(SystemExit, match=f"^error: --diff {crashed}: not compared: run FAILED$"):
+        compare.main(["--diff", ok, crashed])
+    with pytest.raises(SystemExit, match=f"^error: --replay {crashed}: not replayed: run FAILED$"):
+        compare.main(["--replay", crashed])
 
 
 def test_compare_prints_speedups_only_with_an_interval(
@@ -196,5 +339,8 @@ def test_gate_shows_the_times_its_test_compares(
 ) -> None:
     """Geometric means of the per-process medians, so the change column is their ratio."""
     base, job = synthetic_run(client, [1.0, 2.0, 4.0], "base"), synthetic_run(client, [2.0, 2.0, 2.0], "job")
-    _, (row,) = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "5")
+    _, (row,), _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "5")
     assert (row["baseline ms"], row["job ms"]) == ("2.0000", "2.0000") and row["change (95% CI)"].startswith("+0.0%")
+    gate.main(["--runs", job, "--baseline", base, "--fail-above", "5"])
+    legend = "baseline ms, job ms: geometric mean of each run's per-process median step times"
+    assert any(line.startswith(legend) for line in capsys.readouterr().out.splitlines())
