@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -71,3 +72,22 @@ def test_the_roofline_names_the_ceiling_it_is_above(tmp_path: Path) -> None:
     text = summary(tmp_path, roofline, {names.TAG_ROOFLINE_PEAK: "measured"})
     assert "roofline: 0.05 GB/s = 0.1% of 35.7 GB/s; 17.70 GFLOP/s = 177.0% of 10.0 GFLOP/s [measured]" in text
     assert over_peak({**roofline, names.ROOFLINE_COMPUTE_FRACTION: 0.5}) == []
+
+
+def test_a_cpu_calibration_says_so_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.backends import peaks
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    printed_before: list[str] = []
+
+    def calibrate(dtype: str) -> tuple[float, float]:
+        printed_before.append(capsys.readouterr().err)
+        return 10.0, 20.0
+
+    monkeypatch.setattr(peaks, "calibrate_cpu", calibrate)
+    assert peaks.cpu_peak("float32").gflops == 20.0
+    assert printed_before == [printed_before[0]] and "calibrating this machine's CPU peaks" in printed_before[0]
+    peaks.cpu_peak("float32")  # cached: measured once, said once
+    assert len(printed_before) == 1 and "calibrating" not in capsys.readouterr().err

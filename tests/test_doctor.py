@@ -53,6 +53,9 @@ def test_a_cpu_host_has_no_neuron_device_and_passes(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     report = json.loads((tmp_path / "report" / "doctor.json").read_text())
     assert [(v["probe"], v["status"]) for v in report["verdicts"]] == [("mlflow_store", PASS)]
+    # the findings are printed once, in the report: stderr has progress only, no list of the same
+    findings = [f"{item}: {value}" for item, value in report["host"].items()] + [report["verdicts"][0]["evidence"]]
+    assert [finding for finding in findings if finding in done.stderr] == [], done.stderr
     (run,) = MlflowClient(f"sqlite:///{tmp_path / 'doctor.db'}").search_runs(["1"])
     assert run.data.tags[names.TAG_KIND] == names.KIND_DOCTOR
     assert run.data.tags["doctor.mlflow_store"] == PASS

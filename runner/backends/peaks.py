@@ -8,9 +8,9 @@ so nobody mistakes a datasheet figure for a measurement.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,6 @@ import yaml
 from runner import CONF_DIR
 from runner.config import ConfigError
 
-log = logging.getLogger(__name__)
 PEAKS_FILE = CONF_DIR / "peaks.yaml"
 # Working sets from L2-sized to DRAM-sized: the peak is the best of them.
 COPY_SIZES_MIB = (1, 4, 16, 64)
@@ -104,7 +103,13 @@ def cpu_peak(dtype: str) -> Peak:
     """The CPU calibration for this machine and thread count, measured on first use."""
     figures = _cached_calibrations().get(_calibration_key(dtype))
     if figures is None:
-        log.info("calibrating CPU peaks (once per machine; cached in %s) ...", cache_file())
+        # on stderr whatever the logging setup (the doctor has none): it can take ten seconds or more
+        print(
+            f"calibrating this machine's CPU peaks for the roofline (once per machine and thread count; "
+            f"cached in {cache_file()}) ...",
+            file=sys.stderr,
+            flush=True,
+        )
         figures = keep_best_calibration(dtype, *calibrate_cpu(dtype))
     bandwidth, gflops = figures
     return Peak(bandwidth, gflops, f"measured: best copy bandwidth and {dtype} matmul on this machine ({cache_file()})")

@@ -1,8 +1,9 @@
 """python -m runner.doctor: the host table, then every probe this host can run; a report to send back.
 
-Prints the report (Markdown) on stdout and progress on stderr, writes doctor.md and
-doctor.json to --out, and logs an MLflow run tagged runner.kind=doctor. Exit status: 0, or 1
-when an assumption the runner relies on failed (the report says which config key to set).
+Prints the report (Markdown) once, on stdout, and only progress on stderr (which probe is done,
+in how long); writes doctor.md and doctor.json to --out, and logs an MLflow run tagged
+runner.kind=doctor. Exit status: 0, or 1 when an assumption the runner relies on failed (the
+report says which config key to set).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def say(line: str) -> None:
 
 
 def show(verdict: Verdict) -> None:
-    """One verdict as it comes in."""
-    say(f"  {verdict.status:<7} {verdict.probe} ({verdict.seconds:g} s): {verdict.evidence}")
+    """That a probe is done: its verdict and evidence are the report's, printed once at the end."""
+    say(f"  {verdict.probe} done ({verdict.seconds:g} s)")
 
 
 def device_verdicts(
@@ -91,8 +92,6 @@ def check(args: argparse.Namespace) -> int:
     except ProcessFailed as err:
         backends = f"could not tell: {err}"
     host = host_rows(backends, args.uri)
-    for item, value in host:
-        say(f"  {item}: {value}")
     usable = backends[0] if isinstance(backends, tuple) else []
     verdicts, notes = device_verdicts(usable, args.out, args.timeout_s, set(args.probe) if args.probe else None)
     verdicts = log_to_store(args.uri, args.experiment, host, verdicts, notes)
