@@ -1,10 +1,11 @@
 """Compare runs side by side, from MLflow alone: `python -m runner.compare`.
 
 With no arguments it compares the latest sweep of the default experiment. The table has
-one row per run (failed runs included, as failed); with exactly two runs it also prints the
-per-op diff. At the end of every sweep the same report is logged to the parent run. `--replay RUN`
-prints commands that run that run's top ATen ops alone (`+workload=aten_op`). `--diff BEFORE AFTER`
-aligns the two runs' traces span by span and logs the diff to the newer run.
+one row per run (failed runs included, as failed, and compared with nothing); with exactly
+two runs it also prints the per-op diff, when both finished. At the end of every sweep the
+same report is logged to the parent run. `--replay RUN` prints commands that run that run's
+top ATen ops alone (`+workload=aten_op`). `--diff BEFORE AFTER` aligns the two runs' traces
+span by span and logs the diff to the newer run. Both refuse a run that did not finish.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A regression gate for CI: `python -m runner.gate --baseline REF --fail-above PCT`.
 
-Each compared job (the latest sweep, --sweep or --runs) is paired with the baseline run of
-the same configuration (its config hash; a single run against a single baseline pairs as
+Each compared job (the latest sweep, --sweep or --runs) is paired with the FINISHED baseline
+run of the same configuration (its config hash; a single run against a single baseline pairs as
 is). A job fails the gate only when its step time exceeds the baseline's by more than PCT
 percent with significance: a one-sided Welch test on the log per-process medians, its
 p-values corrected across the jobs with Holm's method, so a sweep of twenty jobs does not
@@ -29,12 +29,19 @@ from mlflow.entities import Run
 from scipy.stats import gmean
 
 from runner import names
-from runner.compare import FORMATS, add_selection_arguments, find_run, open_experiment, render, selected_runs
+from runner.compare import (
+    FINISHED,
+    FORMATS,
+    add_selection_arguments,
+    find_run,
+    open_experiment,
+    render,
+    selected_runs,
+)
 from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, time_ratio
 from runner.report.reader import label, process_medians, sweep_children
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
-FINISHED = "FINISHED"
 TIMES_LEGEND = (
     "baseline ms, job ms: geometric mean of each run's per-process median step times (the values the test compares)"
 )
