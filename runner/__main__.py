@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from contextlib import suppress
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException, MissingConfigException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from runner import CONF_DIR, names
-from runner.callbacks import UsageError
-from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
+from runner.callbacks import JobFailure, UsageError
+from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas, unknown_key, unknown_option
 from runner.job import ERROR_FILE, JobLife, one_line
 from runner.secrets import redact, redact_file, redact_process_output
 from runner.signals import exit_code_of
@@ -73,15 +76,47 @@ def run(cfg: DictConfig) -> float:
         run = f"run {life.run_id} is FAILED" if life.run_id else "no run was opened"
         if life.run_id and isinstance(err, StoreFull):
             run = f"run {life.run_id} could not be closed and shows RUNNING until a sweep of its configuration resumes"
-        raise UsageError(f"the job failed: {one_line(err)} (traceback: {where}; {run})") from err
+        raise JobFailure(f"the job failed: {one_line(err)} (traceback: {where}; {run})") from err
     return metrics.get(names.STEP_MEDIAN_MS, math.nan)
 
 
 main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run)
 
 
-if __name__ == "__main__":
+def refusal(err: CompactHydraException) -> str:
+    """What Hydra refused (an unknown key or option, a value of the wrong type), as one line.
+
+    Keys and options get the runner's "did you mean" hint, as a key added with `+` does;
+    Hydra's own advice to add a misspelled key with `+` is left out.
+    """
+    cause = err.__cause__
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
+        group, _, option = err.missing_cfg_file.rpartition("/")
+        return str(unknown_option(group, option, err.options))
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(cause.parent_node, DictConfig):
+        return str(unknown_key(str(cause.full_key), [str(key) for key in cause.parent_node if key != "hydra"]))
+    texts = [str(err), str(cause.msg)] if isinstance(cause, OmegaConfBaseException) else [str(err)]
+    lines = [line for text in texts for line in text.splitlines() if line.strip() and not line[0].isspace()]
+    return "; ".join(lines)
+
+
+def cli() -> None:
+    """`main`, with what Hydra refuses while composing printed as one line, not its report.
+
+    HYDRA_FULL_ERROR=1 is Hydra's switch for raising errors instead of printing them; any
+    error that is not bad input keeps its whole traceback, and a user who set it gets Hydra's.
+    """
+    wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()
     except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: runs and status files are closed already
         sys.exit(exit_code_of(stop))
+    except CompactHydraException as err:
+        if wants_traceback:
+            raise
+        sys.exit(f"error: {refusal(err)}")
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,8 +1,8 @@
 """Hydra callbacks: checks before any job starts, and the sweep's parent MLflow run.
 
-Listed in `conf/config.yaml` under `hydra.callbacks`, so they run for every launch. Hydra
-prints a `CompactHydraException` as its message alone, which is how bad input gets a
-one-line error instead of a traceback.
+Listed in `conf/config.yaml` under `hydra.callbacks`, so they run for every launch. A single
+job's bad input and failure end here as one line on stderr (`RunnerCallback.on_run_end`);
+`python -m runner` prints what Hydra refuses while composing as one line too.
 """
 
 from __future__ import annotations
@@ -11,43 +11,63 @@ import atexit
 import logging
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import uuid
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner import names
 from runner.config import ConfigError, TrackingConfig
-from runner.job import SWEEP_ID_ENV
+from runner.job import OWNER_FILE, SWEEP_ID_ENV
 from runner.secrets import redact
 from runner.signals import stop_on_signals
 from runner.sweep import summarise_sweep
 from runner.tracking import PARENT_RUN_ENV
 
 log = logging.getLogger(__name__)
+# bytes written to prove a folder takes files: more than Hydra writes into .hydra/ before a job
+PROBE_BYTES = 64 * 1024
 
 
 class UsageError(CompactHydraException):
-    """Bad input, reported by Hydra as one line on stderr with a non-zero exit."""
+    """Bad input: one line on stderr, a non-zero exit, and no job folder left behind."""
+
+
+class JobFailure(CompactHydraException):
+    """A single job that failed: one line on stderr naming its error.txt, a non-zero exit."""
 
 
 def check_writable_dir(key: str, path: str) -> None:
     """Exit with a one-line error naming the key when `path` cannot be created or written.
 
-    Hydra turns exceptions raised in callbacks into warnings and goes on to fail with a
-    traceback, so this exits directly; nothing has started yet, so nothing is left behind.
+    A file is written there, so a full or read-only disk is refused too, and a folder created
+    for the check is removed again (Hydra creates it for the job). Hydra turns exceptions
+    raised in callbacks into warnings and goes on to fail with a traceback, so this exits
+    directly; nothing has started yet, so nothing is left behind.
     """
     target = Path(path)
+    existed = target.exists()
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         sys.exit(f"error: {key}={path} cannot be created: {err.strerror}")
-    if not os.access(target, os.W_OK):
-        sys.exit(f"error: {key}={path} is not writable")
+    try:
+        with tempfile.TemporaryFile(dir=target, buffering=0) as probe:
+            probe.write(bytes(PROBE_BYTES))
+    except OSError as err:
+        sys.exit(f"error: {key}={path} cannot be written: {err.strerror}")
+    finally:
+        if not existed:
+            with suppress(OSError):  # another process put something there meanwhile: it stays
+                target.rmdir()
 
 
 def _tracking(config: DictConfig) -> TrackingConfig:
@@ -81,10 +101,29 @@ class RunnerCallback(Callback):
         self.sweep_id = ""
         self.sweep_dir = Path()
         self.tracking: TrackingConfig | None = None
+        # a single run's folder when this run creates it (None when it existed)
+        self.new_run_dir: Path | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Refuse an unwritable output directory before Hydra trips over it."""
+        run_dir = Path(config.hydra.run.dir).absolute()
+        self.new_run_dir = None if run_dir.exists() else run_dir
         check_writable_dir("hydra.run.dir", config.hydra.run.dir)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """A single job refused or failed: one line on stderr and exit 1, where Hydra would print four.
+
+        A refused job's folder goes too when this run created it and no other live job has
+        claimed it (its `job_owner.json` is then still there).
+        """
+        job_return: JobReturn = kwargs["job_return"]
+        # job_return.return_value would print Hydra's "Error executing job" line, then raise
+        error = job_return._return_value if job_return.status is JobStatus.FAILED else None
+        if not isinstance(error, (UsageError, JobFailure)):
+            return
+        if isinstance(error, UsageError) and self.new_run_dir and not (self.new_run_dir / OWNER_FILE).exists():
+            shutil.rmtree(self.new_run_dir, ignore_errors=True)
+        sys.exit(f"error: {error}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check the sweep directory; create the store, experiment and parent run once.

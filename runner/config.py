@@ -14,6 +14,7 @@ import inspect
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -448,7 +449,7 @@ def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
     return spec
 
 
-def _unknown_key(key: str, known: list[str]) -> ConfigError:
+def unknown_key(key: str, known: list[str]) -> ConfigError:
     """The error for a key no schema has, with the nearest known key as a hint."""
     group, _, name = key.rpartition(".")
     close = difflib.get_close_matches(name, known, n=1)
@@ -456,12 +457,19 @@ def _unknown_key(key: str, known: list[str]) -> ConfigError:
     return ConfigError(f"{key} is not a config key; {hint}allowed{' in ' + group if group else ''}: {', '.join(known)}")
 
 
+def unknown_option(group: str, option: str, options: Sequence[str]) -> ConfigError:
+    """The error for a config group option that does not exist, with the nearest one as a hint."""
+    close = difflib.get_close_matches(option, options, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return ConfigError(f"{group}={option} is not an option; {hint}choose one of: {', '.join(options)}")
+
+
 def _check_keys(node: DictConfig, group: str) -> None:
     """Refuse keys a `+` added to a group with a schema: Hydra lets `+measure.step=10` through."""
     known = [f.name for f in fields(SCHEMAS[group])]
     for key in node:
         if key not in known:
-            raise _unknown_key(f"{group}.{str(key)}", known)
+            raise unknown_key(f"{group}.{str(key)}", known)
 
 
 def _to_object(node: DictConfig | ListConfig, key: str) -> Any:
@@ -482,7 +490,7 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
     """
     for key in cfg:
         if key not in TOP_LEVEL_KEYS:
-            raise _unknown_key(str(key), list(TOP_LEVEL_KEYS))
+            raise unknown_key(str(key), list(TOP_LEVEL_KEYS))
     for group in SCHEMAS:
         _check_keys(cfg[group], group)
     _refuse_non_finite(OmegaConf.to_container(cfg, resolve=True), "")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
 from runner import names
 from tests.conftest import REPO, all_runs
+from tests.test_safety import full_disk  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 SMALL = ["workload.hidden=16", "workload.seq_len=2"]
@@ -46,8 +48,23 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        pytest.param(["+workload=triton"], "Could not find 'workload/triton'", id="unknown-workload"),
-        pytest.param(["+workload=rmsnorm_naive", "backend=tpu"], "Could not find 'backend/tpu'", id="unknown-backend"),
+        pytest.param(["+workload=triton"], "workload=triton is not an option; choose one of: allreduce", id="workload"),
+        pytest.param(
+            ["+workload=rmsnrom_naive"],
+            "workload=rmsnrom_naive is not an option; did you mean rmsnorm_naive? choose one of: allreduce",
+            id="workload-typo",
+        ),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "backend=tpu"],
+            "backend=tpu is not an option; did you mean cpu? choose one of: auto, cpu, cuda, neuron",
+            id="unknown-backend",
+        ),
+        pytest.param(["+workload=rmsnorm_naive", "measure.warmup_s=inf"], "measure.warmup_s=inf is not a", id="inf"),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "measure.steps=abc"],
+            "measure.steps=abc; Value 'abc' of type 'str' could not be converted to Integer",
+            id="type",
+        ),
         pytest.param(["+workload=rmsnorm_naive", "workload.hidden=0"], "workload.hidden must be", id="zero-size"),
         pytest.param(["+workload=rmsnorm_naive", "workload.dtype=int3"], "workload.dtype='int3'", id="dtype"),
         pytest.param(["+workload=rmsnorm_naive", "schedule.active=0"], "schedule.active must be >= 1", id="active"),
@@ -79,14 +96,45 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
             id="plus-typo",
         ),
         pytest.param(
+            ["+workload=rmsnorm_naive", "measure.step=10"],
+            "measure.step is not a config key; did you mean measure.steps?",
+            id="typo",
+        ),
+        pytest.param(
             ["+workload=rmsnorm_naive", "+foo=1"], "foo is not a config key; allowed: workload", id="plus-top"
         ),
     ],
 )
-def test_bad_input_is_one_line_with_no_traceback_and_no_run(args: list[str], message: str, tracking_uri: str) -> None:
-    done = runner(*args)
+def test_bad_input_is_one_line_with_no_traceback_and_no_run(
+    args: list[str], message: str, tracking_uri: str, tmp_path: Path
+) -> None:
+    done = runner(f"hydra.run.dir={tmp_path}/run", *args)
     assert done.returncode != 0
     assert message in done.stderr
+    assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, done.stderr
+    assert not (tmp_path / "run").exists()  # the refused job's folder is gone
     assert "Traceback" not in done.stderr and "base_" not in done.stderr  # option lists show real options only
     assert all(r.info.status != "RUNNING" for r in all_runs(tracking_uri))
     assert all_runs(tracking_uri) == []
+
+
+def test_a_failed_job_ends_with_one_line_naming_its_traceback(tmp_path: Path, tracking_uri: str) -> None:
+    done = runner(
+        "backend=cpu", "measure=quick", "+workload=custom", "workload._target_=tests.faulty.Faulty",
+        "+workload.fault=raise", "workload.inputs=[[4]]", f"hydra.run.dir={tmp_path}/run",
+    )  # fmt: skip
+    assert done.returncode == 1
+    (last,) = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert done.stderr.splitlines()[-1] == last
+    assert last.startswith("error: the job failed: RuntimeError: injected failure (traceback: ")
+    assert f"{tmp_path}/run/error.txt" in last and (tmp_path / "run" / "error.txt").exists()
+
+
+def test_a_full_run_folder_is_one_line_naming_it(full_disk: Path, tracking_uri: str) -> None:  # noqa: F811
+    with suppress(OSError), (full_disk / "filler").open("wb", buffering=0) as filler:
+        while True:  # until the disk is full
+            filler.write(bytes(4096))
+    done = runner("+workload=rmsnorm_naive", f"hydra.run.dir={full_disk}/run")
+    assert done.returncode == 1
+    assert done.stderr == f"error: hydra.run.dir={full_disk}/run cannot be written: No space left on device\n"
+    assert not (full_disk / "run").exists() and all_runs(tracking_uri) == []
