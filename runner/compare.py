@@ -30,7 +30,7 @@ from mlflow.exceptions import MlflowException
 from runner import names
 from runner.config import TrackingConfig
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
-from runner.report.curves import crossover_report, crossovers, size_curves
+from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.links import comparison_links, describe_links, swept_columns, ui_for
 from runner.report.reader import (
     dollars_per_million_steps,
@@ -327,6 +327,8 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
         report = crossover_report(found, curves)
         client.log_text(run_id, report + "\n", "crossovers.md")
         table += "\n\n" + report
+    elif note := too_few_sizes(runs):
+        table += "\n\n" + note
     if scaling := scaling_curves(runs):
         report = scaling_report(scaling)
         client.log_text(run_id, report + "\n", "scaling.md")

@@ -14,7 +14,7 @@ from mlflow.entities import Run
 from runner import names
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.measure.compile_cache import CACHE_FOLDERS, use_compile_cache
-from runner.report.curves import Crossover, crossover_report, crossovers, size_curves
+from runner.report.curves import Crossover, crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.scaling import contention_onset, scaling_curves, scaling_report
 from tests.conftest import REPO, all_runs, compose_cfg
 
@@ -79,10 +79,13 @@ def test_the_shapes_study_logs_its_curves_crossovers_and_cost_frontier(tmp_path:
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"crossovers.md", "comparison.md"}
 
 
-def scaling_run(client: mlflow.MlflowClient, experiment: str, copies: int, per_copy_ms: float) -> Run:
+def scaling_run(
+    client: mlflow.MlflowClient, experiment: str, copies: int, per_copy_ms: float, stable: bool = True
+) -> Run:
     run = client.create_run(experiment, run_name=f"copies {copies}")
     run_id = run.info.run_id
     client.set_tag(run_id, names.TAG_WORKLOAD, "rmsnorm_naive")
+    client.set_tag(run_id, names.TAG_TIMING_STABLE, str(stable).lower())
     client.log_metric(run_id, names.STEP_MEDIAN_MS, per_copy_ms)
     client.log_metric(run_id, names.SCALING_COPIES, copies)
     client.log_metric(run_id, names.SCALING_THROUGHPUT, copies * 1000 / per_copy_ms)
@@ -192,3 +195,45 @@ def test_the_compile_cache_study_hits_the_cache_the_cold_job_filled(tmp_path: Pa
     assert cold[names.FIRST_CALL_S] > 0 and warm[names.FIRST_CALL_S] > 0
     assert not any(user_cache.iterdir())  # the user's own cache is neither read nor written
     assert any((tmp_path / "sweep" / "compile_cache" / "inductor").iterdir())
+
+
+def test_efficiency_from_unstable_timing_is_not_stated(tracking_uri: str) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("unstable scaling")
+    runs = [scaling_run(client, experiment, 1, 0.08), scaling_run(client, experiment, 4, 0.25, stable=False)]
+    report = scaling_report(scaling_curves(runs))
+    assert "| 4 | 16000.0 | 0.2500 | not stated: timing unstable |" in report and "32%" not in report
+    assert "| 1 | 12500.0 | 0.0800 | 100% |" in report
+
+
+def test_more_copies_than_cores_say_they_oversubscribe(capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.backends.cpu import CpuBackend
+
+    backend = CpuBackend(load_run_spec(compose_cfg("backend=cpu", "tracking=off", "+workload=rmsnorm_naive")).backend)
+    cpus = os.cpu_count() or 1
+    backend.copy_slots(cpus)
+    assert "oversubscribe" not in capsys.readouterr().err
+    assert len(backend.copy_slots(cpus * 2)) == cpus * 2
+    assert f"measure.copies={cpus * 2} on {cpus} CPU core(s): the copies oversubscribe" in capsys.readouterr().err
+
+
+def test_a_shapes_study_says_why_it_has_no_curves_or_no_test(tracking_uri: str) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("few sizes")
+    fast, slow = [1.00, 1.02, 0.98], [2.00, 2.04, 1.96]
+    two = [logged_run(client, experiment, name, size, fast) for name in ("naive", "compiled") for size in (1e6, 2e6)]
+    assert size_curves(two) == {}
+    assert "a variant needs 3 sizes or more, this sweep ran each at 2 at most" in (too_few_sizes(two) or "")
+    assert too_few_sizes(two[:1]) is None  # one size: not a sweep over sizes
+    three = [
+        *two,
+        logged_run(client, experiment, "naive", 4e6, slow),
+        logged_run(client, experiment, "compiled", 4e6, fast),
+    ]
+    assert too_few_sizes(three) is None
+    for run in three:  # one process each: the medians cannot be tested
+        client.log_param(run.info.run_id, "measure.processes", "0")
+    single = [client.get_run(run.info.run_id) for run in three]
+    curves = size_curves(single)
+    report = crossover_report(crossovers(client, curves), curves)
+    assert "could not test (one sample per run with measure.processes=0" in report and "none significant" not in report

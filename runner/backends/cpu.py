@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from typing import Any
 
 import torch
@@ -33,6 +34,18 @@ class CpuBackend(Backend):
         threads = str(max(1, cpus // count))
         env = tuple((variable, threads) for variable in THREAD_VARIABLES)
         return [Slot(f"CPU slot {i} ({threads} threads)", env) for i in range(count)]
+
+    def copy_slots(self, copies: int) -> list[Slot]:
+        """The machine split between the copies, saying so when there are more copies than cores."""
+        cpus = os.cpu_count() or 1
+        if copies > cpus:
+            print(
+                f"measure.copies={copies} on {cpus} CPU core(s): the copies oversubscribe the host's cores, so "
+                "their rates show contention for cores, not how the workload scales",
+                file=sys.stderr,
+                flush=True,
+            )
+        return super().copy_slots(copies)
 
     def take_slot(self, slot: Slot) -> None:
         """The slot's thread count: torch read OMP_NUM_THREADS when it loaded, before this."""

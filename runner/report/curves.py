@@ -54,17 +54,37 @@ def same_shape(run: Run) -> str:
     return " ".join(sorted(o for o in overrides if not o.lstrip("+").startswith("workload=")))
 
 
-def size_curves(runs: list[Run]) -> dict[str, list[Run]]:
-    """Finished runs with a roofline, per variant, by bytes moved; variants with fewer than three sizes left out."""
+def _by_variant(runs: list[Run]) -> dict[str, list[Run]]:
+    """Finished runs with a roofline and a step time, per variant."""
     curves: dict[str, list[Run]] = {}
     for run in runs:
         if run.info.status == "FINISHED" and metric(run, names.ROOFLINE_BYTES) and metric(run, names.STEP_MEDIAN_MS):
             curves.setdefault(variant(run), []).append(run)
+    return curves
+
+
+def _sizes(curve: list[Run]) -> int:
+    return len({metric(r, names.ROOFLINE_BYTES) for r in curve})
+
+
+def size_curves(runs: list[Run]) -> dict[str, list[Run]]:
+    """Finished runs with a roofline, per variant, by bytes moved; variants with fewer than three sizes left out."""
     return {
         name: sorted(curve, key=lambda r: metric(r, names.ROOFLINE_BYTES) or 0.0)
-        for name, curve in sorted(curves.items())
-        if len({metric(r, names.ROOFLINE_BYTES) for r in curve}) >= MIN_SIZES
+        for name, curve in sorted(_by_variant(runs).items())
+        if _sizes(curve) >= MIN_SIZES
     }
+
+
+def too_few_sizes(runs: list[Run]) -> str | None:
+    """Why a sweep over sizes gets no shape curves: its variants ran at two sizes, fewer than three."""
+    most = max((_sizes(curve) for curve in _by_variant(runs).values()), default=0)
+    if not 1 < most < MIN_SIZES:
+        return None
+    return (
+        f"Shape curves: none (no plots/shape_curves.png, no crossovers): a variant needs {MIN_SIZES} sizes "
+        f"or more, this sweep ran each at {most} at most"
+    )
 
 
 def faster(client: MlflowClient, a: Run, b: Run) -> str | None:
@@ -99,6 +119,9 @@ def crossover_report(found: list[Crossover], curves: dict[str, list[Run]]) -> st
     """The crossovers as Markdown lines (or why there are none)."""
     sizes = sorted({metric(r, names.ROOFLINE_BYTES) or 0.0 for runs in curves.values() for r in runs})
     head = f"Crossovers over {len(sizes)} sizes ({_size(sizes[0])} to {_size(sizes[-1])} moved per step):"
+    processes = {str(r.data.params.get("measure.processes")) for runs in curves.values() for r in runs}
+    if not found and processes <= {"0", "1"}:  # one steady-state sample per run: nothing to test
+        return f"{head} could not test (one sample per run with measure.processes={min(processes)}; needs 2 or more)"
     if not found:
         return f"{head} none significant (Welch on per-process medians, p < {SIGNIFICANCE})"
     return "\n".join([head, *(f"- {c.line()}" for c in found)])

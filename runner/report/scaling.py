@@ -26,6 +26,12 @@ class ScalingPoint:
     throughput: float
     per_copy_ms: float
     efficiency: float
+    # both this run's and the one-copy run's timing stable: only then is the efficiency a finding
+    stable: bool = True
+
+    def efficiency_text(self) -> str:
+        """The efficiency as the report states it: not stated from unstable timing."""
+        return f"{self.efficiency:.0%}" if self.stable else "not stated: timing unstable"
 
 
 def copies(run: Run) -> int | None:
@@ -38,18 +44,21 @@ def scaling_curves(runs: list[Run]) -> dict[str, list[ScalingPoint]]:
     """Per variant with a one-copy run (measure.copies=1) and at least one more, its points by copies."""
     by_variant: dict[str, dict[int, float]] = {}
     medians: dict[tuple[str, int], float] = {}
+    stable: dict[tuple[str, int], bool] = {}
     for run in runs:
         k, total = copies(run), metric(run, names.SCALING_THROUGHPUT)
         if run.info.status == "FINISHED" and k is not None and total:
             by_variant.setdefault(variant(run), {})[k] = total
             medians[variant(run), k] = metric(run, names.STEP_MEDIAN_MS) or 0.0
+            stable[variant(run), k] = run.data.tags.get(names.TAG_TIMING_STABLE) != "false"
     curves = {}
     for name, by_copies in sorted(by_variant.items()):
         if 1 not in by_copies or len(by_copies) < 2:
             continue
         single = by_copies[1]
         curves[name] = [
-            ScalingPoint(k, total, medians[name, k], total / (k * single)) for k, total in sorted(by_copies.items())
+            ScalingPoint(k, total, medians[name, k], total / (k * single), stable[name, k] and stable[name, 1])
+            for k, total in sorted(by_copies.items())
         ]
     return curves
 
@@ -80,7 +89,7 @@ def scaling_report(curves: dict[str, list[ScalingPoint]]) -> str:
             "",
             "| copies | steps/s (all copies) | per-copy median ms | efficiency |",
             "|---|---|---|---|",
-            *(f"| {p.copies} | {p.throughput:.1f} | {p.per_copy_ms:.4f} | {p.efficiency:.0%} |" for p in points),
+            *(f"| {p.copies} | {p.throughput:.1f} | {p.per_copy_ms:.4f} | {p.efficiency_text()} |" for p in points),
             "",
         ]
     return "\n".join(lines).rstrip()
