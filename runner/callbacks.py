@@ -29,6 +29,7 @@ from runner.config import ConfigError, TrackingConfig
 from runner.job import OWNER_FILE, SWEEP_ID_ENV
 from runner.secrets import redact
 from runner.signals import stop_on_signals
+from runner.store import StoreFull, check_usable, prepare_store
 from runner.sweep import summarise_sweep
 from runner.tracking import PARENT_RUN_ENV
 
@@ -79,6 +80,22 @@ def _tracking(config: DictConfig) -> TrackingConfig:
     return tracking
 
 
+def check_store(tracking: TrackingConfig, create: bool) -> None:
+    """Exit with one line naming tracking.uri when no job could log to the store.
+
+    The checks a job makes when it opens its run (runner.store), made before any job starts
+    and torch loads; `create` also creates and migrates the store, as a sweep does once so
+    that its parallel jobs do not race on it. Hydra would turn the error into a warning and
+    start every job, so this exits directly.
+    """
+    if not tracking.enabled:
+        return
+    try:
+        (prepare_store if create else check_usable)(tracking.uri)
+    except (ConfigError, StoreFull) as err:
+        sys.exit(f"error: {err}")
+
+
 def swept_keys(config: DictConfig) -> list[str]:
     """The keys a sweep varies: overrides with several values, hydra.sweeper.params' unless overridden."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -105,10 +122,11 @@ class RunnerCallback(Callback):
         self.new_run_dir: Path | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Refuse an unwritable output directory before Hydra trips over it."""
+        """Refuse an unwritable output directory before Hydra trips over it, and an unusable store."""
         run_dir = Path(config.hydra.run.dir).absolute()
         self.new_run_dir = None if run_dir.exists() else run_dir
         check_writable_dir("hydra.run.dir", config.hydra.run.dir)
+        check_store(_tracking(config), create=False)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         """A single job refused or failed: one line on stderr and exit 1, where Hydra would print four.
@@ -136,6 +154,7 @@ class RunnerCallback(Callback):
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)
         tracking = self.tracking = _tracking(config)
+        check_store(tracking, create=True)
         swept = os.environ[names.SWEPT_KEYS_ENV] = ",".join(swept_keys(config))
         stop_on_signals()
         atexit.register(self._close_if_stopped)

@@ -3,18 +3,26 @@
 MLflow creates and migrates a SQLite store on first use. Two processes doing that at once
 collide (`table experiments already exists`, half-applied migrations that leave
 `_alembic_tmp_*` tables behind), so the first use of a SQLite store takes an exclusive lock
-on a file beside it. Server URIs need none: the server owns its store.
+on a file beside it, and a new store is created and migrated under a temporary name, then
+renamed into place, so a disk that fills up on the way leaves nothing half-made. Server URIs
+need no lock (the server owns its store); before any of it, `check_usable` refuses in one
+line and in seconds what cannot work: a store that cannot be written, a database URI whose
+driver is missing, a server nothing answers at.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import socket
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 from runner.config import ConfigError
 from runner.secrets import redact
@@ -24,6 +32,10 @@ from runner.signals import signals_held
 _prepared: set[str] = set()
 # what SQLite says when the disk under the store is full
 SQLITE_FULL = "database or disk is full"
+# the port a server URI without one is reached at
+DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
+# seconds a server has to accept a connection before the store is refused (MLflow would retry for minutes)
+CONNECT_TIMEOUT_S = 5.0
 
 
 class StoreFull(RuntimeError):
@@ -64,18 +76,88 @@ def half_migrated_tables(path: Path) -> list[str]:
     return sorted(name for (name,) in rows if name.startswith("_alembic_tmp_"))
 
 
-def check_creatable(uri: str) -> None:
-    """Refuse a SQLite store whose folder cannot hold it (MLflow would retry for minutes).
+def check_usable(uri: str) -> None:
+    """Refuse, without loading MLflow, a store no job could log to; every check takes seconds at most.
+
+    Raises:
+        ConfigError: naming tracking.uri and what is wrong.
+    """
+    check_writable(uri)
+    check_reachable(uri)
+    check_driver(uri)
+
+
+def check_writable(uri: str) -> None:
+    """Refuse a SQLite store that cannot be created or written (MLflow would retry for minutes).
 
     Raises:
         ConfigError: naming tracking.uri.
     """
     path = sqlite_path(uri)
-    if path is None or path.exists():
+    if path is None:
         return
     folder = path.parent
-    if not (folder.is_dir() and os.access(folder, os.W_OK)):
-        raise ConfigError(f"tracking.uri={redact(uri)}: the store cannot be created: {folder} is not a writable folder")
+    if not path.exists():
+        if not (folder.is_dir() and os.access(folder, os.W_OK)):
+            raise ConfigError(
+                f"tracking.uri={redact(uri)}: the store cannot be created: {folder} is not a writable folder"
+            )
+    # SQLite writes its journal, and the runner its lock, beside the database
+    elif not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
+        raise ConfigError(f"tracking.uri={redact(uri)}: the store cannot be written: {path} or its folder is read-only")
+
+
+def check_driver(uri: str) -> None:
+    """Refuse a database URI whose SQLAlchemy driver is not installed (each job would fail with a traceback).
+
+    Raises:
+        ConfigError: naming tracking.uri and the missing module.
+    """
+    if urlsplit(uri).scheme.split("+")[0] not in ("postgresql", "mysql", "mssql"):
+        return
+    from sqlalchemy.engine import make_url
+
+    url = make_url(uri)
+    try:
+        url.get_dialect().import_dbapi()
+    except ModuleNotFoundError as err:
+        raise ConfigError(
+            f"tracking.uri={redact(uri)}: the {url.drivername} driver is not installed (no module {err.name!r}): "
+            f"install it, or name an installed driver in the URI ({url.get_backend_name()}+<driver>://)"
+        ) from None
+
+
+def check_reachable(uri: str) -> None:
+    """Refuse a server URI when nothing accepts a connection at its host and port within seconds.
+
+    A URI reached through an HTTP proxy, or a database's local socket, is left to the client.
+
+    Raises:
+        ConfigError: naming tracking.uri, the address and why.
+    """
+    parts = urlsplit(uri)
+    scheme = parts.scheme.split("+")[0]
+    if scheme not in DEFAULT_PORTS or not parts.hostname or _not_direct(parts, scheme):
+        return
+    try:
+        address = (parts.hostname, parts.port or DEFAULT_PORTS[scheme])
+    except ValueError:  # a port that is not a number
+        raise ConfigError(f"tracking.uri={redact(uri)}: its port is not a number") from None
+    try:
+        socket.create_connection(address, timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        why = err.strerror or f"no answer within {CONNECT_TIMEOUT_S:g} s"
+        raise ConfigError(
+            f"tracking.uri={redact(uri)}: nothing answers at {address[0]}:{address[1]} ({why}); "
+            "start the tracking server or correct the URI"
+        ) from None
+
+
+def _not_direct(parts: SplitResult, scheme: str) -> bool:
+    """True when the client reaches the store another way than a TCP connection to its host and port."""
+    if scheme in ("http", "https"):
+        return scheme in getproxies() and not proxy_bypass(parts.hostname or "")
+    return "unix_socket=" in parts.query or "host=/" in parts.query
 
 
 def check_migrated(uri: str) -> None:
@@ -97,19 +179,51 @@ def check_migrated(uri: str) -> None:
         )
 
 
+def create_sqlite(path: Path, uri: str) -> None:
+    """Create and migrate a new SQLite store under a temporary name beside it, then rename it into place.
+
+    A disk that fills up during the migration would otherwise leave a store with all its
+    tables and an older schema version, on which every later run fails (`table spans already
+    exists`). Call under the store's lock.
+
+    Raises:
+        StoreFull: the disk filled up; nothing is left behind.
+    """
+    from mlflow import MlflowClient
+
+    handle, draft = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".creating", dir=path.parent)
+    os.close(handle)
+    try:
+        MlflowClient(f"sqlite:///{Path(draft).resolve()}").search_experiments(max_results=1)
+        os.replace(draft, path)
+    except Exception as err:
+        Path(draft).unlink(missing_ok=True)
+        if SQLITE_FULL in str(err) or (isinstance(err, OSError) and err.errno == errno.ENOSPC):
+            raise StoreFull(
+                f"tracking.uri={redact(uri)}: the store could not be created, its disk is full ({SQLITE_FULL}); "
+                "nothing was left behind: free space where it lives and run again"
+            ) from err
+        raise
+
+
 def prepare_store(uri: str) -> None:
     """Create and migrate the store once, one process at a time; refuse a broken one.
 
     Raises:
-        ConfigError: the store cannot be created, or is half-migrated.
+        ConfigError: the store cannot be used (check_usable), or is half-migrated.
+        StoreFull: its disk filled up while it was created.
     """
     if uri in _prepared:
         return
     from mlflow import MlflowClient
 
-    check_creatable(uri)
+    check_usable(uri)
     # a migration cut short by SIGINT/SIGTERM leaves the store broken: signals wait until it is done
     with store_lock(uri), signals_held():
         check_migrated(uri)
-        MlflowClient(uri).search_experiments(max_results=1)  # creates and migrates on first use
+        path = sqlite_path(uri)
+        if path is not None and not path.exists():
+            create_sqlite(path, uri)
+        # MLflow migrates an older schema (and creates a database server's tables) on first use
+        MlflowClient(uri).search_experiments(max_results=1)
     _prepared.add(uri)

@@ -3,6 +3,7 @@ half-migrated store, a full disk, planted passwords, SIGINT and SIGTERM, resumed
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -14,6 +15,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,20 +95,23 @@ def test_a_half_migrated_store_is_reported_with_what_to_do(tmp_path: Path, track
     assert "_alembic_tmp_tags" in done.stderr and "back up" in done.stderr
 
 
+@contextmanager
+def mounted(target: Path, *how: str) -> Iterator[Path]:
+    """`mount <how...> <target>` (a tmpfs, a read-only bind) for the block; skips where mounting is not allowed."""
+    target.mkdir(exist_ok=True)
+    if shutil.which("mount") is None or subprocess.run(["mount", *how, str(target)], capture_output=True).returncode:
+        pytest.skip(f"cannot mount {' '.join(how)} here (needs root)")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=False)
+
+
 @pytest.fixture
-def full_disk(tmp_path: Path) -> Any:
-    """A 2 MiB tmpfs; the test skips where mounting is not allowed."""
-    mount = tmp_path / "full"
-    mount.mkdir()
-    if (
-        shutil.which("mount") is None
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
-        ).returncode
-    ):
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs."""
+    with mounted(tmp_path / "full", "-t", "tmpfs", "-o", "size=2m", "tmpfs") as mount:
+        yield mount
 
 
 def test_a_full_disk_gives_a_failed_run_and_no_broken_artifact(full_disk: Path, tracking_uri: str) -> None:
@@ -138,6 +144,84 @@ def test_a_full_disk_under_the_store_is_named_and_the_open_run_not_called_failed
     running = [run.info.run_id for run in all_runs(store) if run.info.status == "RUNNING"]
     # a run the full store could not close is not reported as FAILED
     assert all(f"run {run_id} could not be closed and shows RUNNING" in done.stderr for run_id in running)
+
+
+def test_a_store_whose_disk_fills_up_while_it_is_created_is_not_left_half_made(tmp_path: Path) -> None:
+    """A fresh store on a 300 KiB tmpfs (a migrated one takes about 1 MiB): refused, then made whole with space."""
+    with mounted(tmp_path / "small", "-t", "tmpfs", "-o", "size=300k", "tmpfs") as mount:
+        uri = f"sqlite:///{mount / 'mlflow.db'}"
+        job = [sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY, f"tracking.uri={uri}"]
+        full = subprocess.run([*job, f"hydra.run.dir={tmp_path}/run1"], cwd=REPO, capture_output=True, text=True)
+        assert full.returncode == 1 and "Traceback" not in full.stderr
+        assert f"tracking.uri={uri}: the store could not be created, its disk is full" in full.stderr
+        assert [p.name for p in mount.iterdir()] == ["mlflow.db.lock"]  # no half-migrated mlflow.db
+        subprocess.run(["mount", "-o", "remount,size=8m", str(mount)], check=True)
+        freed = subprocess.run([*job, f"hydra.run.dir={tmp_path}/run2"], cwd=REPO, capture_output=True, text=True)
+        assert freed.returncode == 0, freed.stderr[-2000:]
+        assert statuses(uri) == ["FINISHED"]
+
+
+@pytest.fixture
+def listening_port() -> Iterator[int]:
+    """A loopback port that accepts connections (and never answers)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield server.getsockname()[1]
+
+
+@pytest.mark.parametrize("case", ["read-only-folder", "read-only-db", "no-driver", "env"])
+def test_a_sweep_refuses_an_unusable_store_in_one_line_before_any_job(
+    case: str, tmp_path: Path, tracking_uri: str, listening_port: int
+) -> None:
+    folder = tmp_path / "ro"
+    uri = f"sqlite:///{folder}/mlflow.db"
+    if case == "read-only-folder":
+        mount = ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]
+        refusal = f"the store cannot be created: {folder} is not a writable folder"
+    else:  # a migrated store in a folder bound read-only, given as tracking.uri or MLFLOW_TRACKING_URI
+        (tmp_path / "rw").mkdir()
+        shutil.copy(tracking_uri.removeprefix("sqlite:///"), tmp_path / "rw" / "mlflow.db")
+        mount = ["--bind", "-o", "ro", str(tmp_path / "rw")]
+        refusal = f"the store cannot be written: {folder}/mlflow.db or its folder is read-only"
+    if case == "no-driver":
+        if importlib.util.find_spec("psycopg"):
+            pytest.skip("psycopg is installed here")
+        uri = f"postgresql://alice:{PASSWORD}@127.0.0.1:{listening_port}/db"
+        refusal = "the postgresql driver is not installed (no module 'psycopg'): install it"
+    given, env = ([], {"MLFLOW_TRACKING_URI": uri}) if case == "env" else ([f"tracking.uri={uri}"], {})
+    with mounted(folder, *mount):
+        sweep = subprocess.run(
+            [sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", *TINY, "workload.seed=1,2", *given,
+             f"hydra.sweep.dir={tmp_path}/sweep"], cwd=REPO, capture_output=True, text=True, env={**os.environ, **env},
+        )  # fmt: skip
+        single = subprocess.run(
+            [sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY, *given, f"hydra.run.dir={tmp_path}/run"],
+            cwd=REPO, capture_output=True, text=True, env={**os.environ, **env},
+        )  # fmt: skip
+    for done in (sweep, single):  # a sweep refuses the store as a single run does: one line, no job
+        assert done.returncode == 1
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"error: tracking.uri={uri.replace(PASSWORD, '***')}: {refusal}")
+    assert "Launching" not in sweep.stdout + sweep.stderr and not list(tmp_path.glob("sweep/*/"))
+
+
+@pytest.mark.parametrize("scheme", ["http", "postgresql"])
+def test_a_server_nothing_answers_at_is_refused_in_seconds_before_the_job_starts(tmp_path: Path, scheme: str) -> None:
+    uri = f"{scheme}://alice:{PASSWORD}@127.0.0.1:1" + ("/db" if scheme == "postgresql" else "")
+    for mode, folder in [([], "hydra.run.dir"), (["-m"], "hydra.sweep.dir")]:
+        began = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "runner", *mode, "+workload=rmsnorm_naive", *TINY, f"tracking.uri={uri}",
+             f"{folder}={tmp_path}/{folder}"], cwd=REPO, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 1 and time.monotonic() - began < 30  # MLflow alone retries for minutes
+        shown = uri.replace(PASSWORD, "***")
+        assert done.stderr.strip().splitlines() == [
+            f"error: tracking.uri={shown}: nothing answers at 127.0.0.1:1 (Connection refused); "
+            "start the tracking server or correct the URI"
+        ]
+        assert not list(tmp_path.rglob("job_status.json"))  # refused before the job started (and torch loaded)
 
 
 def every_text(root: Path) -> str:
@@ -178,7 +262,8 @@ def test_a_password_in_the_tracking_uri_is_published_nowhere(tmp_path: Path) -> 
 def test_a_server_that_cannot_be_reached_does_not_leak_the_password_in_the_errors(tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
-        secret_url = f"http://alice:{PASSWORD}@127.0.0.1:{probe.getsockname()[1]}"
+        port = probe.getsockname()[1]
+        secret_url = f"http://alice:{PASSWORD}@127.0.0.1:{port}"
     env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
     job = ["+workload=rmsnorm_naive", *TINY, f"tracking.uri={secret_url}"]
     single = subprocess.run([sys.executable, "-m", "runner", *job, f"hydra.run.dir={tmp_path}/out/run"], cwd=REPO,
@@ -187,8 +272,8 @@ def test_a_server_that_cannot_be_reached_does_not_leak_the_password_in_the_error
                            cwd=REPO, capture_output=True, text=True, env=env)  # fmt: skip
     assert single.returncode == 1 and sweep.returncode == 1
     terminal = single.stdout + single.stderr + sweep.stdout + sweep.stderr
-    assert "the job failed: MlflowException: API request to http://alice:***@127.0.0.1" in single.stderr
-    assert "Callback RunnerCallback.on_multirun_start raised" in sweep.stderr  # Hydra's warning, masked
+    refused = f"error: tracking.uri=http://alice:***@127.0.0.1:{port}: nothing answers at 127.0.0.1:{port}"
+    assert refused in single.stderr and refused in sweep.stderr
     for where, text in [("output folders", every_text(tmp_path / "out")), ("terminal", terminal)]:
         assert PASSWORD not in text, f"the password reached the {where}"
 
