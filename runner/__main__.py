@@ -74,8 +74,16 @@ def run(cfg: DictConfig) -> float:
     except Exception as err:  # recorded by the job's life: one line here, the traceback in error.txt
         where = life.job.output_dir / ERROR_FILE
         run = f"run {life.run_id} is FAILED" if life.run_id else "no run was opened"
-        if life.run_id and isinstance(err, StoreFull):
-            run = f"run {life.run_id} could not be closed and shows RUNNING until a sweep of its configuration resumes"
+        if life.run_id and isinstance(err, StoreFull):  # the full store may or may not have taken the run's close
+            from runner.tracking import run_status
+
+            status = run_status(cfg.tracking.uri, life.run_id)
+            run = f"run {life.run_id} shows {status or 'a status that could not be read back'}"
+            if status == "RUNNING":
+                run = (
+                    f"run {life.run_id} could not be closed and shows RUNNING "
+                    "until a sweep of its configuration resumes"
+                )
         raise JobFailure(f"the job failed: {one_line(err)} (traceback: {where}; {run})") from err
     return metrics.get(names.STEP_MEDIAN_MS, math.nan)
 

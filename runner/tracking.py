@@ -40,6 +40,21 @@ LOCKED_RETRIES = 12
 T = TypeVar("T")
 
 
+class _FullStoreLogged(logging.Filter):
+    """Drops MLflow's logged traceback of a write to a full store: mlflow_write raises StoreFull instead.
+
+    MLflow logs every failed SQLAlchemy write at ERROR, with two chained tracebacks and the
+    statement; a full store fails each write and the run's close, a few hundred lines before
+    the runner's one line (the traceback is still in the job's error.txt).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return SQLITE_FULL not in record.getMessage()
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_FullStoreLogged())
+
+
 def mlflow_write(call: Callable[[], T]) -> T:
     """Run an MLflow write whole: SIGINT/SIGTERM wait until it is done, and a locked SQLite store is retried.
 
@@ -59,6 +74,17 @@ def mlflow_write(call: Callable[[], T]) -> T:
             log.debug("MLflow store locked; retrying in %.2f s", delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def run_status(uri: str, run_id: str) -> str | None:
+    """The status the store shows for a run, read back (a full SQLite store still reads); None if unreadable."""
+    from mlflow import MlflowClient
+
+    try:
+        return str(MlflowClient(uri).get_run(run_id).info.status)
+    except Exception as err:  # only a message depends on it
+        log.debug("could not read run %s back: %s", run_id, err)
+        return None
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

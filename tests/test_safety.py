@@ -141,9 +141,15 @@ def test_a_full_disk_under_the_store_is_named_and_the_open_run_not_called_failed
             break
     assert done.returncode == 1, "the 2 MiB store never filled up"
     assert "the job failed: StoreFull: the MLflow store's disk is full (database or disk is full)" in done.stderr
-    running = [run.info.run_id for run in all_runs(store) if run.info.status == "RUNNING"]
-    # a run the full store could not close is not reported as FAILED
-    assert all(f"run {run_id} could not be closed and shows RUNNING" in done.stderr for run_id in running)
+    # MLflow's logged tracebacks of each failed write stay out of the console (they are in error.txt)
+    assert "Traceback" not in done.stderr and "mlflow.store" not in done.stderr
+    assert len([line for line in done.stderr.splitlines() if "USDT:" not in line]) < 10
+    # the job's run is reported as the store shows it (its close may or may not have been written)
+    last = max(all_runs(store), key=lambda run: run.info.start_time)
+    if "no run was opened" not in done.stderr:
+        status = last.info.status
+        shown = "could not be closed and shows RUNNING" if status == "RUNNING" else f"shows {status})"
+        assert f"run {last.info.run_id} {shown}" in done.stderr
 
 
 def test_a_store_whose_disk_fills_up_while_it_is_created_is_not_left_half_made(tmp_path: Path) -> None:
