@@ -204,7 +204,8 @@ class RunnerCallback(Callback):
         summary = summarise_sweep(self.sweep_dir, sweep_id, tracking.uri if tracking and enabled else None)
         lines = summary.lines()
         if stopped:
-            closed = f"{len(summary.killed)} job(s) in flight closed KILLED" if summary.killed else "no job was in flight"
+            killed = len(summary.killed)
+            closed = f"{killed} job(s) in flight closed KILLED" if killed else "no job was in flight"
             lines.insert(0, f"sweep stopped by a signal: {closed}, the rest did not run")
         elif not summary.total:
             lines.insert(0, "sweep: no job to run (the sweep's overrides expand to nothing)")

@@ -174,10 +174,10 @@ def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
 
 
 def close_dead_runs(tracking: TrackingConfig, config_hash: str) -> list[Any]:
-    """This configuration's runs in the experiment; RUNNING ones whose process on this host is gone are marked FAILED.
+    """Return this configuration's runs in the experiment, with the dead ones among them marked FAILED.
 
-    A run or sweep killed as a whole (kill -9) leaves its run RUNNING, and the next job of that
-    configuration is the first to notice.
+    A run or sweep killed as a whole (kill -9) leaves its run RUNNING; the next job of that
+    configuration is the first to notice that the run's process on this host is gone.
     """
     from mlflow import MlflowClient
 
@@ -185,11 +185,11 @@ def close_dead_runs(tracking: TrackingConfig, config_hash: str) -> list[Any]:
     client = MlflowClient(tracking.uri)
     experiment = client.get_experiment_by_name(tracking.experiment)
     if experiment is None:
-        return None
+        return []
     query = f"tags.`{names.TAG_CONFIG_HASH}` = '{config_hash}'"
-    runs = client.search_runs([experiment.experiment_id], query)
+    runs: list[Any] = client.search_runs([experiment.experiment_id], query)
     close_orphans(client, runs)
-    return next((run.info.run_id for run in runs if run.info.status == "FINISHED"), None)
+    return runs
 
 
 def close_orphans(client: Any, runs: list[Any]) -> None:
