@@ -375,6 +375,17 @@ def test_contention_marks_at_one_onset_stack_apart() -> None:
     assert sorted(shown_texts(fig)) == ["contention (rmsnorm_builtin)", "contention (rmsnorm_naive)"]
 
 
+def test_efficiency_from_unstable_timing_is_drawn_hollow_and_said_in_the_legend() -> None:
+    points = [ScalingPoint(k, 5000 * k, 0.2, 1.0 + 0.1 * k, stable=k < 4) for k in (1, 2, 4, 8)]
+    fig = core_scaling_figure({"rmsnorm_naive": points})
+    assert overlapping_texts(fig) == []
+    assert legend_texts(fig) == ["rmsnorm_naive", "hollow: timing unstable, efficiency not stated"]
+    hollow = [line for line in fig.axes[1].lines if line.get_markerfacecolor() == "white" and len(line.get_xdata())]
+    assert [list(line.get_xdata()) for line in hollow] == [[4, 8]]
+    stable = [ScalingPoint(k, 5000 * k, 0.2, 1.0) for k in (1, 2)]
+    assert legend_texts(core_scaling_figure({"rmsnorm_naive": stable})) == ["rmsnorm_naive"]
+
+
 def test_a_jobs_own_plots_are_readable_and_written_where_asked(tmp_path: Path) -> None:
     steps = [[0.08 + 0.001 * ((i * 7 + rank) % 5) for i in range(200)] for rank in range(8)]
     assert overlapping_texts(rank_steps_figure(steps)) == []

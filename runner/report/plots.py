@@ -355,6 +355,7 @@ def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
     fig = _figure(9, 8)
     speed, share = fig.subplots(2, 1, sharex=True)
     handles: list[Artist] = []
+    labels = list(curves)
     notes: list[tuple[Annotation, Artist]] = []
     for name, points in curves.items():
         levels = [p.copies for p in points]
@@ -362,18 +363,24 @@ def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
         speed.plot(levels, [points[0].throughput * k for k in levels], "--", color=line.get_color(), linewidth=1)
         share.plot(levels, [100 * p.efficiency for p in points], "o-", color=line.get_color())
         handles.append(line)
+        if unstable := [p for p in points if not p.stable]:  # drawn, but hollow: no finding (scaling.md says so)
+            share.plot([p.copies for p in unstable], [100 * p.efficiency for p in unstable], "o",
+                       color=line.get_color(), markerfacecolor="white")  # fmt: skip
         if onset := contention_onset(points):
             share.axvline(onset, color=line.get_color(), linestyle=":", linewidth=1)
             text = f"contention ({name})"
             where = {"xycoords": ("data", "axes fraction"), "fontsize": 7, "color": line.get_color()}
             notes.append((_label_at(share, text, (onset, 0.05), **where), share))
+    if any(not p.stable for points in curves.values() for p in points):
+        handles += share.plot([], [], "o", color="#888888", markerfacecolor="white")
+        labels.append("hollow: timing unstable, efficiency not stated")
     share.axhline(100 * CONTENTION_EFFICIENCY, color="#888888", linestyle="--", linewidth=1)
     speed.set_xscale("log", base=2)
     speed.set_ylabel("steps/s, all copies together (dashed: linear)")
     speed.set_title("Core scaling: copies side by side, each on its own share of the machine")
     share.set_xlabel("copies (measure.copies)")
     share.set_ylabel("efficiency against linear, %")
-    _legend_below(fig, handles, list(curves))
+    _legend_below(fig, handles, labels)
     keep_apart(fig, notes, BESIDE)
     return fig
 
