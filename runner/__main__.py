@@ -82,7 +82,7 @@ def run(cfg: DictConfig) -> float:
             if status == "RUNNING":
                 run = (
                     f"run {life.run_id} could not be closed and shows RUNNING "
-                    "until a sweep of its configuration resumes"
+                    "until a later job of its configuration marks it FAILED"
                 )
         raise JobFailure(f"the job failed: {one_line(err)} (traceback: {where}; {run})") from err
     return metrics.get(names.STEP_MEDIAN_MS, math.nan)
