@@ -55,7 +55,7 @@ def check_writable_dir(key: str, path: str) -> None:
     directly; nothing has started yet, so nothing is left behind.
     """
     target = Path(path)
-    existed = target.exists()
+    created = missing_folders(target)
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -66,9 +66,20 @@ def check_writable_dir(key: str, path: str) -> None:
     except OSError as err:
         sys.exit(f"error: {key}={path} cannot be written: {err.strerror}")
     finally:
-        if not existed:
-            with suppress(OSError):  # another process put something there meanwhile: it stays
-                target.rmdir()
+        remove_empty(created)
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, deepest first: what creating it adds."""
+    path = path.absolute()
+    return [folder for folder in (path, *path.parents) if not folder.exists()]
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove `folders` (deepest first) that are empty; one another process put something in stays."""
+    for folder in folders:
+        with suppress(OSError):
+            folder.rmdir()
 
 
 def _tracking(config: DictConfig) -> TrackingConfig:
@@ -118,13 +129,12 @@ class RunnerCallback(Callback):
         self.sweep_id = ""
         self.sweep_dir = Path()
         self.tracking: TrackingConfig | None = None
-        # a single run's folder when this run creates it (None when it existed)
-        self.new_run_dir: Path | None = None
+        # a single run's folder and the parents this run creates for it, deepest first
+        self.new_run_dirs: list[Path] = []
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Refuse an unwritable output directory before Hydra trips over it, and an unusable store."""
-        run_dir = Path(config.hydra.run.dir).absolute()
-        self.new_run_dir = None if run_dir.exists() else run_dir
+        self.new_run_dirs = missing_folders(Path(config.hydra.run.dir))
         check_writable_dir("hydra.run.dir", config.hydra.run.dir)
         check_store(_tracking(config), create=False)
 
@@ -139,8 +149,10 @@ class RunnerCallback(Callback):
         error = job_return._return_value if job_return.status is JobStatus.FAILED else None
         if not isinstance(error, (UsageError, JobFailure)):
             return
-        if isinstance(error, UsageError) and self.new_run_dir and not (self.new_run_dir / OWNER_FILE).exists():
-            shutil.rmtree(self.new_run_dir, ignore_errors=True)
+        created = self.new_run_dirs
+        if isinstance(error, UsageError) and created and not (created[0] / OWNER_FILE).exists():
+            shutil.rmtree(created[0], ignore_errors=True)
+            remove_empty(created[1:])
         sys.exit(f"error: {error}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:

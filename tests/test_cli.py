@@ -108,11 +108,11 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
 def test_bad_input_is_one_line_with_no_traceback_and_no_run(
     args: list[str], message: str, tracking_uri: str, tmp_path: Path
 ) -> None:
-    done = runner(f"hydra.run.dir={tmp_path}/run", *args)
+    done = runner(f"hydra.run.dir={tmp_path}/outputs/runs/refused", *args)
     assert done.returncode != 0
     assert message in done.stderr
     assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, done.stderr
-    assert not (tmp_path / "run").exists()  # the refused job's folder is gone
+    assert not (tmp_path / "outputs").exists()  # the refused job's folder is gone, and the parents made for it
     assert "Traceback" not in done.stderr and "base_" not in done.stderr  # option lists show real options only
     assert all(r.info.status != "RUNNING" for r in all_runs(tracking_uri))
     assert all_runs(tracking_uri) == []
