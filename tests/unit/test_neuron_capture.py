@@ -13,8 +13,9 @@ from runner.backends.neuron_capture import check_capture, explorer_summary, pars
 from runner.config import BackendConfig, ConfigError, TrackingConfig, format_cores, parse_core_range, parse_cores
 from runner.manifest import allowed_environment
 from runner.tracking import open_run, split_by_budget
+from tests.helpers import STANDIN
 
-STANDIN_BIN = Path(__file__).parent / "neuron_standin" / "bin"
+STANDIN_BIN = STANDIN / "bin"
 
 
 @pytest.mark.parametrize(

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from runner.report.traces import load_profile
 
 from runner import names
 from runner.report.reader import trace_files
-from runner.report.traces import load_profile
-from tests.conftest import REPO, all_runs
+from tests.helpers import REPO, all_runs
 
 pytestmark = pytest.mark.slow
 TINY_DECODER = [
     "+workload=decoder_layer", "workload.batch=1", "workload.seq_len=8", "workload.hidden=32", "workload.heads=2",
     "workload.intermediate=64",
 ]  # fmt: skip
-FAULTY = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[64]]"]
+FAULTY = ["+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "workload.inputs=[[64]]"]
 
 
 def run_ranks(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

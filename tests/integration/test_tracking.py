@@ -15,7 +15,7 @@ from runner import names
 from runner.config import ConfigError, load_run_spec
 from runner.experiment import run_experiment
 from runner.tracking import flatten
-from tests.conftest import all_runs, compose_cfg, job_for
+from tests.helpers import all_runs, compose_cfg, job_for
 
 
 def only_run() -> Run:
@@ -58,7 +58,8 @@ def test_run_lands_with_params_tags_metrics_and_artifacts(tmp_path: Path) -> Non
 
 def test_job_that_raises_leaves_its_run_failed(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="on purpose"):
-        run_job(tmp_path, "+workload=custom", "workload._target_=tests.counting.FailingModule", "workload.inputs=[[2]]")
+        failing = "workload._target_=tests.helpers.counting.FailingModule"
+        run_job(tmp_path, "+workload=custom", failing, "workload.inputs=[[2]]")
     assert only_run().info.status == "FAILED"
 
 

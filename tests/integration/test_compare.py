@@ -16,13 +16,13 @@ from pathlib import Path
 import mlflow
 import pytest
 from mlflow.entities import Run
+from runner.report.links import LOCAL_UI
 
 from runner import names
 from runner.compare import SPEEDUP, comparison_rows, render
 from runner.measure.stats import mann_whitney_p
-from runner.report.links import LOCAL_UI
 from runner.report.plots import roof
-from tests.conftest import REPO, all_runs, serve_mlflow
+from tests.helpers import REPO, all_runs, serve_mlflow
 
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
 

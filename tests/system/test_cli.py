@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner import names
-from tests.conftest import REPO, all_runs
-from tests.test_safety import full_disk  # noqa: F401  (the fixture)
+from tests.helpers import REPO, all_runs
+from tests.system.test_safety import full_disk  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 SMALL = ["workload.hidden=16", "workload.seq_len=2"]
@@ -120,7 +120,7 @@ def test_bad_input_is_one_line_with_no_traceback_and_no_run(
 
 def test_a_failed_job_ends_with_one_line_naming_its_traceback(tmp_path: Path, tracking_uri: str) -> None:
     done = runner(
-        "backend=cpu", "measure=quick", "+workload=custom", "workload._target_=tests.faulty.Faulty",
+        "backend=cpu", "measure=quick", "+workload=custom", "workload._target_=tests.helpers.faulty.Faulty",
         "+workload.fault=raise", "workload.inputs=[[4]]", f"hydra.run.dir={tmp_path}/run",
     )  # fmt: skip
     assert done.returncode == 1

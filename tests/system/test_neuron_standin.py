@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import STANDIN
 
 pytestmark = pytest.mark.slow
-STANDIN = REPO / "tests" / "neuron_standin"
 START = "import torch, torch_neuronx; torch.ones(1).to('neuron')"
 # starts the runtime, says so, then holds it until its stdin closes
 HOLD = "import sys, torch, torch_neuronx; torch.ones(1).to('neuron'); print('ready', flush=True); sys.stdin.read()"

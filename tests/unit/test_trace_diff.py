@@ -1,6 +1,6 @@
 """Trace diff: two runs' step trees aligned by structure, tested over cycles, drawn for Perfetto.
 
-The traces under tests/data/traces are real CPU runs of RMSNorm at hidden=64, seq_len=8,
+The traces under tests/helpers/data/traces are real CPU runs of RMSNorm at hidden=64, seq_len=8,
 `schedule=repeat schedule.active=1` (five cycles of one step), without memory and shapes
 recording to keep them small: naive, builtin, compiled, and naive in train_step mode.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from runner.report.traces import Profile, load_profile
 
 from runner import compare, names
 from runner.report.trace_diff import (
@@ -27,10 +28,8 @@ from runner.report.trace_diff import (
     perfetto_trace,
     render_tree,
 )
-from runner.report.traces import Profile, load_profile
-from tests.conftest import REPO, all_runs
+from tests.helpers import REPO, TRACES, all_runs
 
-TRACES = Path(__file__).parent / "data" / "traces"
 NAIVE_OPS = ["aten::mul", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]
 
 

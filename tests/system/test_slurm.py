@@ -12,8 +12,8 @@ import mlflow
 import pytest
 
 from runner import names
-from tests.conftest import REPO, all_runs
-from tests.slurm_cluster import SlurmUnavailable, local_slurm
+from tests.helpers import REPO, all_runs
+from tests.helpers.slurm_cluster import SlurmUnavailable, local_slurm
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_a_slurm_task_that_raises_fails_the_job_by_rank(
 ) -> None:
     # a task that dies is tested without Slurm (test_slurm_ranks.py): submitit waits for a dead
     # task's result until sacct says it is gone, and this cluster has no accounting
-    faulty = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[64]]",
+    faulty = ["+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "workload.inputs=[[64]]",
               "+workload.fault=raise", "+workload.rank=1"]  # fmt: skip
     done = slurm_ranks(tmp_path, {**slurm_env, "MLFLOW_TRACKING_URI": tracking_uri}, *faulty)
     assert done.returncode != 0

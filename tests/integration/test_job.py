@@ -23,7 +23,7 @@ from runner.job import (
     write_status,
 )
 from runner.sweep import summarise_sweep
-from tests.conftest import job_for
+from tests.helpers import job_for
 
 
 def plant_owner(folder: Path, pid: int) -> None:

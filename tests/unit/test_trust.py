@@ -22,8 +22,8 @@ from scipy import stats
 from runner import compare, gate, names
 from runner.measure.stability import instability_reasons, two_modes
 from runner.measure.stats import holm, time_ratio
-from tests.conftest import REPO, all_runs
-from tests.test_sweeps import FAULTY
+from tests.helpers import REPO, all_runs
+from tests.system.test_sweeps import FAULTY
 
 rng = np.random.default_rng(0)
 

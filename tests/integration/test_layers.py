@@ -15,8 +15,8 @@ import torch
 from runner import names
 from runner.config import ConfigError
 from runner.measure.layers import check_layer_names, first_failing, layer_errors
-from tests.conftest import REPO, all_runs
-from tests.faulty import PerturbedStack
+from tests.helpers import REPO, all_runs
+from tests.helpers.faulty import PerturbedStack
 
 SIZES = {"layers": 3, "hidden": 16, "heads": 2, "intermediate": 32, "batch": 1, "seq_len": 4}
 
@@ -57,7 +57,7 @@ def test_unknown_layer_names_are_refused_naming_the_key() -> None:
 def test_a_run_logs_the_table_the_plot_and_the_first_failing_layer(tmp_path: Path, tracking_uri: str) -> None:
     sizes = [f"+workload.{key}={value}" for key, value in SIZES.items()]
     job = [
-        sys.executable, "-m", "runner", "+workload=custom", "workload._target_=tests.faulty.PerturbedStack",
+        sys.executable, "-m", "runner", "+workload=custom", "workload._target_=tests.helpers.faulty.PerturbedStack",
         "+workload.perturbed=1", *sizes, "workload.inputs=[[1,4,16]]", "backend=cpu", "measure=quick",
         "measure.layer_accuracy=true",
         f"hydra.run.dir={tmp_path / 'run'}",

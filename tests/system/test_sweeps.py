@@ -22,9 +22,9 @@ from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NeuronBackend
 from runner.config import BackendConfig, ConfigError
 from runner.sweep import config_hash
-from tests.conftest import REPO, all_runs, serve_mlflow
+from tests.helpers import REPO, all_runs, serve_mlflow
 
-FAULTY = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[4]]", "measure=quick"]
+FAULTY = ["+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "workload.inputs=[[4]]", "measure=quick"]
 
 
 def sweep(tmp_path: Path, *args: str, uri: str, **popen: object) -> subprocess.CompletedProcess[str]:

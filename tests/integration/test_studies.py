@@ -16,7 +16,7 @@ from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.measure.compile_cache import CACHE_FOLDERS, use_compile_cache
 from runner.report.curves import Crossover, crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.scaling import contention_onset, scaling_curves, scaling_report
-from tests.conftest import REPO, all_runs, compose_cfg
+from tests.helpers import REPO, all_runs, compose_cfg
 
 
 def logged_run(
@@ -129,10 +129,11 @@ def test_a_failing_copy_fails_the_job_without_leaving_the_others_waiting() -> No
     from runner.backends.base import Slot
     from runner.config import load_run_spec
     from runner.measure.workers import WorkerFailed, steady_state_concurrently
-    from tests.conftest import compose_cfg
+    from tests.helpers import compose_cfg
 
     spec = load_run_spec(compose_cfg(
-        "backend=cpu", "tracking=off", "measure=quick", "+workload=custom", "workload._target_=tests.faulty.Faulty",
+        "backend=cpu", "tracking=off", "measure=quick",
+        "+workload=custom", "workload._target_=tests.helpers.faulty.Faulty",
         "+workload.fault=raise", "workload.inputs=[[4]]",
     ))  # fmt: skip
     with pytest.raises(WorkerFailed, match="RuntimeError: injected failure"):

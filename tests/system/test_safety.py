@@ -25,7 +25,7 @@ import pytest
 
 from runner import names
 from runner.job import OWNER_FILE, STATUS_FILE
-from tests.conftest import REPO, all_runs, serve_mlflow
+from tests.helpers import REPO, all_runs, serve_mlflow
 
 pytestmark = pytest.mark.slow
 TINY = ["workload.hidden=16", "workload.seq_len=2", "measure=quick", "backend=cpu"]

@@ -26,7 +26,7 @@ from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.workers import WorkerFailed, _result, _start, steady_state_in_processes
 from runner.result import collect_result, derived_metrics
-from tests.conftest import compose_cfg
+from tests.helpers import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
 
 
@@ -165,7 +165,8 @@ def test_worker_processes_each_time_the_steady_state(tmp_path: Path) -> None:
 )
 def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str) -> None:
     spec = load_run_spec(compose_cfg(
-        "backend=cpu", "tracking=off", "measure=quick", "+workload=custom", "workload._target_=tests.faulty.Faulty",
+        "backend=cpu", "tracking=off", "measure=quick",
+        "+workload=custom", "workload._target_=tests.helpers.faulty.Faulty",
         f"+workload.fault={fault}", "workload.inputs=[[4]]",
     ))  # fmt: skip
     with pytest.raises(WorkerFailed, match=message):
@@ -263,7 +264,7 @@ def test_train_step_profiles_backward_and_counts_its_flops(tmp_path: Path) -> No
 
 def test_non_finite_output_is_tagged_for_any_workload(tmp_path: Path) -> None:
     # no reference(): accuracy is skipped, but a NaN output is still a finding
-    custom = ["+workload=custom", "workload._target_=tests.faulty.Faulty", "workload.inputs=[[2,4]]"]
+    custom = ["+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "workload.inputs=[[2,4]]"]
     custom.append("+workload.fault=nonfinite")
     _, _, tags = run_phases(tmp_path, *custom)
     assert tags[names.TAG_ACCURACY] == "skipped"

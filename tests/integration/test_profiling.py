@@ -14,8 +14,8 @@ from runner.config import RunSpec, load_run_spec
 from runner.measure.build import build_workload
 from runner.measure.optable import summary_metrics
 from runner.measure.phases import Measurement, measure
-from tests.conftest import compose_cfg
-from tests.counting import CountingModule
+from tests.helpers import compose_cfg
+from tests.helpers.counting import CountingModule
 
 
 def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
@@ -67,7 +67,7 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
     spec, result = run_measure(
         tmp_path,
         "+workload=custom",
-        "workload._target_=tests.counting.CountingModule",
+        "workload._target_=tests.helpers.counting.CountingModule",
         "workload.inputs=[[2,2]]",
         "schedule.wait=1",
         "schedule.warmup=1",
@@ -90,7 +90,7 @@ def test_profiler_off_runs_the_steps_without_recording(tmp_path: Path) -> None:
     _, result = run_measure(
         tmp_path,
         "+workload=custom",
-        "workload._target_=tests.counting.CountingModule",
+        "workload._target_=tests.helpers.counting.CountingModule",
         "workload.inputs=[[2]]",
         "profiler=none",
     )

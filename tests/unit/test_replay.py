@@ -13,7 +13,7 @@ import torch
 from runner import names
 from runner.measure.accuracy import check_accuracy
 from runner.report.replay import replay_command, replayable_shapes
-from tests.conftest import REPO, all_runs
+from tests.helpers import REPO, all_runs
 from workloads.aten_op import AtenOp, out_of_place
 
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from runner import names
 from runner.config import load_run_spec
 from runner.experiment import run_experiment
-from tests.conftest import all_runs, compose_cfg, job_for
+from tests.helpers import all_runs, compose_cfg, job_for
 
 pytestmark = [
     pytest.mark.gpu,

@@ -14,7 +14,7 @@ from runner.backends import make_backend
 from runner.backends.cpu import CpuBackend
 from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
 from runner.measure.build import build_workload
-from tests.conftest import REPO, compose_cfg
+from tests.helpers import REPO, compose_cfg
 
 GROUPS = ["backend", "profiler", "schedule", "tracking"]
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF_DIR / group).glob("*.yaml"))]

@@ -1,4 +1,4 @@
-"""backend=neuron end to end against the torch-neuronx stand-in (tests/neuron_standin).
+"""backend=neuron end to end against the torch-neuronx stand-in (tests/helpers/neuron_standin).
 
 Each test runs `python -m runner` in a subprocess: the stand-in renames PyTorch's PrivateUse1
 backend to "neuron" for the whole process, which must not leak into other tests.
@@ -23,10 +23,9 @@ from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import datasheet_peak
 from runner.config import BackendConfig, load_run_spec
 from runner.measure.build import build_workload
-from tests.conftest import REPO, all_runs, compose_cfg
+from tests.helpers import REPO, STANDIN, all_runs, compose_cfg
 
 pytestmark = pytest.mark.slow
-STANDIN = REPO / "tests" / "neuron_standin"
 SECRET = "do-not-leak-4f2a"
 
 

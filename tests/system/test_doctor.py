@@ -1,7 +1,7 @@
 """python -m runner.doctor: the host report on any machine, and one probe per Neuron assumption.
 
 The stand-in follows the documentation by default; each of its deviation knobs flips one
-assumption (tests/neuron_standin/README.md, "Deviations"), and the probe for that assumption
+assumption (tests/helpers/neuron_standin/README.md, "Deviations"), and the probe for that assumption
 must then FAIL, with the exit status saying whether the runner relies on it. With no knob
 every probe passes. The CUDA probes need a GPU (`make test-gpu`).
 """
@@ -21,9 +21,8 @@ from runner import names
 from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts
 from runner.doctor.probe import FAIL, PASS
 from runner.doctor.report import exit_status
-from tests.conftest import REPO
+from tests.helpers import REPO, STANDIN
 
-STANDIN = REPO / "tests" / "neuron_standin"
 # the stand-in with the two undocumented features on, so that every probe can pass
 FEATURES = {"NEURON_STANDIN_CORRELATE": "1", "NEURON_STANDIN_DEVICE_TIME": "1"}
 
