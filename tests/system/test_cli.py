@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import names
+from runner import CONF_DIR, names
 from tests.helpers import REPO, all_runs
 from tests.system.test_safety import full_disk  # noqa: F401  (the fixture)
 
@@ -138,3 +138,17 @@ def test_a_full_run_folder_is_one_line_naming_it(full_disk: Path, tracking_uri: 
     assert done.returncode == 1
     assert done.stderr == f"error: hydra.run.dir={full_disk}/run cannot be written: No space left on device\n"
     assert not (full_disk / "run").exists() and all_runs(tracking_uri) == []
+
+
+def test_help_lists_groups_without_importing_torch_or_mlflow() -> None:
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['runner', '--help']\n"
+        "try:\n    runpy.run_module('runner', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('heavy:', sorted(m for m in ('torch', 'mlflow') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "workload: " + ", ".join(sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))) in out
+    assert "backend: auto, cpu, cuda, neuron" in out and "base_" not in out
+    assert "hydra/launcher: basic (in-process, the default), isolated, parallel, slurm" in out
+    assert "heavy: []" in out

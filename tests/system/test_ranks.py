@@ -14,10 +14,10 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from runner.report.traces import load_profile
 
 from runner import names
 from runner.report.reader import trace_files
+from runner.report.traces import load_profile
 from tests.helpers import REPO, all_runs
 
 pytestmark = pytest.mark.slow

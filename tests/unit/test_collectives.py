@@ -6,9 +6,9 @@ The spans are laid out by hand so each figure is known; the ranks tests measure 
 from __future__ import annotations
 
 import pytest
-from runner.report.traces import Span
 
 from runner.measure.collectives import collective_timing, is_collective
+from runner.report.traces import Span
 
 STEP_THREAD, GLOO_THREAD = "1/1", "1/7"
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -14,7 +11,7 @@ from runner.backends import make_backend
 from runner.backends.cpu import CpuBackend
 from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
 from runner.measure.build import build_workload
-from tests.helpers import REPO, compose_cfg
+from tests.helpers import compose_cfg
 
 GROUPS = ["backend", "profiler", "schedule", "tracking"]
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF_DIR / group).glob("*.yaml"))]
@@ -111,17 +108,3 @@ def test_schedule_runs_exactly_the_steps_it_needs() -> None:
     schedule = ScheduleConfig(wait=2, warmup=1, active=3, repeat=2, skip_first=1)
     assert schedule.total_steps == 1 + (2 + 1 + 3) * 2
     assert schedule.active_steps == 6
-
-
-def test_help_lists_groups_without_importing_torch_or_mlflow() -> None:
-    probe = (
-        "import runpy, sys\n"
-        "sys.argv = ['runner', '--help']\n"
-        "try:\n    runpy.run_module('runner', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-        "print('heavy:', sorted(m for m in ('torch', 'mlflow') if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    assert "workload: " + ", ".join(sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))) in out
-    assert "backend: auto, cpu, cuda, neuron" in out and "base_" not in out
-    assert "hydra/launcher: basic (in-process, the default), isolated, parallel, slurm" in out
-    assert "heavy: []" in out

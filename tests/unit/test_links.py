@@ -9,6 +9,9 @@ import mlflow
 import pytest
 from mlflow.entities import Param, Run, RunData, RunInfo
 from mlflow.exceptions import MlflowException
+
+from runner import names
+from runner.compare import ui_links
 from runner.report.links import (
     KEY_COLUMNS,
     LOCAL_UI,
@@ -17,9 +20,6 @@ from runner.report.links import (
     swept_columns,
     ui_for,
 )
-
-from runner import names
-from runner.compare import ui_links
 from runner.report.reader import sweep_children
 
 

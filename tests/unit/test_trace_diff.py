@@ -8,14 +8,11 @@ recording to keep them small: naive, builtin, compiled, and naive in train_step 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import mlflow
 import pytest
-from runner.report.traces import Profile, load_profile
 
 from runner import compare, names
 from runner.report.trace_diff import (
@@ -28,7 +25,8 @@ from runner.report.trace_diff import (
     perfetto_trace,
     render_tree,
 )
-from tests.helpers import REPO, TRACES, all_runs
+from runner.report.traces import Profile, load_profile
+from tests.helpers import TRACES
 
 NAIVE_OPS = ["aten::mul", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]
 
@@ -148,7 +146,7 @@ def test_the_perfetto_file_draws_one_step_of_each_run_with_the_matches_labelled(
     assert all(starts[i]["pid"] == 1 and ends[i]["pid"] == 2 and ends[i]["bp"] == "e" for i in starts)
 
 
-def _log_traces(name: str, trace_dir: Path | None) -> str:
+def log_traces(name: str, trace_dir: Path | None) -> str:
     with mlflow.start_run(run_name=name) as run:
         if trace_dir is not None:
             mlflow.log_artifacts(str(trace_dir), "trace")
@@ -160,8 +158,8 @@ def test_compare_diff_prints_the_tree_and_logs_it_to_the_newer_run(
     tracking_uri: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mlflow.set_experiment("runner")
-    naive = _log_traces("naive", TRACES / "naive")
-    builtin = _log_traces("builtin", TRACES / "builtin")
+    naive = log_traces("naive", TRACES / "naive")
+    builtin = log_traces("builtin", TRACES / "builtin")
     assert compare.main(["--diff", naive[:8], builtin, "--depth", "1"]) == 0
     out = capsys.readouterr()
     assert "~ replaced [3x aten::mul, aten::mean, aten::add, ... (6 spans)] by [aten::rms_norm]" in out.out
@@ -177,35 +175,3 @@ def test_compare_diff_prints_the_tree_and_logs_it_to_the_newer_run(
     # diffing again reads the runs' traces only, not the diff logged beside them
     assert compare.main(["--diff", builtin, naive, "--depth", "0"]) == 0
     assert "(5 before, 5 after)" in capsys.readouterr().out
-
-
-def test_a_run_without_traces_is_refused_in_one_line(tracking_uri: str) -> None:
-    mlflow.set_experiment("runner")
-    naive = _log_traces("naive", TRACES / "naive")
-    untraced = _log_traces("untraced", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "runner.compare", "--diff", naive, untraced], cwd=REPO, capture_output=True, text=True
-    )
-    assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == (
-        f"error: --diff {untraced}: the run has no profiler trace among its artifacts "
-        "(profiler.enabled=false, or the trace stayed local: see its artifacts_kept_local.json)"
-    )
-    assert all(not mlflow.MlflowClient().list_artifacts(r.info.run_id, "trace_diff") for r in all_runs(tracking_uri))
-    unknown = subprocess.run(
-        [sys.executable, "-m", "runner.compare", "--diff", naive, "ffff"], cwd=REPO, capture_output=True, text=True
-    )
-    assert unknown.stderr.strip().startswith("error: --diff 'ffff': no run in this experiment has an id starting so")
-
-
-@pytest.mark.slow
-def test_two_real_runs_diff_from_the_store(tmp_path: Path, tracking_uri: str) -> None:
-    small = ["backend=cpu", "measure=quick", "workload.hidden=64", "workload.seq_len=8"]
-    for workload in ("rmsnorm_naive", "rmsnorm_builtin"):
-        job = [sys.executable, "-m", "runner", f"+workload={workload}", *small, f"hydra.run.dir={tmp_path / workload}"]
-        assert subprocess.run(job, cwd=REPO, capture_output=True, text=True).returncode == 0
-    first, second = sorted(all_runs(tracking_uri), key=lambda run: run.info.start_time)
-    diff = [sys.executable, "-m", "runner.compare", "--diff", first.info.run_id, second.info.run_id]
-    done = subprocess.run(diff, cwd=REPO, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert "by [aten::rms_norm]" in done.stdout and "q: n/a, one recorded cycle" in done.stdout
