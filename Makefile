@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: help setup run sweep-demo doctor test test-gpu lint type bench ui
+.PHONY: help setup run sweep-demo doctor test test-all test-gpu lint format type imports bench ui
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -30,17 +30,26 @@ sweep-demo: setup ## the three-variant RMSNorm study: one parent run, three chil
 doctor: setup ## check this host's assumptions (Neuron, CUDA, store, Slurm); report in doctor/
 	$(PY) -m runner.doctor
 
-test: setup ## run the test suite (CPU; GPU tests skip without CUDA)
+test: setup ## unit and integration tests plus a few CLI smoke runs (minutes; tests/README.md)
+	$(PY) -m pytest -m "unit or integration or smoke"
+
+test-all: setup ## every test: unit, integration, system (CLI, launchers, Slurm, stand-in, browser)
 	$(PY) -m pytest
 
 test-gpu: setup ## run only the CUDA tests
 	$(PY) -m pytest -m gpu
 
-lint: setup ## ruff check and format check
-	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+lint: setup ## ruff check, ruff format check and yamllint over conf/
+	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m yamllint --strict conf/
+
+format: setup ## ruff's fixes and formatting, in place
+	$(PY) -m ruff check --fix . && $(PY) -m ruff format .
 
 type: setup ## mypy --strict over runner/ and workloads/
 	$(PY) -m mypy
+
+imports: setup ## the import-layer contract ([tool.importlinter] in pyproject.toml)
+	$(VENV)/bin/lint-imports
 
 bench: setup ## runner overhead against a hand-written script
 	$(PY) benchmarks/runner_overhead.py

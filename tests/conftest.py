@@ -1,4 +1,5 @@
-"""Fixtures every layer shares: a migrated MLflow store per test, the calibration cache out of $HOME.
+"""Fixtures every layer shares: a migrated MLflow store per test, the calibration and inductor caches out of
+$HOME, and each test's layer as a marker (unit, integration, system: its folder), so `-m` selects by layer.
 
 Plain helpers (all_runs, job_for, serve_mlflow, ...) live in tests/helpers, imported by name.
 """
@@ -12,6 +13,16 @@ from pathlib import Path
 import pytest
 
 from runner.tracking import PARENT_RUN_ENV
+
+LAYERS = ("unit", "integration", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the layer its folder names, so `make test` selects layers and smoke runs in one session."""
+    for item in items:
+        layer = item.path.parent.name
+        if layer in LAYERS:
+            item.add_marker(layer)
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +41,15 @@ def calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
     cache = tmp_path_factory.mktemp("xdg_cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(cache))
+        yield cache
+
+
+@pytest.fixture(autouse=True, scope="session")
+def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One torch.compile cache for the session's processes, apart from the user's (compile-cache tests set theirs)."""
+    cache = tmp_path_factory.mktemp("inductor_cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
         yield cache
 
 

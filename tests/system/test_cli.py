@@ -21,6 +21,7 @@ def runner(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "runner", *args], cwd=REPO, capture_output=True, text=True)
 
 
+@pytest.mark.smoke
 def test_single_run(tmp_path: Path, tracking_uri: str) -> None:
     done = runner("+workload=rmsnorm_naive", "backend=cpu", f"hydra.run.dir={tmp_path}/run", *SMALL)
     assert done.returncode == 0, done.stderr
@@ -31,6 +32,7 @@ def test_single_run(tmp_path: Path, tracking_uri: str) -> None:
     assert list((tmp_path / "run" / "trace").rglob("trace.json"))
 
 
+@pytest.mark.smoke
 def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None:
     # in a sweep over workloads, workload keys need ++ (the sweep's base config has no workload)
     small = [f"++{o}" for o in SMALL]
@@ -53,6 +55,7 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
             ["+workload=rmsnrom_naive"],
             "workload=rmsnrom_naive is not an option; did you mean rmsnorm_naive? choose one of: allreduce",
             id="workload-typo",
+            marks=pytest.mark.smoke,
         ),
         pytest.param(
             ["+workload=rmsnorm_naive", "backend=tpu"],
