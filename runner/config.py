@@ -13,7 +13,6 @@ import importlib
 import inspect
 import math
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -24,6 +23,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from runner import CONF_DIR
+from runner.backends.cores import parse_core_range, parse_cores
+from runner.errors import ConfigError as ConfigError  # re-exported: where every layer has imported it from
 
 BACKENDS = ("auto", "cpu", "cuda", "neuron")
 NEURON_MODES = ("DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY")
@@ -34,17 +35,11 @@ MEASURE_MODES = ("latency", "throughput")
 # measure.compile_cache: the state the job's compile caches start in
 CACHE_STATES = ("cold", "warm")
 OPTIMIZERS = ("sgd", "adamw")
-CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
-CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
 # Workload keys the runner consumes itself; every other key is a constructor argument.
 # Tracking URI schemes MLflow 3 accepts (a database dialect may follow '+': postgresql+psycopg2);
 # it refuses the old ./mlruns file store.
 TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 RUNNER_WORKLOAD_KEYS = ("_target_", "compile", "dtype", "seed", "inputs", "mode", "optimizer", "lr")
-
-
-class ConfigError(ValueError):
-    """A user-facing configuration mistake; the message names the key and the allowed values."""
 
 
 def _allowed(key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -67,55 +62,6 @@ def _refuse_non_finite(value: Any, key: str) -> None:
             _refuse_non_finite(item, f"{key}[{index}]")
     elif isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key}={value} is not a finite number; give a number such as 0.5")
-
-
-def parse_cores(spec: str, key: str) -> list[int]:
-    """Expand a core spec like '0,2-3' into [0, 2, 3].
-
-    Raises:
-        ConfigError: the spec is malformed; the message shows the accepted syntax.
-    """
-    text = str(spec).replace(" ", "")
-    if not CORE_SPEC.match(text):
-        raise ConfigError(f"{key}={spec!r} is not a core spec; use {CORE_SYNTAX}")
-    cores: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        low, high = int(first), int(last or first)
-        if high < low:
-            raise ConfigError(f"{key}={spec!r}: range {part} runs backwards; use {CORE_SYNTAX}")
-        cores.update(range(low, high + 1))
-    return sorted(cores)
-
-
-def parse_core_range(spec: str, key: str) -> list[int]:
-    """Expand a core spec that the Neuron runtime accepts: one core, or one contiguous range.
-
-    Raises:
-        ConfigError: the spec is malformed or its cores are not contiguous (the runtime
-            refuses `NEURON_RT_VISIBLE_CORES=0,2-3`).
-    """
-    cores = parse_cores(spec, key)
-    if cores[-1] - cores[0] + 1 != len(cores):
-        raise ConfigError(
-            f"{key}={spec!r} is not one contiguous range of NeuronCores; the Neuron runtime takes a single core "
-            f"or one range (e.g. {cores[0]} or {cores[0]}-{cores[0] + len(cores) - 1})"
-        )
-    return cores
-
-
-def format_cores(cores: list[int]) -> str:
-    """Write cores in the runtime's syntax: '0-3' for a run, '0,2-3' otherwise."""
-    parts: list[str] = []
-    start = prev = cores[0]
-    for core in [*cores[1:], None]:
-        if core is not None and core == prev + 1:
-            prev = core
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if core is not None:
-            start = prev = core
-    return ",".join(parts)
 
 
 @dataclass

@@ -20,8 +20,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR, names
-from runner.backends import Backend, make_backend
+from runner.backends.base import Backend
 from runner.backends.peaks import Peak
+from runner.backends.registry import make_backend
 from runner.config import ConfigError, JobInfo, RunSpec
 from runner.job import JobLife
 from runner.manifest import build_manifest

@@ -15,24 +15,18 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
+from runner.backends.registry import MANIFEST_ENV_PREFIXES, MANIFEST_PACKAGES, MANIFEST_SYSTEM_PACKAGES
 from runner.secrets import redact
 
 ALLOWED_PREFIXES = (
-    "NEURON_",
-    "XLA_",
-    "TORCH_NEURONX_",
-    "NEURONX_",
-    "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS",
+    *MANIFEST_ENV_PREFIXES,
     "SLURM_JOB_ID",
     "SLURM_JOB_PARTITION",
     "SLURM_JOB_NODELIST",
     "SLURM_NTASKS",
 )
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE", "SESSION")
-PYTHON_PACKAGES = ("torch", "torch-neuronx", "neuronx-cc", "nki", "libneuronxla", "hydra-core", "omegaconf", "mlflow")
-# Debian/RPM packages of the Neuron runtime, tools and driver
-SYSTEM_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-tools", "aws-neuronx-dkms", "aws-neuronx-collectives")
+PYTHON_PACKAGES = (*MANIFEST_PACKAGES, "hydra-core", "omegaconf", "mlflow")
 
 
 def allowed_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -56,7 +50,7 @@ def package_versions() -> dict[str, str | None]:
 
 
 def system_package_versions() -> dict[str, str | None]:
-    """Versions of the Neuron runtime, tools and driver packages, from dpkg or rpm."""
+    """Versions of the devices' system packages (the Neuron runtime, tools and driver), from dpkg or rpm."""
     query = (
         ["dpkg-query", "-W", "-f", "${Version}"]
         if shutil.which("dpkg-query")
@@ -65,7 +59,7 @@ def system_package_versions() -> dict[str, str | None]:
         else None
     )
     versions: dict[str, str | None] = {}
-    for name in SYSTEM_PACKAGES:
+    for name in MANIFEST_SYSTEM_PACKAGES:
         done = subprocess.run([*query, name], capture_output=True, text=True) if query else None
         versions[name] = done.stdout.strip() if done is not None and done.returncode == 0 else None
     return versions

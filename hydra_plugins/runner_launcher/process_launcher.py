@@ -97,7 +97,7 @@ class ProcessLauncher(Launcher):
     def _slots(self) -> list["Slot"]:
         """Ask the backend the sweep runs on (auto resolved as a job would) how to share the machine."""
         assert self.config is not None
-        from runner.backends import backend_class
+        from runner.backends.registry import backend_class
         from runner.callbacks import UsageError
         from runner.config import BackendConfig, ConfigError
 

@@ -1,52 +1,6 @@
 """Backends: every device decision behind one interface (`runner.backends.base.Backend`).
 
-`backend=auto` resolves here, once, for jobs and launchers alike: neuron, then cuda, then cpu.
+`registry` resolves `backend=auto` and builds a job's backend; `cores` (the NeuronCore syntax)
+is torch-free, so config validation uses it without loading torch. This package module imports
+nothing, so importing `cores` loads no device library.
 """
-
-from __future__ import annotations
-
-from runner.backends.base import Backend
-from runner.backends.cpu import CpuBackend
-from runner.backends.cuda import CudaBackend
-from runner.backends.neuron import NeuronBackend
-from runner.config import BACKENDS, BackendConfig, ConfigError
-
-# in the order backend=auto tries them
-BACKEND_CLASSES: tuple[type[Backend], ...] = (NeuronBackend, CudaBackend, CpuBackend)
-
-
-def backend_class(name: str) -> type[Backend]:
-    """The class `backend.name` selects, resolving `auto` to the first available device.
-
-    Raises:
-        ConfigError: the named device is not available on this machine.
-    """
-    if name == "auto":
-        return next(cls for cls in BACKEND_CLASSES if cls.available())
-    by_name = {cls.name: cls for cls in BACKEND_CLASSES}
-    if name not in by_name:
-        raise ConfigError(f"backend.name={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}")
-    cls = by_name[name]
-    if cls is not NeuronBackend and not cls.available():  # NeuronBackend says why itself
-        usable = ", ".join(["auto", *(c.name for c in BACKEND_CLASSES if c.available())])
-        raise ConfigError(f"backend={name}: no {name} device is visible (allowed here: {usable})")
-    return cls
-
-
-def make_backend(config: BackendConfig) -> Backend:
-    """Build the backend named by `backend.name`.
-
-    Raises:
-        ConfigError: the requested device is not available on this machine, or backend.cores
-            (NeuronCores) is set for another device, which would silently ignore it.
-    """
-    cls = backend_class(config.name)
-    if config.cores is not None and cls is not NeuronBackend:
-        raise ConfigError(
-            f"backend.cores={config.cores} pins NeuronCores (backend=neuron); this job runs on {cls.name}: "
-            "leave it unset (on the CPU, OMP_NUM_THREADS or taskset choose the threads and cores)"
-        )
-    return cls(config)
-
-
-__all__ = ["Backend", "backend_class", "make_backend"]

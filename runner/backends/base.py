@@ -104,6 +104,14 @@ class Backend(ABC):
     # measure.processes when the config leaves it null: three fresh processes give the
     # comparison a spread to test at a few seconds each (README, "Numbers you can trust")
     default_processes: ClassVar[int] = 3
+    # the torch.distributed process-group backend ranks join on this device
+    collective_backend: ClassVar[str] = "gloo"
+    # the compile caches this device's compilations fill: folder name -> the variable that moves it
+    compile_caches: ClassVar[dict[str, str]] = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
+    # what the environment manifest records for this device: variables (by prefix), Python and system packages
+    manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
+    manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)
+    manifest_system_packages: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: BackendConfig) -> None:
         self.config = config

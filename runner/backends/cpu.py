@@ -20,6 +20,7 @@ class CpuBackend(Backend):
     """Host CPU: CPU activity only, a Chrome trace per profiler cycle."""
 
     name = "cpu"
+    manifest_env_prefixes = ("OMP_NUM_THREADS",)
 
     @classmethod
     def available(cls) -> bool:

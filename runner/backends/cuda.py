@@ -27,6 +27,8 @@ class CudaBackend(Backend):
     """CUDA activity, torch.cuda.synchronize before clocks and profiler steps."""
 
     name = "cuda"
+    collective_backend = "nccl"
+    manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
 
     @classmethod
     def available(cls) -> bool:

@@ -25,9 +25,10 @@ from torch.profiler import ProfilerActivity
 
 from runner import names
 from runner.backends.base import Backend, CaptureReport, Slot, require_complete_traces
+from runner.backends.cores import format_cores, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.peaks import Peak, datasheet_peak
-from runner.config import BackendConfig, ConfigError, ProfilerConfig, format_cores, parse_core_range, parse_cores
+from runner.config import BackendConfig, ConfigError, ProfilerConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,14 @@ class NeuronBackend(Backend):
 
     name = "neuron"
     compile_backend = "neuron"
+    # torch_neuronx registers the "neuron" process-group backend
+    collective_backend = "neuron"
+    compile_caches = {**Backend.compile_caches, "neff": NEFF_CACHE_ENV}
+    manifest_env_prefixes = ("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_")
+    manifest_packages = (*Backend.manifest_packages, "torch-neuronx", "neuronx-cc", "nki", "libneuronxla")
+    # Debian/RPM packages of the Neuron runtime, tools and driver
+    manifest_system_packages = ("aws-neuronx-runtime-lib", "aws-neuronx-tools", "aws-neuronx-dkms",
+                                "aws-neuronx-collectives")  # fmt: skip
     # the job's own process holds its NeuronCores, and the runtime lends a core to one
     # process at a time: fresh worker processes could not run on them
     default_processes = 0

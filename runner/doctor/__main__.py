@@ -14,7 +14,8 @@ import platform
 import sys
 from pathlib import Path
 
-from runner.config import TrackingConfig, format_cores
+from runner.backends.cores import format_cores
+from runner.config import TrackingConfig
 from runner.doctor.cuda_probes import CUDA_PROBE_NAMES, cuda_verdicts
 from runner.doctor.host import host_rows, usable_backends
 from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts, visible_cores

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from runner.backends import BACKEND_CLASSES, backend_class
 from runner.backends.neuron import DRIVER_VERSION, instance_type
 from runner.backends.peaks import calibrate_cpu, cpu_peak, keep_best_calibration
+from runner.backends.registry import BACKEND_CLASSES, backend_class
 from runner.manifest import package_versions, system_package_versions
 from runner.secrets import redact
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from runner.backends.cores import parse_cores
 from runner.backends.neuron import VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
 from runner.backends.neuron_capture import DROPPED_EVENTS, first_json_object
 from runner.config import (
@@ -30,7 +31,6 @@ from runner.config import (
     ScheduleConfig,
     TrackingConfig,
     WorkloadSpec,
-    parse_cores,
 )
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, FreshProcess, ProcessFailed, Verdict, in_fresh_process
 from runner.measure.build import build_workload

@@ -13,14 +13,9 @@ import os
 from pathlib import Path
 
 from runner import names
+from runner.backends.registry import COMPILE_CACHES
 from runner.config import ConfigError, RunSpec
 
-# each cache's folder under measure.compile_cache_dir, and the variable that moves it there
-CACHE_FOLDERS = {
-    "inductor": "TORCHINDUCTOR_CACHE_DIR",
-    "triton": "TRITON_CACHE_DIR",
-    "neff": "TORCH_NEURONX_NEFF_CACHE_DIR",
-}
 # torch's counters of cache lookups during compilation: (counter group, hit key, miss key)
 COUNTERS = [("inductor", "fxgraph_cache_hit", "fxgraph_cache_miss"), ("aot_autograd", "autograd_cache_hit",
             "autograd_cache_miss")]  # fmt: skip
@@ -53,7 +48,7 @@ def use_compile_cache(spec: RunSpec) -> None:
             f"measure.compile_cache=warm: measure.compile_cache_dir={root} is empty; "
             "run a job with measure.compile_cache=cold and this folder first"
         )
-    for folder, variable in CACHE_FOLDERS.items():
+    for folder, variable in COMPILE_CACHES.items():  # each under measure.compile_cache_dir
         (root / folder).mkdir(parents=True, exist_ok=True)
         os.environ[variable] = str(root / folder)
 

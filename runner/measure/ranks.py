@@ -36,8 +36,6 @@ from runner.measure.workers import WorkerFailed, born_ignoring_interrupts, envir
 from runner.report.traces import steps_under
 
 log = logging.getLogger(__name__)
-# the process-group backend each device uses (torch_neuronx registers "neuron")
-COLLECTIVE_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "neuron": "neuron"}
 # seconds a rank gets to stop after a terminate before it is killed
 STOP_GRACE_S = 5.0
 
@@ -55,7 +53,7 @@ def _free_port() -> int:
 
 def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> Any:
     """Join the ranks (torchrun's variables are set), measure the job as this rank, leave; its JobResult."""
-    from runner.backends import make_backend
+    from runner.backends.registry import make_backend
     from runner.experiment import measure_job
     from runner.measure.build import build_workload
     from runner.measure.roofline import resolve_peak
@@ -63,7 +61,7 @@ def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> Any:
     backend = make_backend(spec.backend)
     timeout = timedelta(seconds=spec.distributed.timeout_s)
     try:
-        dist.init_process_group(COLLECTIVE_BACKENDS[backend.name], timeout=timeout)
+        dist.init_process_group(backend.collective_backend, timeout=timeout)
         workload = build_workload(spec.workload, backend)
         peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
         return measure_job(spec, output_dir / rank_folder(rank), backend, workload, peak, None)

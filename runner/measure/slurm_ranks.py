@@ -70,7 +70,7 @@ def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> Any:
     """Rendezvous, pin this task to its share of its node, and measure it as its rank."""
     from submitit.helpers import TorchDistributedEnvironment
 
-    from runner.backends import make_backend
+    from runner.backends.registry import make_backend
 
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     # the slot pins the task; backend.cores would pin every task of a node to the same cores

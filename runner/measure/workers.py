@@ -24,8 +24,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Barrier
 
-from runner.backends import make_backend
 from runner.backends.base import Slot
+from runner.backends.registry import make_backend
 from runner.config import RunSpec
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory_env

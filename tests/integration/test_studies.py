@@ -10,8 +10,9 @@ import pytest
 from mlflow.entities import Run
 
 from runner import names
+from runner.backends.registry import COMPILE_CACHES
 from runner.config import ConfigError, RunSpec, load_run_spec
-from runner.measure.compile_cache import CACHE_FOLDERS, use_compile_cache
+from runner.measure.compile_cache import use_compile_cache
 from runner.report.curves import Crossover, crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.scaling import contention_onset, scaling_curves, scaling_report
 from tests.helpers import compose_cfg
@@ -106,7 +107,7 @@ def cache_spec(state: str, folder: Path, *extra: str) -> RunSpec:
 
 
 def test_a_cold_cache_must_be_fresh_and_a_warm_one_filled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in CACHE_FOLDERS.values():  # restored after the test: use_compile_cache sets them
+    for variable in COMPILE_CACHES.values():  # restored after the test: use_compile_cache sets them
         monkeypatch.setenv(variable, "unchanged")
     with pytest.raises(ConfigError, match=r"measure.compile_cache=warm: measure.compile_cache_dir=.* is empty"):
         use_compile_cache(cache_spec("warm", tmp_path / "cache"))

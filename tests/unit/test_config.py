@@ -7,8 +7,8 @@ import torch
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR
-from runner.backends import make_backend
 from runner.backends.cpu import CpuBackend
+from runner.backends.registry import make_backend
 from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import compose_cfg

@@ -1,0 +1,55 @@
+"""Device decisions come from the backend classes: collectives, compile caches, manifest contents."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.backends.cpu import CpuBackend
+from runner.backends.cuda import CudaBackend
+from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
+from runner.backends.registry import BACKEND_CLASSES, COMPILE_CACHES
+from runner.config import load_run_spec
+from runner.manifest import build_manifest
+from runner.measure import ranks
+from runner.measure.compile_cache import use_compile_cache
+from tests.helpers import compose_cfg
+
+
+class Joined(Exception):
+    """Raised by the stand-in for init_process_group, carrying the backend it was asked for."""
+
+
+def test_a_rank_joins_the_process_group_its_backend_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def init_process_group(backend: str, **_: object) -> None:
+        raise Joined(backend)
+
+    monkeypatch.setattr(ranks.dist, "init_process_group", init_process_group)
+    monkeypatch.setattr(CpuBackend, "collective_backend", "a-test-backend")
+    spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu"))
+    with pytest.raises(Joined, match="^a-test-backend$"):
+        ranks.measure_rank(spec, tmp_path, 0)
+
+
+def test_the_cache_study_moves_every_backends_compile_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in COMPILE_CACHES.values():  # restored after the test: use_compile_cache sets them
+        monkeypatch.setenv(variable, "unchanged")
+    root = tmp_path / "cache"
+    use_compile_cache(load_run_spec(compose_cfg(
+        "+workload=rmsnorm_compiled", "measure.compile_cache=cold", f"measure.compile_cache_dir={root}"
+    )))  # fmt: skip
+    for cls in BACKEND_CLASSES:
+        for folder, variable in cls.compile_caches.items():
+            assert os.environ[variable] == str(root / folder)
+    assert os.environ[NEFF_CACHE_ENV] == str(root / "neff")  # the one copy of Neuron's variable
+
+
+def test_the_manifest_records_every_backends_variables_and_packages() -> None:
+    environ = {"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": "1", "NEURON_RT_VISIBLE_CORES": "0-1", "HOME": "/root"}
+    manifest = build_manifest({}, environ)
+    assert manifest["environment"] == {key: value for key, value in environ.items() if key != "HOME"}
+    for cls in (CpuBackend, CudaBackend, NeuronBackend):
+        assert set(cls.manifest_packages) <= set(manifest["packages"])
+        assert set(cls.manifest_system_packages) <= set(manifest["system_packages"])
