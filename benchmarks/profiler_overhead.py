@@ -13,6 +13,7 @@ from runner import names
 from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
 from runner.config import load_run_spec
+from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
 from runner.measure.phases import measure
 
@@ -21,7 +22,8 @@ def overhead(variant: str, *overrides: str) -> tuple[float, float]:
     spec = load_run_spec(compose_config(f"+workload={variant}", "backend=cpu", "tracking=off", *overrides))
     backend = CpuBackend(spec.backend)
     with TemporaryDirectory() as out:
-        metrics = measure(build_workload(spec.workload, backend), backend, spec, Path(out)).metrics()
+        workload = build_workload(spec.workload, backend)
+        metrics = measure(workload, backend, spec, Path(out), steady_state_source(spec, backend, workload)).metrics()
     return metrics[names.STEP_MEDIAN_MS], metrics[names.PROFILER_OVERHEAD_PCT]
 
 

@@ -21,7 +21,7 @@ from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas,
 from runner.job import ERROR_FILE, JobLife, one_line
 from runner.secrets import redact, redact_file, redact_process_output
 from runner.signals import exit_code_of
-from runner.store import StoreFull
+from runner.tracking.store import StoreFull
 
 register_schemas()
 redact_process_output()
@@ -51,7 +51,7 @@ def run(cfg: DictConfig) -> float:
     A job of a sweep that fails is recorded and the sweep goes on (NaN here); a single
     job's bad input ends as one line on stderr.
     """
-    from runner.measure.slurm_ranks import follow, slurm_task  # torch loads only past --help
+    from runner.execute.slurm_ranks import follow, slurm_task  # torch loads only past --help
 
     task = slurm_task()
     if task is not None and task.rank > 0:  # one of a Slurm job's tasks: task 0 is the job, this a rank
@@ -75,7 +75,7 @@ def run(cfg: DictConfig) -> float:
         where = life.job.output_dir / ERROR_FILE
         run = f"run {life.run_id} is FAILED" if life.run_id else "no run was opened"
         if life.run_id and isinstance(err, StoreFull):  # the full store may or may not have taken the run's close
-            from runner.tracking import run_status
+            from runner.tracking.run import run_status
 
             status = run_status(cfg.tracking.uri, life.run_id)
             run = f"run {life.run_id} shows {status or 'a status that could not be read back'}"

@@ -29,9 +29,9 @@ from runner.config import ConfigError, TrackingConfig
 from runner.job import OWNER_FILE, SWEEP_ID_ENV
 from runner.secrets import redact
 from runner.signals import stop_on_signals
-from runner.store import StoreFull, check_usable, prepare_store
 from runner.sweep import summarise_sweep
-from runner.tracking import PARENT_RUN_ENV
+from runner.tracking.run import PARENT_RUN_ENV
+from runner.tracking.store import StoreFull, check_usable, prepare_store
 
 log = logging.getLogger(__name__)
 # bytes written to prove a folder takes files: more than Hydra writes into .hydra/ before a job
@@ -94,7 +94,7 @@ def _tracking(config: DictConfig) -> TrackingConfig:
 def check_store(tracking: TrackingConfig, create: bool) -> None:
     """Exit with one line naming tracking.uri when no job could log to the store.
 
-    The checks a job makes when it opens its run (runner.store), made before any job starts
+    The checks a job makes when it opens its run (runner.tracking.store), made before any job starts
     and torch loads; `create` also creates and migrates the store, as a sweep does once so
     that its parallel jobs do not race on it. Hydra would turn the error into a warning and
     start every job, so this exits directly.
@@ -174,7 +174,7 @@ class RunnerCallback(Callback):
             return
         from mlflow import MlflowClient
 
-        from runner.tracking import close_orphans, ensure_experiment, mlflow_write
+        from runner.tracking.run import close_orphans, ensure_experiment, mlflow_write
 
         experiment_id = ensure_experiment(tracking)
         client = MlflowClient(tracking.uri)
@@ -227,7 +227,7 @@ class RunnerCallback(Callback):
         if self.parent_run_id is not None and tracking is not None:
             from mlflow import MlflowClient
 
-            from runner.tracking import mlflow_write
+            from runner.tracking.run import mlflow_write
 
             client, parent = MlflowClient(tracking.uri), self.parent_run_id
             if summary.reused_run_ids:

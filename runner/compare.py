@@ -31,7 +31,6 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
 from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
-from runner.report.links import comparison_links, describe_links, swept_columns, ui_for
 from runner.report.reader import (
     dollars_per_million_steps,
     find_sweep,
@@ -48,7 +47,8 @@ from runner.report.reader import (
 )
 from runner.report.scaling import scaling_curves, scaling_report
 from runner.secrets import redact
-from runner.store import sqlite_path
+from runner.tracking.links import comparison_links, describe_links, swept_columns, ui_for
+from runner.tracking.store import sqlite_path
 
 # the same store and experiment a job logs to by default (tracking=local)
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
@@ -422,7 +422,7 @@ def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) 
 def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], depth: int, output_format: str) -> int:
     """`--diff`: the aligned tree on stdout; diff.md, diff.json and perfetto.json logged to the newer run."""
     from runner.report import trace_diff
-    from runner.report.traces import load_profile
+    from runner.traces import load_profile
 
     runs = [find_run(client, experiment_id, key, "--diff") for key in keys]
     for run in runs:

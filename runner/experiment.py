@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,24 +20,23 @@ from omegaconf import OmegaConf
 
 from runner import CONF_DIR, names
 from runner.backends.base import Backend
-from runner.backends.peaks import Peak
 from runner.backends.registry import make_backend
 from runner.config import ConfigError, JobInfo, RunSpec
+from runner.execute.in_process import measure_job
+from runner.execute.ranks import cross_rank, rank_folder, run_ranks
+from runner.execute.slurm_ranks import check_world, lead, slurm_task
+from runner.execute.workers import steady_state_concurrently
 from runner.job import JobLife
 from runner.manifest import build_manifest
-from runner.measure.build import BuiltWorkload, build_workload
-from runner.measure.compile_cache import cache_report, use_compile_cache
+from runner.measure.build import build_workload
+from runner.measure.compile_cache import use_compile_cache
 from runner.measure.layers import check_layer_names
-from runner.measure.phases import measure
-from runner.measure.ranks import cross_rank, rank_folder, run_ranks
 from runner.measure.roofline import resolve_peak
-from runner.measure.slurm_ranks import check_world, lead, slurm_task
-from runner.measure.workers import TimedCopies, steady_state_concurrently
 from runner.report.console import job_summary
-from runner.result import LAYER_TABLE, JobResult, collect_result
+from runner.result import LAYER_TABLE, JobResult
 from runner.secrets import redact_tree
 from runner.sweep import config_hash
-from runner.tracking import close_dead_runs, finished_run_id, flatten, git_commit
+from runner.tracking.run import close_dead_runs, finished_run_id, flatten, git_commit
 
 log = logging.getLogger(__name__)
 
@@ -62,32 +60,6 @@ def run_tags(spec: RunSpec, job: JobInfo, backend: Backend, manifest: dict[str, 
         f"{names.TAG_VERSION_PREFIX}python": manifest["python"],
         **{f"{names.TAG_ENV_PREFIX}{name}": value for name, value in manifest["environment"].items()},
     }
-
-
-def measure_job(
-    spec: RunSpec,
-    output_dir: Path,
-    backend: Backend,
-    workload: BuiltWorkload,
-    peak: Peak | None,
-    copies: TimedCopies | None,
-) -> JobResult:
-    """The phases on the workload, the backend's capture report, and the result they make."""
-    capture_dir = backend.capture_dir(output_dir)
-    # a folder used again (a resumed job that failed before, a hydra.run.dir given twice) must not
-    # hand this run the traces of the earlier one
-    shutil.rmtree(capture_dir, ignore_errors=True)
-    backend.reset_peak_memory()
-    neffs_before = backend.compiled_artifact_count()
-    measurement = measure(workload, backend, spec, capture_dir, copies)
-    capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
-    if neffs_before is not None:
-        capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
-    result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
-    metrics, tags = cache_report(spec)
-    result.metrics.update(metrics)
-    result.tags.update(tags)
-    return result
 
 
 def job_plots(results: list[JobResult], folder: Path) -> Path | None:

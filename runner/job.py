@@ -87,7 +87,7 @@ def close_dead_job(
     if run_id and tracking_uri:
         from mlflow import MlflowClient
 
-        from runner.tracking import fail_run
+        from runner.tracking.run import fail_run
 
         client = MlflowClient(tracking_uri)
         run = client.get_run(run_id)
@@ -231,7 +231,7 @@ class JobLife:
     @contextmanager
     def run(self, tracking: TrackingConfig) -> Iterator[Any]:
         """The job's MLflow run (a `NullRun` with tracking off), closed FAILED with the error on failure."""
-        from runner.tracking import open_run
+        from runner.tracking.run import open_run
 
         with open_run(tracking, self.job.run_name) as run:
             self.run_id = run.run_id

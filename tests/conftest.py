@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.tracking import PARENT_RUN_ENV
+from runner.tracking.run import PARENT_RUN_ENV
 
 LAYERS = ("unit", "integration", "system")
 

@@ -24,7 +24,7 @@ from runner.doctor.report import as_json, exit_status, log_report, markdown, wri
 from runner.job import one_line
 from runner.secrets import redact
 from runner.signals import exit_code_of, stop_on_signals
-from runner.tracking import open_run
+from runner.tracking.run import open_run
 
 DEFAULT_URI = TrackingConfig.uri  # where jobs log by default
 

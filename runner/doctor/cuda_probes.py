@@ -26,7 +26,8 @@ from runner.config import (
 )
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, ProcessFailed, Verdict, in_fresh_process
 from runner.measure.build import build_workload
-from runner.measure.phases import profiled_window, steady_state, timed_step
+from runner.measure.loop import steady_state, timed_step
+from runner.measure.phases import profiled_window
 
 CUDA_PROBE_NAMES = ("cuda_synchronize", "cuda_device_time", "cuda_peak_memory", "cuda_timing")
 # the shape the runner and Timer both time: big enough that launch overhead does not dominate

@@ -34,7 +34,8 @@ from runner.config import (
 )
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, FreshProcess, ProcessFailed, Verdict, in_fresh_process
 from runner.measure.build import build_workload
-from runner.measure.phases import profiled_window, timed_step, warm_up
+from runner.measure.loop import timed_step, warm_up
+from runner.measure.phases import profiled_window
 from runner.measure.profiling import STDOUT_FD, tee_fd
 
 # the smallest dropped-event budget that still records something

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from runner.measure.workers import environment
+from runner.execute.workers import environment
 
 PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from runner import names
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, Verdict
-from runner.tracking import NullRun
+from runner.tracking.run import NullRun
 
 STATUSES = (PASS, FAIL, UNKNOWN)
 

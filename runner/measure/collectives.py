@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from runner.report.traces import STEP, Span
+from runner.traces import STEP, Span
 
 # the span around the wait for the gradients' all-reduces: its self time is the wait for the
 # other ranks, which no op records (gloo and nccl wait outside any op)

@@ -3,7 +3,7 @@
 1. first call (includes torch.compile / NEFF compilation);
 2. warm-up calls;
 3. steady state: `measure.steps` synchronized steps without the profiler (`measure.repeats`
-   times), in `measure.processes` fresh worker processes or in this one;
+   times), from the source the caller hands over (this process, worker processes, copies);
 4. the profiled window: exactly the steps the profiler schedule needs.
 
 Every clock read and every profiler step is preceded by `backend.synchronize()`, because
@@ -24,17 +24,13 @@ from runner import names
 from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
-from runner.measure.collectives import all_ranks_agree
 from runner.measure.host_memory import keep_freed_memory
+from runner.measure.loop import Progress, SteadyStateSource, timed_step
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
 from runner.measure.stats import coefficient_of_variation, describe_steps
-from runner.measure.workers import TimedCopies, steady_state_in_processes
-from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
-# Seconds between progress lines within a phase.
-PROGRESS_EVERY_S = 2.0
 ACTIVE = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
@@ -110,60 +106,6 @@ def dynamo_graph_count() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def timed_step(workload: BuiltWorkload, backend: Backend) -> float:
-    """One synchronized step's wall time in seconds."""
-    backend.synchronize()
-    start = time.perf_counter()
-    workload.step()
-    backend.synchronize()
-    return time.perf_counter() - start
-
-
-class Progress:
-    """Logs `phase: step i/n` every few seconds and at the end, so long phases show life."""
-
-    def __init__(self, phase: str, total: int) -> None:
-        self.phase, self.total = phase, total
-        self.last = time.perf_counter()
-
-    def step(self, done: int) -> None:
-        """Report step `done` if enough time passed, or if it is the last one; a safe point for a stop."""
-        raise_if_stopped()
-        now = time.perf_counter()
-        if done == self.total or now - self.last >= PROGRESS_EVERY_S:
-            log.info("%s: step %d/%d", self.phase, done, self.total)
-            self.last = now
-
-
-def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> None:
-    """`measure.warmup` calls, continued until `measure.warmup_s` have passed."""
-    calls, until = 0, time.perf_counter() + spec.measure.warmup_s
-    # ranks in lock step must agree on when to stop, or one would wait in a collective forever
-    while all_ranks_agree(calls < spec.measure.warmup or time.perf_counter() < until, backend.device):
-        workload.step()
-        calls += 1
-    backend.synchronize()
-
-
-def timed_steps(workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str) -> list[float]:
-    """`measure.steps` synchronized steps, each timed alone, in ms."""
-    samples = []
-    progress = Progress(phase, spec.measure.steps)
-    for step in range(1, spec.measure.steps + 1):
-        samples.append(timed_step(workload, backend) * 1000)
-        progress.step(step)
-    return samples
-
-
-def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[list[float]]:
-    """Warm up, then time `measure.steps` synchronized steps, `measure.repeats` times."""
-    repeats = []
-    for repeat in range(1, spec.measure.repeats + 1):
-        warm_up(workload, backend, spec)
-        repeats.append(timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}"))
-    return repeats
-
-
 def queued_blocks(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[float]:
     """Seconds per block of `measure.inflight` steps queued back to back, one synchronize at the end.
 
@@ -213,11 +155,12 @@ def profiled_window(
 
 
 def measure(
-    workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path, copies: TimedCopies | None = None
+    workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path, steady_state: SteadyStateSource
 ) -> Measurement:
     """Run the phases in order and return their results.
 
-    With `copies` (timed before this process touched the device), they are the steady state.
+    `steady_state` is called after the first call: the caller chooses which processes time it
+    (this one, worker processes, or copies timed before this process touched the device).
     """
     started = time.perf_counter()
     if spec.measure.keep_freed_memory:
@@ -226,26 +169,22 @@ def measure(
     log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
     first_call_s = timed_step(workload, backend)
     log.info("first call took %.3f s", first_call_s)
-    if copies is not None:
-        step_ms = copies.step_ms
-    elif processes := backend.worker_processes(spec.measure.processes):
-        step_ms = steady_state_in_processes(spec, processes)
-    else:
-        step_ms = [steady_state(workload, backend, spec)]
+    steady = steady_state()
     throughput = spec.measure.mode == "throughput"
     block_s = queued_blocks(workload, backend, spec) if throughput else []
     table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
+    copies = steady.copies_window_s is not None
     return Measurement(
         first_call_s=first_call_s,
-        step_ms=step_ms,
+        step_ms=steady.step_ms,
         profiled_ms=profiled_ms,
         table=table,
         printed_table=printed,
         profiler_output=profiler_output,
         compile_graphs=dynamo_graph_count() - graphs_before,
         measured_s=time.perf_counter() - started,
-        copies=len(copies.step_ms) if copies else None,
-        copies_window_s=copies.window_s if copies else None,
+        copies=len(steady.step_ms) if copies else None,
+        copies_window_s=steady.copies_window_s,
         block_s=block_s,
         inflight=spec.measure.inflight if throughput else 0,
     )

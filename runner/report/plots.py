@@ -33,7 +33,7 @@ from runner.report.reader import (
     variant,
 )
 from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves
-from runner.report.traces import label_of
+from runner.traces import label_of
 
 # the PNGs' resolution; figures are built at it too, so text measured while laying out fits in the file
 DPI = 110

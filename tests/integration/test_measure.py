@@ -18,13 +18,14 @@ from runner.backends.cpu import CpuBackend
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
 from runner.config import BackendConfig, ConfigError, load_run_spec
+from runner.execute.in_process import steady_state_source
+from runner.execute.workers import WorkerFailed, _result, _start, steady_state_in_processes
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
-from runner.measure.workers import WorkerFailed, _result, _start, steady_state_in_processes
 from runner.result import collect_result, derived_metrics
 from tests.helpers import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
@@ -111,7 +112,7 @@ def run_phases(tmp_path: Path, *overrides: str) -> tuple[Measurement, dict[str, 
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", *overrides))
     backend = CpuBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
-    result = measure(workload, backend, spec, tmp_path / "trace")
+    result = measure(workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload))
     peak = resolve_peak(spec.measure.peak, backend, dtype=spec.workload.dtype)
     metrics, tags = derived_metrics(spec, workload, backend, result, peak)
     return result, metrics, tags
@@ -221,7 +222,7 @@ def test_a_roofline_above_its_peak_warns_that_the_peak_reads_low(tmp_path: Path)
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
     backend = CpuBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
-    measurement = measure(workload, backend, spec, tmp_path / "trace")
+    measurement = measure(workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload))
     low = Peak(bandwidth_gbps=1e-6, gflops=1e6, source="measured: a calibration taken on a busy host")
     result = collect_result(spec, workload, backend, measurement, low, CaptureReport(), tmp_path / "trace")
     assert result.metrics[names.ROOFLINE_BANDWIDTH_FRACTION] > 1

@@ -11,6 +11,7 @@ import pytest
 from runner import names
 from runner.backends.cpu import CpuBackend
 from runner.config import RunSpec, load_run_spec
+from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
 from runner.measure.optable import summary_metrics
 from runner.measure.phases import Measurement, measure
@@ -21,7 +22,8 @@ from tests.helpers.counting import CountingModule
 def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", *overrides))
     backend = CpuBackend(spec.backend)
-    return spec, measure(build_workload(spec.workload, backend), backend, spec, tmp_path / "trace")
+    workload = build_workload(spec.workload, backend)
+    return spec, measure(workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload))
 
 
 def calls_per_step(result: Measurement) -> Counter[str]:

@@ -88,7 +88,7 @@ def test_contention_sets_in_where_a_copy_loses_its_best_rate(tracking_uri: str) 
 def test_a_failing_copy_fails_the_job_without_leaving_the_others_waiting() -> None:
     from runner.backends.base import Slot
     from runner.config import load_run_spec
-    from runner.measure.workers import WorkerFailed, steady_state_concurrently
+    from runner.execute.workers import WorkerFailed, steady_state_concurrently
     from tests.helpers import compose_cfg
 
     spec = load_run_spec(compose_cfg(

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from runner import names
 from runner.config import ConfigError, load_run_spec
 from runner.experiment import run_experiment
-from runner.tracking import flatten
+from runner.tracking.run import flatten
 from tests.helpers import all_runs, compose_cfg, job_for
 
 

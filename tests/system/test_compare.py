@@ -19,7 +19,7 @@ from mlflow.entities import Run
 
 from runner import names
 from runner.compare import SPEEDUP
-from runner.report.links import LOCAL_UI
+from runner.tracking.links import LOCAL_UI
 from tests.helpers import REPO, all_runs, serve_mlflow
 
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")

@@ -17,7 +17,7 @@ import pytest
 
 from runner import names
 from runner.report.reader import trace_files
-from runner.report.traces import load_profile
+from runner.traces import load_profile
 from tests.helpers import REPO, all_runs
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from runner.measure.collectives import collective_timing, is_collective
-from runner.report.traces import Span
+from runner.traces import Span
 
 STEP_THREAD, GLOO_THREAD = "1/1", "1/7"
 

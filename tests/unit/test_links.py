@@ -12,7 +12,8 @@ from mlflow.exceptions import MlflowException
 
 from runner import names
 from runner.compare import ui_links
-from runner.report.links import (
+from runner.report.reader import sweep_children
+from runner.tracking.links import (
     KEY_COLUMNS,
     LOCAL_UI,
     SHARED_VIEW_TAG_PREFIX,
@@ -20,7 +21,6 @@ from runner.report.links import (
     swept_columns,
     ui_for,
 )
-from runner.report.reader import sweep_children
 
 
 @pytest.mark.parametrize(

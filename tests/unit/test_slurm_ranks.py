@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from runner.config import ConfigError, RunSpec, load_run_spec
-from runner.measure import slurm_ranks
-from runner.measure.slurm_ranks import RESULT_FILE, SlurmTask, check_world, lead
-from runner.measure.workers import WorkerFailed
+from runner.execute import slurm_ranks
+from runner.execute.slurm_ranks import RESULT_FILE, SlurmTask, check_world, lead
+from runner.execute.workers import WorkerFailed
 from tests.helpers import compose_cfg
 
 TASK_0 = SlurmTask(rank=0, world=3, local_rank=0, tasks_per_node=2)

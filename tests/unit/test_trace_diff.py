@@ -25,7 +25,7 @@ from runner.report.trace_diff import (
     perfetto_trace,
     render_tree,
 )
-from runner.report.traces import Profile, load_profile
+from runner.traces import Profile, load_profile
 from tests.helpers import TRACES
 
 NAIVE_OPS = ["aten::mul", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]

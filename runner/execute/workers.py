@@ -29,6 +29,7 @@ from runner.backends.registry import make_backend
 from runner.config import RunSpec
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory_env
+from runner.measure.loop import SteadyState, steady_state, timed_step, timed_steps, warm_up
 
 log = logging.getLogger(__name__)
 # how long a copy waits for the others to be ready (their first calls may compile)
@@ -42,8 +43,6 @@ class WorkerFailed(RuntimeError):
 def _worker(spec: RunSpec, results: Connection, start_together: Barrier | None) -> None:
     # born ignoring SIGINT (`born_ignoring_interrupts`): the job stops its workers itself
     try:
-        from runner.measure.phases import steady_state, timed_step, timed_steps, warm_up
-
         backend = make_backend(spec.backend)
         workload = build_workload(spec.workload, backend)
         timed_step(workload, backend)  # its first call: compilation, caches
@@ -131,26 +130,16 @@ def _result(worker: _Running) -> tuple[list[list[float]], float, float]:
     return payload  # type: ignore[no-any-return]
 
 
-def steady_state_in_processes(spec: RunSpec, count: int) -> list[list[list[float]]]:
+def steady_state_in_processes(spec: RunSpec, count: int) -> SteadyState:
     """Per worker process, its per-repeat step times in ms; workers run one at a time."""
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
         runs.append(_result(_start(spec, number, {}, None))[0])
-    return runs
+    return SteadyState(runs)
 
 
-@dataclass
-class TimedCopies:
-    """Copies of the steady state timed side by side (`measure.copies`)."""
-
-    # per copy, its per-repeat step times in ms
-    step_ms: list[list[list[float]]]
-    # seconds from the first copy's first timed step to the last copy's last
-    window_s: float
-
-
-def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> TimedCopies:
+def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     """The copies' step times and the seconds all their timed steps spanned.
 
     One worker per slot, each started with its slot's environment (its NeuronCores, GPU or CPU
@@ -168,7 +157,7 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> TimedCopies:
             workers.append(_start(spec, number, dict(slot.env), start_together))
         results = [_result(worker) for worker in workers]
         window_s = max(end for _, _, end in results) - min(start for _, start, _ in results)
-        return TimedCopies([samples for samples, _, _ in results], window_s)
+        return SteadyState([samples for samples, _, _ in results], window_s)
     finally:
         for worker in workers:  # a failed or stopped copy: never leave the others behind
             if worker.process.is_alive():

@@ -22,7 +22,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.secrets import redact
 from runner.signals import signals_held
-from runner.store import SQLITE_FULL, StoreFull, prepare_store, sqlite_path, store_lock
+from runner.tracking.store import SQLITE_FULL, StoreFull, prepare_store, sqlite_path, store_lock
 
 if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
     from runner.result import JobResult
@@ -353,7 +353,7 @@ class MlflowRun(NullRun):
 
     def describe(self) -> str:
         """Where to find the run, and how to open it (credentials masked)."""
-        from runner.report.links import run_page, ui_for
+        from runner.tracking.links import run_page, ui_for
 
         ui = ui_for(self.tracking.uri)
         where = f"MLflow run {self.run_id} in experiment '{self.tracking.experiment}' at {redact(self.tracking.uri)}\n"

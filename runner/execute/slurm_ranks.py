@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.config import ConfigError, RunSpec
-from runner.measure.ranks import measure_rank, rank_folder
-from runner.measure.workers import WorkerFailed
+from runner.execute.ranks import measure_rank, rank_folder
+from runner.execute.workers import WorkerFailed
+from runner.result import JobResult
 
 log = logging.getLogger(__name__)
 RESULT_FILE = "rank_result.pickle"
@@ -66,7 +67,7 @@ def check_world(task: SlurmTask, ranks: int) -> None:
         )
 
 
-def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> Any:
+def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> JobResult:
     """Rendezvous, pin this task to its share of its node, and measure it as its rank."""
     from submitit.helpers import TorchDistributedEnvironment
 
@@ -96,7 +97,7 @@ def follow(spec: RunSpec, output_dir: Path, task: SlurmTask) -> None:
     temporary.replace(path)  # whole or absent: task 0 never reads half a result
 
 
-def lead(spec: RunSpec, output_dir: Path, task: SlurmTask) -> list[Any]:
+def lead(spec: RunSpec, output_dir: Path, task: SlurmTask) -> list[JobResult]:
     """Task 0: measure as rank 0, then every rank's JobResult in rank order.
 
     Raises:

@@ -24,16 +24,20 @@ from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
 
 import torch.distributed as dist
 
 from runner import names
 from runner.backends.base import Slot
+from runner.backends.registry import make_backend
 from runner.config import RunSpec
+from runner.execute.in_process import measure_job
+from runner.execute.workers import WorkerFailed, born_ignoring_interrupts, environment
+from runner.measure.build import build_workload
 from runner.measure.collectives import collective_timing
-from runner.measure.workers import WorkerFailed, born_ignoring_interrupts, environment
-from runner.report.traces import steps_under
+from runner.measure.roofline import resolve_peak
+from runner.result import JobResult
+from runner.traces import steps_under
 
 log = logging.getLogger(__name__)
 # seconds a rank gets to stop after a terminate before it is killed
@@ -51,13 +55,8 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> Any:
+def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> JobResult:
     """Join the ranks (torchrun's variables are set), measure the job as this rank, leave; its JobResult."""
-    from runner.backends.registry import make_backend
-    from runner.experiment import measure_job
-    from runner.measure.build import build_workload
-    from runner.measure.roofline import resolve_peak
-
     backend = make_backend(spec.backend)
     timeout = timedelta(seconds=spec.distributed.timeout_s)
     try:
@@ -78,7 +77,7 @@ def _rank_main(spec: RunSpec, output_dir: Path, rank: int, results: Connection) 
         results.send(("error", traceback.format_exc()))
 
 
-def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[Any]:
+def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[JobResult]:
     """Each rank's JobResult, in rank order; the first rank to fail or die fails the job.
 
     Raises:
@@ -109,8 +108,8 @@ def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[Any]:
         _stop(processes)
 
 
-def _collect(processes: list[BaseProcess], pipes: list[Connection]) -> list[Any]:
-    results: dict[int, Any] = {}
+def _collect(processes: list[BaseProcess], pipes: list[Connection]) -> list[JobResult]:
+    results: dict[int, JobResult] = {}
     waiting = dict(enumerate(pipes))
     while waiting:
         # no timeout here: a rank stuck in a collective raises after distributed.timeout_s, and
@@ -149,7 +148,7 @@ def _stop(processes: list[BaseProcess]) -> None:
             process.join()
 
 
-def cross_rank(results: list[Any]) -> tuple[dict[str, float], dict[str, str]]:
+def cross_rank(results: list[JobResult]) -> tuple[dict[str, float], dict[str, str]]:
     """Per-rank and cross-rank metrics, and the tag naming the slowest rank.
 
     A rank's compute per step is its step time less its share in collectives (the share of its

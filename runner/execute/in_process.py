@@ -1,0 +1,61 @@
+"""A job measured in the process that calls it: the phases, the capture report, the result.
+
+The job's own process does this when it is the only one measuring, and so does each rank. The
+steady state comes from where `steady_state_source` says: copies timed before this process
+touched the device, worker processes, or this process.
+"""
+
+from __future__ import annotations
+
+import shutil
+from functools import partial
+from pathlib import Path
+
+from runner import names
+from runner.backends.base import Backend
+from runner.backends.peaks import Peak
+from runner.config import RunSpec
+from runner.execute.workers import steady_state_in_processes
+from runner.measure.build import BuiltWorkload
+from runner.measure.compile_cache import cache_report
+from runner.measure.loop import SteadyState, SteadyStateSource, in_this_process
+from runner.measure.phases import measure
+from runner.result import JobResult, collect_result
+
+
+def steady_state_source(
+    spec: RunSpec, backend: Backend, workload: BuiltWorkload, copies: SteadyState | None = None
+) -> SteadyStateSource:
+    """Who times the steady state: the copies (already timed), `measure.processes` workers, or this process."""
+    if copies is not None:
+        return lambda: copies
+    if processes := backend.worker_processes(spec.measure.processes):
+        return partial(steady_state_in_processes, spec, processes)
+    return in_this_process(workload, backend, spec)
+
+
+def measure_job(
+    spec: RunSpec,
+    output_dir: Path,
+    backend: Backend,
+    workload: BuiltWorkload,
+    peak: Peak | None,
+    copies: SteadyState | None,
+) -> JobResult:
+    """The phases on the workload, the backend's capture report, and the result they make."""
+    capture_dir = backend.capture_dir(output_dir)
+    # a folder used again (a resumed job that failed before, a hydra.run.dir given twice) must not
+    # hand this run the traces of the earlier one
+    shutil.rmtree(capture_dir, ignore_errors=True)
+    backend.reset_peak_memory()
+    neffs_before = backend.compiled_artifact_count()
+    steady_state = steady_state_source(spec, backend, workload, copies)
+    measurement = measure(workload, backend, spec, capture_dir, steady_state)
+    capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
+    if neffs_before is not None:
+        capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
+    result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
+    metrics, tags = cache_report(spec)
+    result.metrics.update(metrics)
+    result.tags.update(tags)
+    return result

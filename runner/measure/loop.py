@@ -1,0 +1,99 @@
+"""The timing loop's primitives: a synchronized step, warm-up, timed steps, the steady state.
+
+The phases (`runner.measure.phases`) run them in the job's process; worker processes and
+copies (`runner.execute.workers`) run the same ones in theirs, so every process times its
+steps the same way. Every clock read is preceded by `backend.synchronize()`, because device
+work is asynchronous.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runner.backends.base import Backend
+from runner.config import RunSpec
+from runner.measure.build import BuiltWorkload
+from runner.measure.collectives import all_ranks_agree
+from runner.signals import raise_if_stopped
+
+log = logging.getLogger(__name__)
+# Seconds between progress lines within a phase.
+PROGRESS_EVERY_S = 2.0
+
+
+@dataclass
+class SteadyState:
+    """Steady-state step times, wherever they were timed."""
+
+    # per process (worker processes, copies, or the job's own), per repeat, in ms
+    step_ms: list[list[list[float]]]
+    # measure.copies: seconds from the first copy's first timed step to the last copy's last
+    # (what their throughput is measured over); None for processes timed one after another
+    copies_window_s: float | None = None
+
+
+# What `measure()` calls for the steady state, after the job's first call: the caller chooses
+# the processes (this one, worker processes, copies timed before the device was touched).
+SteadyStateSource = Callable[[], SteadyState]
+
+
+def timed_step(workload: BuiltWorkload, backend: Backend) -> float:
+    """One synchronized step's wall time in seconds."""
+    backend.synchronize()
+    start = time.perf_counter()
+    workload.step()
+    backend.synchronize()
+    return time.perf_counter() - start
+
+
+class Progress:
+    """Logs `phase: step i/n` every few seconds and at the end, so long phases show life."""
+
+    def __init__(self, phase: str, total: int) -> None:
+        self.phase, self.total = phase, total
+        self.last = time.perf_counter()
+
+    def step(self, done: int) -> None:
+        """Report step `done` if enough time passed, or if it is the last one; a safe point for a stop."""
+        raise_if_stopped()
+        now = time.perf_counter()
+        if done == self.total or now - self.last >= PROGRESS_EVERY_S:
+            log.info("%s: step %d/%d", self.phase, done, self.total)
+            self.last = now
+
+
+def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> None:
+    """`measure.warmup` calls, continued until `measure.warmup_s` have passed."""
+    calls, until = 0, time.perf_counter() + spec.measure.warmup_s
+    # ranks in lock step must agree on when to stop, or one would wait in a collective forever
+    while all_ranks_agree(calls < spec.measure.warmup or time.perf_counter() < until, backend.device):
+        workload.step()
+        calls += 1
+    backend.synchronize()
+
+
+def timed_steps(workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str) -> list[float]:
+    """`measure.steps` synchronized steps, each timed alone, in ms."""
+    samples = []
+    progress = Progress(phase, spec.measure.steps)
+    for step in range(1, spec.measure.steps + 1):
+        samples.append(timed_step(workload, backend) * 1000)
+        progress.step(step)
+    return samples
+
+
+def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[list[float]]:
+    """Warm up, then time `measure.steps` synchronized steps, `measure.repeats` times."""
+    repeats = []
+    for repeat in range(1, spec.measure.repeats + 1):
+        warm_up(workload, backend, spec)
+        repeats.append(timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}"))
+    return repeats
+
+
+def in_this_process(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> SteadyStateSource:
+    """The steady state timed in the job's own process, on the workload it built."""
+    return lambda: SteadyState([steady_state(workload, backend, spec)])
