@@ -2,28 +2,81 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import fields
+
 import pytest
 import torch
-from omegaconf import OmegaConf
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 
 from runner import CONF_DIR
 from runner.backends.cpu import CpuBackend
 from runner.backends.registry import make_backend
-from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
+from runner.config import BackendConfig, ConfigError, RunSpec, ScheduleConfig, load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import compose_cfg
 
-GROUPS = ["backend", "profiler", "schedule", "tracking"]
-OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF_DIR / group).glob("*.yaml"))]
+# every option file of every group (conf/<group>/*.yaml, hydra/launcher too); conf/*.yaml are no options
+OPTIONS = sorted(
+    (path.parent.relative_to(CONF_DIR).as_posix(), path.stem)
+    for path in CONF_DIR.rglob("*.yaml")
+    if path.parent != CONF_DIR
+)
+# the custom workload runs any module: torch.nn.Linear, with the keys it needs
+CUSTOM = ["workload._target_=torch.nn.Linear", "workload.inputs=[[3,8]]"]
+CUSTOM += ["+workload.in_features=8", "+workload.out_features=2"]
 WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml") if p.stem != "custom")
 
 
+def choosing(group: str, option: str) -> list[str]:
+    """The overrides that pick `option` of `group` into a config a job can run."""
+    if group == "workload":
+        return [f"+workload={option}", *(CUSTOM if option == "custom" else [])]
+    if group == "experiment":
+        return [f"+experiment={option}"]
+    return ["+workload=rmsnorm_naive", f"{group}={option}"]
+
+
+def sweep_points(cfg: DictConfig) -> list[str]:
+    """Each value the config's sweeper would set, one override apiece (the grid's axes, not its product)."""
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    return [f"{key}={value}" for key, values in params.items() for value in str(values).split(",")]
+
+
+@pytest.fixture
+def hydra_config_reset() -> Iterator[None]:
+    """A test that sets Hydra's config as a job's leaves none set for later tests."""
+    yield
+    HydraConfig.instance().cfg = None
+
+
+def composed_as_a_job(*overrides: str) -> DictConfig:
+    """The config with Hydra's node, set as the job's Hydra config (`${hydra:sweep.dir}` reads it)."""
+    cfg = compose_cfg(*overrides, with_hydra=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def validated(cfg: DictConfig) -> RunSpec:
+    """The run spec of the job's part of `cfg`: all of it but Hydra's node."""
+    return load_run_spec(OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]))
+
+
+@pytest.mark.usefixtures("hydra_config_reset")
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_group_option_composes_and_validates(group: str, option: str) -> None:
-    cfg = compose_cfg("+workload=rmsnorm_naive", f"{group}={option}")
-    spec = load_run_spec(cfg)
-    assert getattr(spec, group) is not None
-    assert OmegaConf.select(cfg, f"{group}") is not None
+    overrides = choosing(group, option)
+    cfg = composed_as_a_job(*overrides)
+    assert cfg.hydra.runtime.choices[group] == option
+    points = sweep_points(cfg)
+    assert bool(points) == (group == "experiment"), points  # every experiment sweeps, and only experiments do
+    if not points:
+        spec = validated(cfg)
+        if group in {field.name for field in fields(RunSpec)}:  # hydra/launcher: no node of the job's config
+            assert getattr(spec, group) is not None and OmegaConf.select(cfg, group) is not None
+    for point in points:  # an experiment's jobs: each value it sweeps composes and validates
+        validated(composed_as_a_job(*overrides, point))
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -34,13 +87,7 @@ def test_every_workload_builds_on_cpu(workload: str) -> None:
 
 
 def test_custom_workload_takes_any_module_with_declared_inputs() -> None:
-    cfg = compose_cfg(
-        "+workload=custom",
-        "workload._target_=torch.nn.Linear",
-        "workload.inputs=[[3,8]]",
-        "+workload.in_features=8",
-        "+workload.out_features=2",
-    )
+    cfg = compose_cfg("+workload=custom", *CUSTOM)
     built = build_workload(load_run_spec(cfg).workload, CpuBackend(BackendConfig(name="cpu")))
     assert built.module(*built.inputs).shape == (3, 2)
 
