@@ -12,8 +12,8 @@ from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
 from runner.backends.registry import BACKEND_CLASSES, COMPILE_CACHES
 from runner.config import load_run_spec
+from runner.execute import ranks
 from runner.manifest import build_manifest
-from runner.measure import ranks
 from runner.measure.compile_cache import use_compile_cache
 from tests.helpers import compose_cfg
 
