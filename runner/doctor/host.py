@@ -68,8 +68,10 @@ def _slurm() -> str:
 
 
 def _calibration() -> str:
-    """The cached CPU calibration against one measured now: a cache measured on a busy host reads low
-    and inflates roofline fractions, so the cache keeps the better of the two."""
+    """The cached CPU calibration against one measured now, the cache keeping the better of the two.
+
+    A cache measured on a busy host reads low and inflates roofline fractions.
+    """
     cached = cpu_peak("float32")
     bandwidth, gflops = calibrate_cpu("float32")
     line = (

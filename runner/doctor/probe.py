@@ -9,7 +9,6 @@ doctor's end.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import traceback
 from collections.abc import Callable, Mapping
 from contextlib import suppress
