@@ -10,28 +10,16 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR, names
-from runner.backends.base import Backend
-from runner.backends.registry import make_backend
 from runner.config import ConfigError, JobInfo, RunSpec
-from runner.execute.in_process import measure_job
-from runner.execute.ranks import cross_rank, rank_folder, run_ranks
-from runner.execute.slurm_ranks import check_world, lead, slurm_task
-from runner.execute.workers import steady_state_concurrently
+from runner.execute.plan import Execution, plan
 from runner.job import JobLife
 from runner.manifest import build_manifest
-from runner.measure.build import build_workload
-from runner.measure.compile_cache import use_compile_cache
-from runner.measure.layers import check_layer_names
-from runner.measure.roofline import resolve_peak
 from runner.report.console import job_summary
 from runner.result import LAYER_TABLE, JobResult
 from runner.secrets import redact_tree
@@ -41,8 +29,9 @@ from runner.tracking.run import close_dead_runs, finished_run_id, flatten, git_c
 log = logging.getLogger(__name__)
 
 
-def run_tags(spec: RunSpec, job: JobInfo, backend: Backend, manifest: dict[str, Any]) -> dict[str, Any]:
+def run_tags(spec: RunSpec, job: JobInfo, execution: Execution, manifest: dict[str, Any]) -> dict[str, Any]:
     """Tags that say what ran where, with which software."""
+    backend = execution.backend
     return {
         names.TAG_WORKLOAD: job.workload_name,
         names.TAG_WORKLOAD_TARGET: spec.workload.target,
@@ -75,57 +64,23 @@ def job_plots(results: list[JobResult], folder: Path) -> Path | None:
     return folder
 
 
-def _rank_spec(spec: RunSpec) -> RunSpec:
-    """The spec each rank runs: its own steps in its own process.
-
-    Raises:
-        ConfigError: measure.copies asks for processes of their own (measure.processes is
-            refused by `Backend.worker_processes`).
-    """
-    ranks = spec.distributed.ranks
-    if spec.measure.copies is not None:
-        raise ConfigError(f"measure.copies={spec.measure.copies} and distributed.ranks={ranks}: choose one")
-    return replace(spec, measure=replace(spec.measure, processes=0))
-
-
 def job_params(published_config: dict[str, Any], job: JobInfo) -> dict[str, Any]:
     """The composed config as MLflow params, with the workload's short option name beside its `_target_`."""
     return {**flatten(published_config), names.PARAM_WORKLOAD_OPTION: job.workload_name}
 
 
-def prepare(
-    spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str
-) -> tuple[Backend, Callable[[], list[JobResult]]]:
-    """The backend, and what measures the job: one result per rank (one rank unless distributed).
+def prepare(spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str) -> Execution:
+    """How the job is measured (`runner.execute.plan`), planned before its run opens.
 
-    Copies (`measure.copies`) are timed here, before this process touches the device: on Neuron
-    the first process to start the runtime holds its NeuronCores, so the copies could not get
-    them after. For `distributed.ranks` > 1 this process never touches the device: each rank
-    builds its own workload. Bad input raises with no run left behind; any other failure here
-    (out of memory while building the workload, a driver error, a copy that died) gets a
-    FAILED run, so a sweep's comparison has a row for the job.
+    Bad input raises with no run left behind; any other failure here (out of memory while
+    building the workload, a driver error, a copy that died) gets a FAILED run, so a sweep's
+    comparison has a row for the job.
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.
     """
     try:
-        use_compile_cache(spec)  # before the backend loads its libraries, and before anything compiles
-        backend = make_backend(spec.backend)
-        backend.worker_processes(spec.measure.processes, spec.distributed.ranks)
-        if (task := slurm_task()) is not None:  # this process is task 0 of a Slurm job of several
-            check_world(task, spec.distributed.ranks)
-            return backend, partial(lead, _rank_spec(spec), job.output_dir, task)
-        if spec.distributed.ranks > 1:
-            rank_spec = _rank_spec(spec)
-            rank_slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
-            return backend, partial(run_ranks, rank_spec, job.output_dir, rank_slots)
-        slots = backend.concurrent_slots(spec.measure.copies) if spec.measure.copies is not None else None
-        copies = steady_state_concurrently(spec, slots) if slots else None
-        workload = build_workload(spec.workload, backend)
-        if spec.measure.layer_accuracy:
-            check_layer_names(workload.eager, spec.measure.layers)
-        peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
-        return backend, lambda: [measure_job(spec, job.output_dir, backend, workload, peak, copies)]
+        return plan(spec, job.output_dir)
     except ConfigError:
         raise
     except Exception:
@@ -157,32 +112,27 @@ def run_experiment(
             log.info("skipped: this configuration already has FINISHED run %s (resume=false runs it again)", done)
             life.skip(done)
             return {}
-    backend, measure_ranks = prepare(spec, job, life, published_config, digest)
+    execution = prepare(spec, job, life, published_config, digest)
     if spec.tracking.enabled and not resume:  # (a resumed job closed them above)
         close_dead_runs(spec.tracking, digest)
-    manifest = build_manifest(backend.manifest())
-    ranks = spec.distributed.ranks
-    placement = backend.placement() if ranks == 1 else f"{ranks} ranks, each on its own share of the machine"
-    log.info("%s on %s (%s)", job.run_name, backend.name, placement)
+    manifest = build_manifest(execution.backend.manifest())
+    log.info("%s on %s (%s)", job.run_name, execution.backend.name, execution.placement)
     with life.run(spec.tracking) as run:
         run.log_params(job_params(published_config, job))
-        run.set_tags({**run_tags(spec, job, backend, manifest), names.TAG_CONFIG_HASH: digest})
+        run.set_tags({**run_tags(spec, job, execution, manifest), names.TAG_CONFIG_HASH: digest})
         run.log_text(json.dumps(manifest, indent=2), "environment.json")
         run.log_text(OmegaConf.to_yaml(published_config), "config_resolved.yaml")
         if job.hydra_dir is not None:
             run.log_artifacts(job.hydra_dir, "hydra")
-        result, *other_ranks = measure_ranks()
-        if other_ranks:  # rank 0 is the job's result; the others go under rank<k>/
-            metrics, tags = cross_rank([result, *other_ranks])
-            result.metrics.update(metrics)
-            result.tags.update(tags)
+        measured = execution.run()
+        result = measured.result
         run.log_result(result, spec.tracking.max_artifact_mb)
-        if plots := job_plots([result, *other_ranks], job.output_dir / "plots"):
+        if plots := job_plots(measured.every_rank, job.output_dir / "plots"):
             run.log_artifacts(plots, "plots")
-        for rank, other in enumerate(other_ranks, 1):
-            run.log_result(other, spec.tracking.max_artifact_mb, rank_folder(rank))
+        for folder, other in measured.other_ranks.items():
+            run.log_result(other, spec.tracking.max_artifact_mb, folder)
         # the whole job as this function sees it: job_s - measured_s is the runner's own cost
         result.metrics[names.JOB_S] = time.perf_counter() - started
         run.log_metrics({names.JOB_S: result.metrics[names.JOB_S]})
-        print(job_summary(job.run_name, placement, result, run.describe()), flush=True)
+        print(job_summary(job.run_name, execution.placement, result, run.describe()), flush=True)
     return result.metrics

@@ -1,0 +1,164 @@
+"""Which processes measure a job, and where: one `Execution`, planned before the job's run opens.
+
+Planning does what must come before the run: what can be refused is refused (with no run
+left behind), the compile caches are set before the backend loads its libraries, and what
+has to happen before this process touches the device happens here. Running the plan then
+returns what it `Measured`: one result per rank (one rank unless distributed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from runner.backends.base import Backend, Slot
+from runner.backends.peaks import Peak
+from runner.backends.registry import make_backend
+from runner.config import ConfigError, RunSpec
+from runner.execute.in_process import measure_job
+from runner.execute.ranks import cross_rank, rank_folder, run_ranks
+from runner.execute.slurm_ranks import SlurmTask, check_world, lead, slurm_task
+from runner.execute.workers import steady_state_concurrently
+from runner.measure.build import BuiltWorkload, build_workload
+from runner.measure.compile_cache import use_compile_cache
+from runner.measure.layers import check_layer_names
+from runner.measure.loop import SteadyState
+from runner.measure.roofline import resolve_peak
+from runner.result import JobResult
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What running an `Execution` measured: the job's result and the other ranks' (none unless distributed)."""
+
+    # rank 0's, with the cross-rank metrics and the tag naming the slowest rank
+    result: JobResult
+    # each other rank's, by the folder its files and metrics go under (rank1, rank2, ...)
+    other_ranks: dict[str, JobResult] = field(default_factory=dict)
+
+    @property
+    def every_rank(self) -> list[JobResult]:
+        """Every rank's result, in rank order."""
+        return [self.result, *self.other_ranks.values()]
+
+
+def _ranks_measured(results: list[JobResult]) -> Measured:
+    """Rank 0's result is the job's, with what compares the ranks; the others go under rank<k>/."""
+    metrics, tags = cross_rank(results)
+    result, *others = results
+    result.metrics.update(metrics)
+    result.tags.update(tags)
+    return Measured(result, {rank_folder(rank): other for rank, other in enumerate(others, 1)})
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """The job's own process measures the workload it built.
+
+    Its steady state is timed in this process, in `measure.processes` fresh worker processes
+    one after another, or (`copies`) by `measure.copies` copies side by side, timed before this
+    process touched the device: on Neuron the first process to start the runtime holds its
+    NeuronCores, so the copies could not get them after.
+    """
+
+    spec: RunSpec
+    output_dir: Path
+    backend: Backend
+    workload: BuiltWorkload
+    peak: Peak | None
+    copies: SteadyState | None = None
+
+    @property
+    def placement(self) -> str:
+        """Where the job ran, for the console."""
+        return self.backend.placement()
+
+    def run(self) -> Measured:
+        """The job's one result."""
+        return Measured(measure_job(self.spec, self.output_dir, self.backend, self.workload, self.peak, self.copies))
+
+
+@dataclass(frozen=True)
+class LocalRanks:
+    """`distributed.ranks` ranks on this host, a spawned process on each slot; the job's never touches the device."""
+
+    spec: RunSpec
+    output_dir: Path
+    backend: Backend
+    slots: list[Slot]
+
+    @property
+    def placement(self) -> str:
+        """Where the job ran, for the console."""
+        return _ranks_placement(len(self.slots))
+
+    def run(self) -> Measured:
+        """Each rank's result."""
+        return _ranks_measured(run_ranks(self.spec, self.output_dir, self.slots))
+
+
+@dataclass(frozen=True)
+class SlurmRanks:
+    """The job's process is task 0 of a Slurm job of several: it measures as rank 0 and collects the others."""
+
+    spec: RunSpec
+    output_dir: Path
+    backend: Backend
+    task: SlurmTask
+
+    @property
+    def placement(self) -> str:
+        """Where the job ran, for the console."""
+        return _ranks_placement(self.task.world)
+
+    def run(self) -> Measured:
+        """Each rank's result."""
+        return _ranks_measured(lead(self.spec, self.output_dir, self.task))
+
+
+Execution = InProcess | LocalRanks | SlurmRanks
+
+
+def plan(spec: RunSpec, output_dir: Path) -> Execution:
+    """The backend and how the job is measured, refused here if it cannot run.
+
+    In-process, the workload is built (and the copies timed first) here; for ranks, each rank
+    builds its own.
+
+    Raises:
+        ConfigError: the config cannot run here; the message names the key.
+    """
+    use_compile_cache(spec)  # before the backend loads its libraries, and before anything compiles
+    backend = make_backend(spec.backend)
+    backend.worker_processes(spec.measure.processes, spec.distributed.ranks)
+    if (task := slurm_task()) is not None:
+        check_world(task, spec.distributed.ranks)
+        return SlurmRanks(_rank_spec(spec), output_dir, backend, task)
+    if spec.distributed.ranks > 1:
+        slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
+        return LocalRanks(_rank_spec(spec), output_dir, backend, slots)
+    copies = None
+    if spec.measure.copies is not None:
+        copies = steady_state_concurrently(spec, backend.concurrent_slots(spec.measure.copies))
+    workload = build_workload(spec.workload, backend)
+    if spec.measure.layer_accuracy:
+        check_layer_names(workload.eager, spec.measure.layers)
+    peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
+    return InProcess(spec, output_dir, backend, workload, peak, copies)
+
+
+def _rank_spec(spec: RunSpec) -> RunSpec:
+    """The spec each rank runs: its own steps in its own process.
+
+    Raises:
+        ConfigError: measure.copies asks for processes of their own (measure.processes is
+            refused by `Backend.worker_processes`).
+    """
+    ranks = spec.distributed.ranks
+    if spec.measure.copies is not None:
+        raise ConfigError(f"measure.copies={spec.measure.copies} and distributed.ranks={ranks}: choose one")
+    return replace(spec, measure=replace(spec.measure, processes=0))
+
+
+def _ranks_placement(world: int) -> str:
+    return f"{world} ranks, each on its own share of the machine"

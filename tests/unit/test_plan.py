@@ -1,0 +1,72 @@
+"""How a job is measured, planned from its spec: one Execution per mode, refusals before any run opens."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from runner.config import ConfigError, RunSpec, load_run_spec
+from runner.execute import plan as planning
+from runner.execute.plan import InProcess, LocalRanks, SlurmRanks, plan
+from runner.execute.slurm_ranks import SlurmTask
+from tests.helpers import REPO, compose_cfg
+
+
+def spec_of(*overrides: str) -> RunSpec:
+    return load_run_spec(compose_cfg("+workload=rmsnorm_naive", "workload.hidden=8", "backend=cpu", *overrides))
+
+
+def test_a_single_process_job_is_measured_in_process_on_the_workload_built_here(tmp_path: Path) -> None:
+    execution = plan(spec_of(), tmp_path)
+    assert isinstance(execution, InProcess) and execution.copies is None
+    assert execution.workload.eager is not None and execution.output_dir == tmp_path
+    assert execution.placement == execution.backend.placement()
+
+
+def test_ranks_on_this_host_get_a_slot_each_and_time_their_steps_in_their_own_process(tmp_path: Path) -> None:
+    execution = plan(spec_of("distributed.ranks=2", "measure.processes=0"), tmp_path)
+    assert isinstance(execution, LocalRanks) and len(execution.slots) == 2
+    assert execution.spec.measure.processes == 0
+    assert execution.placement == "2 ranks, each on its own share of the machine"
+
+
+def test_task_0_of_a_slurm_job_plans_to_lead_its_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = SlurmTask(rank=0, world=2, local_rank=0, tasks_per_node=1)
+    monkeypatch.setattr(planning, "slurm_task", lambda: task)
+    execution = plan(spec_of("distributed.ranks=2", "measure.processes=0"), tmp_path)
+    assert isinstance(execution, SlurmRanks) and execution.task == task
+    with pytest.raises(ConfigError, match=r"distributed.ranks=3, but the Slurm job has 2 tasks"):
+        plan(spec_of("distributed.ranks=3", "measure.processes=0"), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("distributed.ranks=2", "measure.copies=2"), r"measure.copies=2 and distributed.ranks=2: choose one"),
+        (("distributed.ranks=2", "measure.processes=3"), r"measure.processes=3: with distributed.ranks=2"),
+    ],
+)
+def test_what_cannot_run_is_refused_while_planning(tmp_path: Path, overrides: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        plan(spec_of(*overrides), tmp_path)
+
+
+def project_modules(path: Path) -> set[str]:
+    """The runner modules a file imports (`from runner import names` is runner.names, `CONF_DIR` is runner)."""
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "runner":
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                is_module = (REPO / submodule.replace(".", "/")).with_suffix(".py").exists()
+                modules.add(submodule if is_module else str(node.module))
+        elif isinstance(node, ast.Import):
+            modules |= {alias.name for alias in node.names if alias.name.split(".")[0] == "runner"}
+    return modules
+
+
+def test_the_job_module_imports_at_most_12_project_modules() -> None:
+    modules = project_modules(REPO / "runner" / "experiment.py")
+    assert "runner.names" in modules and len(modules) <= 12, sorted(modules)
