@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from contextlib import suppress
@@ -18,7 +17,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from runner import CONF_DIR, names
 from runner.callbacks import JobFailure, UsageError
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas, unknown_key, unknown_option
-from runner.job import ERROR_FILE, JobLife, one_line
+from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus, one_line
 from runner.secrets import redact, redact_file, redact_process_output
 from runner.signals import exit_code_of
 from runner.tracking.store import StoreFull
@@ -57,7 +56,7 @@ def run(cfg: DictConfig) -> float:
     if task is not None and task.rank > 0:  # one of a Slurm job's tasks: task 0 is the job, this a rank
         with suppress(ConfigError):  # task 0 reports bad input
             follow(load_run_spec(cfg), Path(HydraConfig.get().runtime.output_dir), task)
-        return math.nan
+        return NO_RESULT
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
     life = JobLife(job_info(), sweeping)
     metrics: dict[str, float] = {}
@@ -79,13 +78,13 @@ def run(cfg: DictConfig) -> float:
 
             status = run_status(cfg.tracking.uri, life.run_id)
             run = f"run {life.run_id} shows {status or 'a status that could not be read back'}"
-            if status == "RUNNING":
+            if status == JobStatus.RUNNING:
                 run = (
                     f"run {life.run_id} could not be closed and shows RUNNING "
                     "until a later job of its configuration marks it FAILED"
                 )
         raise JobFailure(f"the job failed: {one_line(err)} (traceback: {where}; {run})") from err
-    return metrics.get(names.STEP_MEDIAN_MS, math.nan)
+    return metrics.get(names.STEP_MEDIAN_MS, NO_RESULT)
 
 
 main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run)

@@ -19,14 +19,15 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
+from hydra.core.utils import JobStatus as HydraJobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner import names
 from runner.config import ConfigError, TrackingConfig
-from runner.job import OWNER_FILE, SWEEP_ID_ENV
+from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus
 from runner.secrets import redact
 from runner.signals import stop_on_signals
 from runner.sweep import summarise_sweep
@@ -146,7 +147,7 @@ class RunnerCallback(Callback):
         """
         job_return: JobReturn = kwargs["job_return"]
         # job_return.return_value would print Hydra's "Error executing job" line, then raise
-        error = job_return._return_value if job_return.status is JobStatus.FAILED else None
+        error = job_return._return_value if job_return.status is HydraJobStatus.FAILED else None
         if not isinstance(error, (UsageError, JobFailure)):
             return
         created = self.new_run_dirs
@@ -174,7 +175,8 @@ class RunnerCallback(Callback):
             return
         from mlflow import MlflowClient
 
-        from runner.tracking.run import close_orphans, ensure_experiment, mlflow_write
+        from runner.job import close_orphans
+        from runner.tracking.run import ensure_experiment, mlflow_write
 
         experiment_id = ensure_experiment(tracking)
         client = MlflowClient(tracking.uri)
@@ -237,8 +239,8 @@ class RunnerCallback(Callback):
             mlflow_write(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
             mlflow_write(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
             mlflow_write(lambda: client.log_text(parent, text + "\n", "sweep_summary.txt"))
-            status = "KILLED" if stopped else "FAILED" if failed else "FINISHED"
-            mlflow_write(lambda: client.set_terminated(parent, status))
+            status = JobStatus.KILLED if stopped else JobStatus.FAILED if failed else JobStatus.FINISHED
+            mlflow_write(lambda: client.set_terminated(parent, status.value))
             self.parent_run_id = None
         return failed
 

@@ -29,6 +29,7 @@ from mlflow.exceptions import MlflowException
 
 from runner import names
 from runner.config import TrackingConfig
+from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
 from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.reader import (
@@ -55,7 +56,6 @@ DEFAULT_EXPERIMENT = TrackingConfig.experiment
 DEFAULT_URI = TrackingConfig.uri
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
-FINISHED = "FINISHED"
 # a whole MLflow run id (uuid4 hex), as opposed to a prefix of one
 WHOLE_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -160,7 +160,7 @@ def speedup(run: Run, baseline: Run | None, samples: dict[str, list[float]]) -> 
     """
     if baseline is None:
         return "-"
-    unfinished = next((r for r in (run, baseline) if r.info.status != FINISHED), None)
+    unfinished = next((r for r in (run, baseline) if r.info.status != JobStatus.FINISHED), None)
     if unfinished is not None:
         return f"not compared: {'run' if unfinished is run else 'baseline'} {unfinished.info.status}"
     if metric(run, names.STEP_MEDIAN_MS) is None or metric(baseline, names.STEP_MEDIAN_MS) is None:
@@ -278,13 +278,13 @@ def find_run(client: MlflowClient, experiment_id: str, key: str, option: str = "
 
 def not_compared(runs: list[Run]) -> str | None:
     """Why these runs' ops or traces are not compared: the first run that did not finish; None when all did."""
-    unfinished = next((run for run in runs if run.info.status != FINISHED), None)
+    unfinished = next((run for run in runs if run.info.status != JobStatus.FINISHED), None)
     return None if unfinished is None else f"not compared: run {label(unfinished)} {unfinished.info.status}"
 
 
 def require_finished(run: Run, option: str, refusal: str) -> None:
     """Exit in one line for a run that did not finish: its ops and trace are not a finished run's."""
-    if run.info.status != FINISHED:
+    if run.info.status != JobStatus.FINISHED:
         raise SystemExit(f"error: {option} {run.info.run_id}: {refusal}: run {run.info.status}")
 
 

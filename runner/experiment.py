@@ -18,13 +18,13 @@ from omegaconf import OmegaConf
 from runner import CONF_DIR, names
 from runner.config import ConfigError, JobInfo, RunSpec
 from runner.execute.plan import Execution, plan
-from runner.job import JobLife
+from runner.job import JobLife, close_dead_runs, finished_run_id
 from runner.manifest import build_manifest
 from runner.report.console import job_summary
 from runner.result import LAYER_TABLE, JobResult
 from runner.secrets import redact_tree
 from runner.sweep import config_hash
-from runner.tracking.run import close_dead_runs, finished_run_id, flatten, git_commit
+from runner.tracking.run import flatten, git_commit
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ from scipy.stats import gmean
 
 from runner import names
 from runner.compare import (
-    FINISHED,
     FORMATS,
     add_selection_arguments,
     find_run,
@@ -38,6 +37,7 @@ from runner.compare import (
     render,
     selected_runs,
 )
+from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, time_ratio
 from runner.report.reader import label, process_medians, sweep_children
 
@@ -64,7 +64,7 @@ def baseline_runs(client: MlflowClient, experiment_id: str, ref: str) -> list[Ru
     """The runs --baseline names: `KEY=VALUE` (a tag, e.g. runner.git_commit=abc123), a sweep, or a run."""
     if "=" in ref:
         key, value = ref.split("=", 1)
-        query = f"tags.`{key}` = '{value}' and attributes.status = 'FINISHED'"
+        query = f"tags.`{key}` = '{value}' and attributes.status = '{JobStatus.FINISHED}'"
         runs = [r for r in client.search_runs([experiment_id], query, order_by=["start_time DESC"])
                 if r.data.tags.get(names.TAG_SWEEP) != "true"]  # fmt: skip
         if not runs:
@@ -81,7 +81,7 @@ def pair_up(jobs: list[Run], baselines: list[Run]) -> list[Pair]:
     if len(jobs) == 1 and len(baselines) == 1:
         return [Pair(jobs[0], baselines[0])]
     by_hash: dict[str, Run] = {}
-    for run in sorted((r for r in baselines if r.info.status == FINISHED), key=lambda r: r.info.start_time):
+    for run in sorted((r for r in baselines if r.info.status == JobStatus.FINISHED), key=lambda r: r.info.start_time):
         by_hash[run.data.tags.get(names.TAG_CONFIG_HASH, "")] = run
     job_ids = {job.info.run_id for job in jobs}
     pairs = []
@@ -95,9 +95,9 @@ def judge(client: MlflowClient, pairs: list[Pair], margin: float) -> None:
     """Test every pair that can be tested, then correct the p-values across them (Holm)."""
     tested = []
     for pair in pairs:
-        if pair.job.info.status == FINISHED:
+        if pair.job.info.status == JobStatus.FINISHED:
             pair.job_ms = process_medians(client, pair.job)
-        if pair.baseline is not None and pair.baseline.info.status == FINISHED:
+        if pair.baseline is not None and pair.baseline.info.status == JobStatus.FINISHED:
             pair.baseline_ms = process_medians(client, pair.baseline)
             pair.estimate = time_ratio(pair.baseline_ms, pair.job_ms, margin)  # None without two medians a side
             if pair.estimate is not None:
@@ -118,11 +118,11 @@ def not_judged(estimate: TimeRatio, p_holm: float, margin: float) -> bool:
 
 def verdict(pair: Pair, margin: float) -> str:
     """What the gate concludes for one job."""
-    if pair.job.info.status != FINISHED:
+    if pair.job.info.status != JobStatus.FINISHED:
         return f"not tested: the job is {pair.job.info.status}"
     if pair.baseline is None:
         return "no baseline for this configuration"
-    if pair.baseline.info.status != FINISHED:
+    if pair.baseline.info.status != JobStatus.FINISHED:
         return f"not tested: the baseline is {pair.baseline.info.status}"
     if pair.estimate is None:
         return "not tested: needs measure.processes >= 2 in both runs"
@@ -140,7 +140,7 @@ def verdict(pair: Pair, margin: float) -> str:
 
 def not_passed(pairs: list[Pair], margin: float) -> str | None:
     """Why the gate cannot pass these jobs whatever their times: one did not finish, or none was tested."""
-    unfinished = Counter(p.job.info.status for p in pairs if p.job.info.status != FINISHED)
+    unfinished = Counter(p.job.info.status for p in pairs if p.job.info.status != JobStatus.FINISHED)
     if unfinished:
         statuses = ", ".join(f"{count} {status}" for status, count in unfinished.items())
         return f"{unfinished.total()} of {len(pairs)} job(s) did not finish ({statuses})"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.job import STATUS_FILE, close_dead_job, read_status
+from runner.job import STATUS_FILE, JobStatus, close_dead_job, read_status
 
 # Config keys that say where things go, not what runs: left out of the config hash.
 UNHASHED_TOP = ("tracking", "resume")
@@ -71,16 +71,16 @@ def summarise_sweep(sweep_dir: Path, sweep_id: str, tracking_uri: str | None) ->
         job_dir = path.parent
         if (read_status(job_dir) or {}).get("sweep_id") != sweep_id:
             continue
-        if (read_status(job_dir) or {}).get("status") == "RUNNING":
+        if (read_status(job_dir) or {}).get("status") == JobStatus.RUNNING:
             close_dead_job(job_dir, "died without finishing its run (killed, crashed or out of memory)", tracking_uri)
         status = read_status(job_dir) or {}
         name = f"{job_dir.name} [{status.get('overrides', '')}]"
-        if status.get("status") == "FINISHED":
+        if status.get("status") == JobStatus.FINISHED:
             summary.finished.append(name)
-        elif status.get("status") == "SKIPPED":
+        elif status.get("status") == JobStatus.SKIPPED:
             summary.skipped.append(f"{name} -> run {status.get('run_id')}")
             summary.reused_run_ids.append(str(status.get("run_id")))
-        elif status.get("status") == "KILLED":
+        elif status.get("status") == JobStatus.KILLED:
             summary.killed.append(f"{name}: {status.get('error', 'interrupted')}")
         else:
             summary.failed.append(f"{name}: {status.get('error', 'no error recorded')}")

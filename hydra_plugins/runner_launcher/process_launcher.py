@@ -193,7 +193,7 @@ class ProcessLauncher(Launcher):
 
     def _collect(self, config: DictConfig, exitcode: int | None, timed_out: bool, stopped: bool = False) -> JobReturn:
         """Turn a finished process into a JobReturn; mark the run of a dead job FAILED (KILLED if `stopped`) now."""
-        from runner.job import close_dead_job
+        from runner.job import NO_RESULT, close_dead_job
 
         job_dir = self._job_dir(config)
         ret = JobReturn(overrides=list(config.hydra.overrides.task), cfg=config, working_dir=str(job_dir))
@@ -217,5 +217,5 @@ class ProcessLauncher(Launcher):
         # Like a job that raised: recorded as failed, and the sweep goes on to its summary,
         # which exits non-zero. (A FAILED JobReturn would stop Hydra before that summary.)
         ret.status = JobStatus.COMPLETED
-        ret.return_value = float("nan")
+        ret.return_value = NO_RESULT
         return ret

@@ -31,9 +31,11 @@ class TolerantSlurmJob(SlurmJob[Any]):
         try:
             return list(super().results())
         except (UncompletedJobError, FailedJobError) as err:
+            from runner.job import NO_RESULT  # the plugin loads with every Hydra command; the runner only here
+
             log.error("Slurm job %s died: %s", self.job_id, str(err).splitlines()[0])
             ret = JobReturn(status=JobStatus.COMPLETED)
-            ret.return_value = float("nan")
+            ret.return_value = NO_RESULT
             return [ret]
 
 

@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner import names
+from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, time_ratio
 from runner.report.reader import metric, process_medians, variant
 
@@ -58,7 +59,11 @@ def _by_variant(runs: list[Run]) -> dict[str, list[Run]]:
     """Finished runs with a roofline and a step time, per variant."""
     curves: dict[str, list[Run]] = {}
     for run in runs:
-        if run.info.status == "FINISHED" and metric(run, names.ROOFLINE_BYTES) and metric(run, names.STEP_MEDIAN_MS):
+        if (
+            run.info.status == JobStatus.FINISHED
+            and metric(run, names.ROOFLINE_BYTES)
+            and metric(run, names.STEP_MEDIAN_MS)
+        ):
             curves.setdefault(variant(run), []).append(run)
     return curves
 

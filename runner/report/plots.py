@@ -22,6 +22,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner import names
+from runner.job import JobStatus
 from runner.report.curves import Crossover, crossovers, size_curves
 from runner.report.reader import (
     dollars_per_million_steps,
@@ -38,7 +39,6 @@ from runner.traces import label_of
 # the PNGs' resolution; figures are built at it too, so text measured while laying out fits in the file
 DPI = 110
 TOP_OPS = 6
-FINISHED = "FINISHED"
 OTHER_COLOR = "#bbbbbb"
 FRONTIER_COLOR = "#e45756"
 # run labels are override lists: wrapped at this many characters, a legend or tick label stays narrower than the figure
@@ -170,7 +170,7 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
 
     The legend names every op; a bar segment carries its op's name only where the name fits.
     """
-    done = [r for r in runs if r.info.status == FINISHED]
+    done = [r for r in runs if r.info.status == JobStatus.FINISHED]
     tables = [_self_ms_by_op(client, r) for r in done]
     totals: dict[str, float] = {}
     for ops in tables:

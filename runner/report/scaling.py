@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from mlflow.entities import Run
 
 from runner import names
+from runner.job import JobStatus
 from runner.report.reader import metric, variant
 
 CONTENTION_EFFICIENCY = 0.90
@@ -47,7 +48,7 @@ def scaling_curves(runs: list[Run]) -> dict[str, list[ScalingPoint]]:
     stable: dict[tuple[str, int], bool] = {}
     for run in runs:
         k, total = copies(run), metric(run, names.SCALING_THROUGHPUT)
-        if run.info.status == "FINISHED" and k is not None and total:
+        if run.info.status == JobStatus.FINISHED and k is not None and total:
             by_variant.setdefault(variant(run), {})[k] = total
             medians[variant(run), k] = metric(run, names.STEP_MEDIAN_MS) or 0.0
             stable[variant(run), k] = run.data.tags.get(names.TAG_TIMING_STABLE) != "false"

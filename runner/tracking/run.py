@@ -1,19 +1,17 @@
-"""MLflow, in one place: the tracking URI, one run per job, params, tags, metrics, artifacts.
+"""MLflow, in one place: the tracking URI, the experiment, a run's params, tags, metrics, artifacts.
 
-`open_run` wraps `mlflow.start_run`, so a job that raises leaves its run FAILED. With
-`tracking.enabled=false` it yields a `NullRun` with the same methods.
+A job opens and closes its run with `runner.job.open_run` (an `MlflowRun`, or a `NullRun` with
+the same methods when `tracking.enabled=false`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import platform
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -161,61 +159,6 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     return experiment_id
 
 
-def fail_run(client: Any, run_id: str, reason: str, status: str = "FAILED") -> None:
-    """Close a run its own process can no longer close: FAILED (or KILLED), with the reason as runner.error."""
-    client.set_tag(run_id, names.TAG_ERROR, reason)
-    client.set_terminated(run_id, status)
-
-
-def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
-    """The id of a FINISHED run of this configuration in the experiment, if there is one."""
-    runs = close_dead_runs(tracking, config_hash)
-    return next((run.info.run_id for run in runs if run.info.status == "FINISHED"), None)
-
-
-def close_dead_runs(tracking: TrackingConfig, config_hash: str) -> list[Any]:
-    """Return this configuration's runs in the experiment, with the dead ones among them marked FAILED.
-
-    A run or sweep killed as a whole (kill -9) leaves its run RUNNING; the next job of that
-    configuration is the first to notice that the run's process on this host is gone.
-    """
-    from mlflow import MlflowClient
-
-    prepare_store(tracking.uri)
-    client = MlflowClient(tracking.uri)
-    experiment = client.get_experiment_by_name(tracking.experiment)
-    if experiment is None:
-        return []
-    query = f"tags.`{names.TAG_CONFIG_HASH}` = '{config_hash}'"
-    runs: list[Any] = client.search_runs([experiment.experiment_id], query)
-    close_orphans(client, runs)
-    return runs
-
-
-def close_orphans(client: Any, runs: list[Any]) -> None:
-    """Mark FAILED the RUNNING runs among `runs` whose process on this host is gone.
-
-    A process killed as a whole (SIGKILL, a crash of the machine's session) leaves its run
-    RUNNING; the next job of the same configuration, or the next sweep, is the first to notice.
-    """
-    for run in runs:
-        host, pid = run.data.tags.get(names.TAG_HOST), run.data.tags.get(names.TAG_PID)
-        if run.info.status == "RUNNING" and host == platform.node() and pid and not _alive(int(pid)):
-            reason = f"orphaned: its process {pid} on {host} is gone"
-            log.warning("run %s %s; marking it FAILED", run.info.run_id, reason)
-            fail_run(client, run.info.run_id, reason)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class NullRun:
     """Accepts everything a run accepts and records nothing (tracking.enabled=false)."""
 
@@ -361,29 +304,3 @@ class MlflowRun(NullRun):
         if not ui.start:  # a tracking server serves the UI itself
             return f"{where}  open it: {page}"
         return f"{where}  open it: {ui.start}\n  then:    {page}"
-
-
-@contextmanager
-def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
-    """Start this job's run (a child of the sweep's parent run when there is one).
-
-    The run ends FINISHED when the block completes, KILLED when interrupted and FAILED when
-    it raises.
-    """
-    if not tracking.enabled:
-        yield NullRun()
-        return
-    import mlflow
-
-    experiment_id = ensure_experiment(tracking)
-    parent = os.environ.get(PARENT_RUN_ENV) or None
-    active = mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent))
-    try:
-        yield MlflowRun(active.info.run_id, experiment_id, tracking)
-    except KeyboardInterrupt:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
-        mlflow_write(lambda: mlflow.end_run("KILLED"))
-        raise
-    except BaseException:
-        mlflow_write(lambda: mlflow.end_run("FAILED"))
-        raise
-    mlflow_write(lambda: mlflow.end_run("FINISHED"))

@@ -12,8 +12,9 @@ from runner import names
 from runner.backends.cores import format_cores, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, parse_summary_json, session_dirs
 from runner.config import BackendConfig, ConfigError, TrackingConfig
+from runner.job import open_run
 from runner.manifest import allowed_environment
-from runner.tracking.run import open_run, split_by_budget
+from runner.tracking.run import split_by_budget
 from tests.helpers import STANDIN
 
 STANDIN_BIN = STANDIN / "bin"

@@ -1,10 +1,6 @@
-"""A job's life, in one place: its status file, its MLflow run, its error, the failure policy.
+"""A job's life from start to end: its folder claimed, its status kept, its MLflow run, its error, the failure policy.
 
-Each job keeps `job_status.json` in its output directory: RUNNING (with its MLflow run id)
-while it works, then FINISHED, FAILED or SKIPPED. A job that dies hard never gets past
-RUNNING, so whoever reads the file later (the launcher that saw the process die, or the
-cleanup at the end of the sweep) closes its MLflow run with `close_dead_job`. Files on the
-shared sweep directory work the same for in-process, local-process and Slurm launchers.
+The status file's values and format are in `runner.job.status`; closing a job that died is `runner.job.dead`.
 """
 
 from __future__ import annotations
@@ -13,7 +9,6 @@ import json
 import logging
 import os
 import platform
-import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,18 +17,16 @@ from typing import Any
 
 from runner import names
 from runner.config import ConfigError, JobInfo, TrackingConfig
+from runner.job.dead import process_alive
+from runner.job.status import STATUS_FILE, SWEEP_ID_ENV, JobStatus, write_status
 from runner.secrets import redact
 from runner.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
-STATUS_FILE = "job_status.json"
 # which process works in a job's folder: {"pid", "host"}, created exclusively, removed at its end
 OWNER_FILE = "job_owner.json"
 # the traceback of a job that raised, in its folder and in its run
 ERROR_FILE = "error.txt"
-# Set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is
-# summarised one sweep at a time.
-SWEEP_ID_ENV = "RUNNER_SWEEP_ID"
 
 
 def one_line(error: BaseException) -> str:
@@ -45,56 +38,6 @@ def one_line(error: BaseException) -> str:
 def current_traceback() -> str:
     """The traceback being handled, secrets masked, for error.txt."""
     return redact(traceback.format_exc())
-
-
-def write_status(job_dir: Path, **fields: Any) -> None:
-    """Merge `fields` into the job's status file (written whole, via a rename)."""
-    path = job_dir / STATUS_FILE
-    status = read_status(job_dir) or {}
-    status.update(fields, updated=time.time())
-    job_dir.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        temporary.write_text(json.dumps(status, indent=2))
-        temporary.replace(path)
-    except OSError:  # a full disk: no half-written file left beside the status
-        temporary.unlink(missing_ok=True)
-        raise
-
-
-def read_status(job_dir: Path) -> dict[str, Any] | None:
-    """The job's status, or None when it never started."""
-    path = job_dir / STATUS_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def close_dead_job(
-    job_dir: Path, reason: str, tracking_uri: str | None, stopped: bool = False, overrides: str = ""
-) -> None:
-    """Record that a job died without closing its run, and mark that run FAILED in MLflow.
-
-    A job its sweep `stopped` is recorded KILLED. One that died before it wrote its status
-    file is recorded for the sweep running now (with its `overrides`), so its summary counts it.
-    """
-    status = read_status(job_dir)
-    end = "KILLED" if stopped else "FAILED"
-    if status is None:
-        status = {"sweep_id": os.environ.get(SWEEP_ID_ENV), "overrides": overrides}
-    elif status.get("status") != "RUNNING":
-        return
-    write_status(job_dir, **{**status, "status": end, "error": reason})
-    run_id = status.get("run_id")
-    if run_id and tracking_uri:
-        from mlflow import MlflowClient
-
-        from runner.tracking.run import fail_run
-
-        client = MlflowClient(tracking_uri)
-        run = client.get_run(run_id)
-        if run.info.status != "RUNNING":  # it closed its run (KILLED by a stop), then died before its status file
-            write_status(job_dir, status=run.info.status, error=run.data.tags.get(names.TAG_ERROR))
-            return
-        fail_run(client, run_id, reason, end)
 
 
 def claim_folder(job_dir: Path, key: str) -> None:
@@ -146,12 +89,10 @@ def _held(owner: dict[str, Any]) -> bool:
     if owner.get("host") != platform.node():
         return True
     try:
-        os.kill(int(owner["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, KeyError, ValueError, TypeError):
+        pid = int(owner["pid"])
+    except (KeyError, ValueError, TypeError):  # an owner file this runner did not write: leave the folder be
         return True
-    return True
+    return process_alive(pid)
 
 
 class JobLife:
@@ -189,7 +130,7 @@ class JobLife:
         claim_folder(self.job.output_dir, "hydra.sweep.dir" if self.sweeping else "hydra.run.dir")
         try:
             self.status(
-                status="RUNNING",
+                status=JobStatus.RUNNING,
                 overrides=" ".join(self.job.overrides),
                 pid=os.getpid(),
                 sweep_id=os.environ.get(SWEEP_ID_ENV),
@@ -199,11 +140,11 @@ class JobLife:
             yield
         except KeyboardInterrupt as stop:
             reason = f"interrupted by {stop}" if str(stop) else "interrupted"
-            self.status(status="KILLED", error=reason)
+            self.status(status=JobStatus.KILLED, error=reason)
             log.error("%s: %s stopped; its run is closed KILLED", reason, self.job.run_name)
             raise
         except Exception as err:
-            self.status(status="FAILED", error=one_line(err))
+            self.status(status=JobStatus.FAILED, error=one_line(err))
             if not isinstance(err, ConfigError):
                 self.keep_traceback()
             if not self.sweeping:
@@ -212,7 +153,7 @@ class JobLife:
             return
         else:
             if not self.skipped:
-                self.status(status="FINISHED")
+                self.status(status=JobStatus.FINISHED)
         finally:
             release_folder(self.job.output_dir)
 
@@ -226,12 +167,12 @@ class JobLife:
     def skip(self, run_id: str) -> None:
         """Record that the configuration already has a FINISHED run, so there is nothing to do."""
         self.skipped = True
-        self.status(status="SKIPPED", run_id=run_id)
+        self.status(status=JobStatus.SKIPPED, run_id=run_id)
 
     @contextmanager
     def run(self, tracking: TrackingConfig) -> Iterator[Any]:
         """The job's MLflow run (a `NullRun` with tracking off), closed FAILED with the error on failure."""
-        from runner.tracking.run import open_run
+        from runner.job.run import open_run
 
         with open_run(tracking, self.job.run_name) as run:
             self.run_id = run.run_id

@@ -1,0 +1,41 @@
+"""A job's life, in one place: its status, its folder, its MLflow run, its error, the failure policy, its death.
+
+`life` runs a job (JobLife), `status` holds the status values and the status file, `run`
+opens and closes the job's MLflow run, and `dead` closes the jobs and runs whose process died.
+"""
+
+from runner.job.dead import close_dead_job, close_dead_runs, close_orphans, fail_run, finished_run_id, process_alive
+from runner.job.life import (
+    ERROR_FILE,
+    OWNER_FILE,
+    JobLife,
+    claim_folder,
+    current_traceback,
+    one_line,
+    release_folder,
+)
+from runner.job.run import open_run
+from runner.job.status import NO_RESULT, STATUS_FILE, SWEEP_ID_ENV, JobStatus, read_status, write_status
+
+__all__ = [
+    "ERROR_FILE",
+    "NO_RESULT",
+    "OWNER_FILE",
+    "STATUS_FILE",
+    "SWEEP_ID_ENV",
+    "JobLife",
+    "JobStatus",
+    "claim_folder",
+    "close_dead_job",
+    "close_dead_runs",
+    "close_orphans",
+    "current_traceback",
+    "fail_run",
+    "finished_run_id",
+    "one_line",
+    "open_run",
+    "process_alive",
+    "read_status",
+    "release_folder",
+    "write_status",
+]

@@ -1,0 +1,106 @@
+"""Jobs and runs whose process died before it could close them: found, and closed FAILED (or KILLED).
+
+A job that dies hard (kill -9, out of memory, a crash) leaves its status file and its MLflow
+run RUNNING. Whoever notices closes them: the launcher that saw the process die, the sweep's
+end (`close_dead_job`), or the next job or sweep of this host whose run's process is gone
+(`close_orphans`). The writes go through the store's retried writes, as the job's own would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from runner import names
+from runner.config import TrackingConfig
+from runner.job.status import SWEEP_ID_ENV, JobStatus, read_status, write_status
+from runner.tracking.run import mlflow_write
+from runner.tracking.store import prepare_store
+
+log = logging.getLogger(__name__)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this host still exists (one of another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def close_dead_job(
+    job_dir: Path, reason: str, tracking_uri: str | None, stopped: bool = False, overrides: str = ""
+) -> None:
+    """Record that a job died without closing its run, and mark that run FAILED in MLflow.
+
+    A job its sweep `stopped` is recorded KILLED. One that died before it wrote its status
+    file is recorded for the sweep running now (with its `overrides`), so its summary counts it.
+    """
+    status = read_status(job_dir)
+    end = JobStatus.KILLED if stopped else JobStatus.FAILED
+    if status is None:
+        status = {"sweep_id": os.environ.get(SWEEP_ID_ENV), "overrides": overrides}
+    elif status.get("status") != JobStatus.RUNNING:
+        return
+    write_status(job_dir, **{**status, "status": end, "error": reason})
+    run_id = status.get("run_id")
+    if run_id and tracking_uri:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+        run = client.get_run(run_id)
+        if run.info.status != JobStatus.RUNNING:  # it closed its run (KILLED by a stop), then died before its status
+            write_status(job_dir, status=run.info.status, error=run.data.tags.get(names.TAG_ERROR))
+            return
+        fail_run(client, run_id, reason, end)
+
+
+def fail_run(client: Any, run_id: str, reason: str, status: JobStatus = JobStatus.FAILED) -> None:
+    """Close a run its own process can no longer close: FAILED (or KILLED), with the reason as runner.error."""
+    mlflow_write(lambda: client.set_tag(run_id, names.TAG_ERROR, reason))
+    mlflow_write(lambda: client.set_terminated(run_id, status.value))
+
+
+def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
+    """The id of a FINISHED run of this configuration in the experiment, if there is one."""
+    runs = close_dead_runs(tracking, config_hash)
+    return next((run.info.run_id for run in runs if run.info.status == JobStatus.FINISHED), None)
+
+
+def close_dead_runs(tracking: TrackingConfig, config_hash: str) -> list[Any]:
+    """Return this configuration's runs in the experiment, with the dead ones among them marked FAILED.
+
+    A run or sweep killed as a whole (kill -9) leaves its run RUNNING; the next job of that
+    configuration is the first to notice that the run's process on this host is gone.
+    """
+    from mlflow import MlflowClient
+
+    prepare_store(tracking.uri)
+    client = MlflowClient(tracking.uri)
+    experiment = client.get_experiment_by_name(tracking.experiment)
+    if experiment is None:
+        return []
+    query = f"tags.`{names.TAG_CONFIG_HASH}` = '{config_hash}'"
+    runs: list[Any] = client.search_runs([experiment.experiment_id], query)
+    close_orphans(client, runs)
+    return runs
+
+
+def close_orphans(client: Any, runs: list[Any]) -> None:
+    """Mark FAILED the RUNNING runs among `runs` whose process on this host is gone.
+
+    A process killed as a whole (SIGKILL, a crash of the machine's session) leaves its run
+    RUNNING; the next job of the same configuration, or the next sweep, is the first to notice.
+    """
+    for run in runs:
+        host, pid = run.data.tags.get(names.TAG_HOST), run.data.tags.get(names.TAG_PID)
+        if run.info.status == JobStatus.RUNNING and host == platform.node() and pid and not process_alive(int(pid)):
+            reason = f"orphaned: its process {pid} on {host} is gone"
+            log.warning("run %s %s; marking it FAILED", run.info.run_id, reason)
+            fail_run(client, run.info.run_id, reason)

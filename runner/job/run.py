@@ -1,0 +1,40 @@
+"""A job's MLflow run, opened and closed with the job's status: FINISHED, KILLED when stopped, FAILED when it raises.
+
+With `tracking.enabled=false` it is a `NullRun`, which has the same methods and records nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from runner.config import TrackingConfig
+from runner.job.status import JobStatus
+from runner.tracking.run import PARENT_RUN_ENV, MlflowRun, NullRun, ensure_experiment, mlflow_write
+
+
+@contextmanager
+def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
+    """Start this job's run (a child of the sweep's parent run when there is one).
+
+    The run ends FINISHED when the block completes, KILLED when interrupted and FAILED when
+    it raises.
+    """
+    if not tracking.enabled:
+        yield NullRun()
+        return
+    import mlflow
+
+    experiment_id = ensure_experiment(tracking)
+    parent = os.environ.get(PARENT_RUN_ENV) or None
+    active = mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent))
+    try:
+        yield MlflowRun(active.info.run_id, experiment_id, tracking)
+    except KeyboardInterrupt:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
+        mlflow_write(lambda: mlflow.end_run(JobStatus.KILLED.value))
+        raise
+    except BaseException:
+        mlflow_write(lambda: mlflow.end_run(JobStatus.FAILED.value))
+        raise
+    mlflow_write(lambda: mlflow.end_run(JobStatus.FINISHED.value))

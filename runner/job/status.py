@@ -1,0 +1,65 @@
+"""A job's status: the values, and the status file each job keeps in its folder.
+
+Each job keeps `job_status.json` in its output directory: RUNNING (with its MLflow run id)
+while it works, then FINISHED, FAILED, KILLED or SKIPPED. A job that dies hard never gets
+past RUNNING, so whoever reads the file later closes it (`runner.job.dead`). Files on the
+shared sweep directory work the same for in-process, local-process and Slurm launchers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+STATUS_FILE = "job_status.json"
+# Set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is
+# summarised one sweep at a time.
+SWEEP_ID_ENV = "RUNNER_SWEEP_ID"
+# What a job with no steady-state time returns to Hydra's sweeper (it failed, it died, or it is
+# one of a Slurm job's follower ranks): NaN, which a minimising sweeper never picks.
+NO_RESULT = math.nan
+
+
+class JobStatus(str, Enum):
+    """Where a job is in its life: the status file's values, which are MLflow's run statuses too.
+
+    A `str`, so status files and MLflow read and write the same strings as before the enum.
+    """
+
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    # stopped by SIGINT or SIGTERM, or by its sweep
+    KILLED = "KILLED"
+    # the configuration already had a FINISHED run, which the job reused; only the status file says so
+    SKIPPED = "SKIPPED"
+
+    def __str__(self) -> str:
+        """The value, as MLflow's queries and messages want it (not `JobStatus.FINISHED`)."""
+        return self.value
+
+
+def write_status(job_dir: Path, **fields: Any) -> None:
+    """Merge `fields` into the job's status file (written whole, via a rename)."""
+    path = job_dir / STATUS_FILE
+    status = read_status(job_dir) or {}
+    status.update(fields, updated=time.time())
+    job_dir.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        temporary.write_text(json.dumps(status, indent=2))
+        temporary.replace(path)
+    except OSError:  # a full disk: no half-written file left beside the status
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def read_status(job_dir: Path) -> dict[str, Any] | None:
+    """The job's status, or None when it never started."""
+    path = job_dir / STATUS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
