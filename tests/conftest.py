@@ -1,5 +1,5 @@
-"""Fixtures every layer shares: a migrated MLflow store per test, the calibration and inductor caches out of
-$HOME, and each test's layer as a marker (unit, integration, system: its folder), so `-m` selects by layer.
+"""Fixtures every layer shares: a migrated MLflow store per test, the calibration cache out of $HOME, and each
+test's layer as a marker (unit, integration, system: its folder), so `-m` selects by layer.
 
 Plain helpers (all_runs, job_for, serve_mlflow, ...) live in tests/helpers, imported by name.
 """
@@ -41,15 +41,6 @@ def calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
     cache = tmp_path_factory.mktemp("xdg_cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(cache))
-        yield cache
-
-
-@pytest.fixture(autouse=True, scope="session")
-def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One torch.compile cache for the session's processes, apart from the user's (compile-cache tests set theirs)."""
-    cache = tmp_path_factory.mktemp("inductor_cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
         yield cache
 
 
