@@ -43,13 +43,12 @@ def close_dead_job(
     file is recorded for the sweep running now (with its `overrides`), so its summary counts it.
     """
     status = read_status(job_dir)
-    end = JobStatus.KILLED if stopped else JobStatus.FAILED
-    if status is None:
-        status = {"sweep_id": os.environ.get(SWEEP_ID_ENV), "overrides": overrides}
-    elif status.get("status") != JobStatus.RUNNING:
+    if status is not None and status.get("status") != JobStatus.RUNNING:
         return
-    write_status(job_dir, **{**status, "status": end, "error": reason})
-    run_id = status.get("run_id")
+    end = JobStatus.KILLED if stopped else JobStatus.FAILED
+    never_started = {"sweep_id": os.environ.get(SWEEP_ID_ENV), "overrides": overrides} if status is None else {}
+    write_status(job_dir, **never_started, status=end, error=reason)
+    run_id = (status or {}).get("run_id")
     if run_id and tracking_uri:
         from mlflow import MlflowClient
 
