@@ -1,4 +1,8 @@
-"""Summary statistics of step times, from numpy and scipy (both come with MLflow)."""
+"""Summary statistics of step times, from numpy and scipy (both come with MLflow).
+
+scipy is imported by the two tests that use it, not at module load: importing scipy.stats costs
+every process that measures about 2 s of start-up, and a run that compares nothing needs none of it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from runner import names
 
@@ -47,6 +50,8 @@ def mann_whitney_p(a: list[float], b: list[float]) -> float:
     """
     if not a or not b:
         return 1.0
+    from scipy import stats
+
     return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
@@ -88,6 +93,8 @@ def time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.
         return TimeRatio(
             float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff)), same, float(diff <= np.log1p(margin)), 0.0
         )
+    from scipy import stats
+
     with warnings.catch_warnings():  # one side's medians all equal: scipy warns, Welch's test still holds
         warnings.simplefilter("ignore", RuntimeWarning)
         test = stats.ttest_ind(new, base, equal_var=False)
