@@ -16,6 +16,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from runner import CONF_DIR, names
 from runner.callbacks import JobFailure, UsageError
+from runner.compose import help_text
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas, unknown_key, unknown_option
 from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus, one_line
 from runner.secrets import redact, redact_file, redact_process_output
@@ -115,7 +116,11 @@ def cli() -> None:
     """
     wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    args = sys.argv[1:]
     try:
+        if {"-h", "--help"} & set(args) and all(a in ("-h", "--help") or not a.startswith("-") for a in args):
+            print(help_text(*(a for a in args if not a.startswith("-"))))
+            return
         main()
     except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: runs and status files are closed already
         sys.exit(exit_code_of(stop))

@@ -1,13 +1,16 @@
 """Compose the runner's config from Python, as `python -m runner <overrides>` would.
 
-For notebooks, benchmarks and tests that want a job's config without launching a job.
+For notebooks, benchmarks and tests that want a job's config without launching a job, and
+for `--help`, which needs one composition, not the ninety Hydra's own help makes.
 """
 
 from __future__ import annotations
 
+import string
+
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner import CONF_DIR
 from runner.config import register_schemas
@@ -19,3 +22,22 @@ def compose_config(*overrides: str, with_hydra: bool = False) -> DictConfig:
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         return compose(config_name="config", overrides=list(overrides), return_hydra_config=with_hydra)
+
+
+def config_groups() -> str:
+    """One line per config group of conf/ (the registry), its options sorted, as Hydra's help lists them."""
+    groups = sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra")
+    return "".join(f"{group.name}: {', '.join(sorted(f.stem for f in group.glob('*.yaml')))}\n" for group in groups)
+
+
+def help_text(*overrides: str) -> str:
+    """`python -m runner --help`: the help template of conf/config.yaml with the groups and the composed config.
+
+    Hydra's help builds a fresh copy of its config repository for every group and option it
+    lists, which made `--help` take over a second; this composes once.
+    """
+    cfg = compose_config(*overrides, with_hydra=True)
+    template = string.Template(cfg.hydra.help.template)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return template.substitute(APP_CONFIG_GROUPS=config_groups(), CONFIG=OmegaConf.to_yaml(cfg))

@@ -155,3 +155,13 @@ def test_schedule_runs_exactly_the_steps_it_needs() -> None:
     schedule = ScheduleConfig(wait=2, warmup=1, active=3, repeat=2, skip_first=1)
     assert schedule.total_steps == 1 + (2 + 1 + 3) * 2
     assert schedule.active_steps == 6
+
+
+def test_help_shows_the_config_the_overrides_compose() -> None:
+    from runner.compose import help_text
+
+    text = help_text("+workload=rmsnorm_naive", "measure=quick")
+    measure = text.split("\nmeasure:\n", 1)[1]
+    assert measure.startswith("  warmup: 1\n") and "\n  steps: 20\n" in measure
+    assert "\nworkload:\n" in text and "hydra:" not in text and "$CONFIG" not in text
+    assert "measure: default, quick, stable\n" in text
