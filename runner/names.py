@@ -191,6 +191,14 @@ COMPARISON_TEXT_FILE = "comparison.md"
 CROSSOVERS_FILE = "crossovers.md"
 SCALING_FILE = "scaling.md"
 SWEEP_SUMMARY_FILE = "sweep_summary.txt"
+# its plots, under plots/ (runner.report.plots says when each is drawn)
+STEP_TIME_PLOT_FILE = "step_time.png"
+OP_BREAKDOWN_PLOT_FILE = "op_breakdown.png"
+ROOFLINE_PLOT_FILE = "roofline.png"
+COST_FRONTIER_PLOT_FILE = "cost_frontier.png"
+SHAPE_CURVES_PLOT_FILE = "shape_curves.png"
+CORE_SCALING_PLOT_FILE = "core_scaling.png"
+QUEUE_DEPTH_PLOT_FILE = "queue_depth.png"
 
 # --- artifacts written after a run, by runner.compare ---
 # --diff BEFORE AFTER logs these under trace_diff/<before>_to_<after>/ of the newer run

@@ -68,7 +68,11 @@ def test_sweep_prints_the_table_and_logs_it_to_the_parent(study: Study) -> None:
         a.path for a in study.client.list_artifacts(parent_id, names.PLOTS_FOLDER)
     }
     assert {names.COMPARISON_FILE, names.COMPARISON_TEXT_FILE, names.SWEEP_SUMMARY_FILE} <= files
-    assert {"plots/step_time.png", "plots/op_breakdown.png", "plots/roofline.png"} <= files
+    assert {
+        f"{names.PLOTS_FOLDER}/{names.STEP_TIME_PLOT_FILE}",
+        f"{names.PLOTS_FOLDER}/{names.OP_BREAKDOWN_PLOT_FILE}",
+        f"{names.PLOTS_FOLDER}/{names.ROOFLINE_PLOT_FILE}",
+    } <= files
     table = json.loads(Path(study.client.download_artifacts(parent_id, names.COMPARISON_FILE)).read_text())
     rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
     assert {row["run"].split()[0] for row in rows} == set(VARIANTS)
