@@ -358,7 +358,7 @@ def _check_kwargs(target: str, kwargs: dict[str, Any]) -> None:
     accepted = [name for name in params if name != "self"]
     for key in kwargs:
         if key not in params:
-            allowed = ", ".join([*accepted, *(key.name for key in fields(WorkloadKeys))])
+            allowed = ", ".join([*accepted, *(runner_key.name for runner_key in fields(WorkloadKeys))])
             raise ConfigError(f"workload.{key} is not a parameter of {target}; allowed: {allowed}")
 
 
