@@ -238,7 +238,7 @@ class RunnerCallback(Callback):
             self._report(client)
             mlflow_write(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
             mlflow_write(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
-            mlflow_write(lambda: client.log_text(parent, text + "\n", "sweep_summary.txt"))
+            mlflow_write(lambda: client.log_text(parent, text + "\n", names.SWEEP_SUMMARY_FILE))
             status = JobStatus.KILLED if stopped else JobStatus.FAILED if failed else JobStatus.FINISHED
             mlflow_write(lambda: client.set_terminated(parent, status.value))
             self.parent_run_id = None

@@ -311,8 +311,8 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     baseline = runs[0]  # as pick_baseline chooses without --baseline
     rows = comparison_rows(client, runs, baseline, parent)
     run_id = parent.info.run_id
-    client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file="comparison.json")
-    client.log_text(run_id, render(rows, "markdown") + "\n", "comparison.md")
+    client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file=names.COMPARISON_FILE)
+    client.log_text(run_id, render(rows, "markdown") + "\n", names.COMPARISON_TEXT_FILE)
     for row in rows:
         speedup_tags = {names.TAG_COMPARE_SPEEDUP: row[SPEEDUP], names.TAG_COMPARE_BASELINE: label(baseline)}
         client.log_batch(row["run id"], tags=[RunTag(k, v) for k, v in speedup_tags.items()])
@@ -321,17 +321,17 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     curves = size_curves(runs)
     found = crossovers(client, curves) if curves else []
     for path in write_plots(client, runs, plots_dir, found):
-        client.log_artifact(run_id, str(path), "plots")
+        client.log_artifact(run_id, str(path), names.PLOTS_FOLDER)
     table = render(rows, "table")
     if curves:
         report = crossover_report(found, curves)
-        client.log_text(run_id, report + "\n", "crossovers.md")
+        client.log_text(run_id, report + "\n", names.CROSSOVERS_FILE)
         table += "\n\n" + report
     elif note := too_few_sizes(runs):
         table += "\n\n" + note
     if scaling := scaling_curves(runs):
         report = scaling_report(scaling)
-        client.log_text(run_id, report + "\n", "scaling.md")
+        client.log_text(run_id, report + "\n", names.SCALING_FILE)
         table += "\n\n" + report
     return table + "\n\n" + ui_links(client, runs, parent)
 
@@ -448,16 +448,16 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
     newer = max(runs, key=lambda run: run.info.start_time).info.run_id
     folder = f"{names.TRACE_DIFF_FOLDER}/{runs[0].info.run_id[:8]}_to_{runs[1].info.run_id[:8]}"
     documents = {
-        "diff.md": trace_diff.diff_document(legend, trace_diff.render_tree(root, depth=len(root.walk()))),
-        "diff.json": trace_diff.to_json_text(root),
-        "perfetto.json": json.dumps(trace_diff.perfetto_trace(root, before, after, run_names)),
+        names.DIFF_TEXT_FILE: trace_diff.diff_document(legend, trace_diff.render_tree(root, depth=len(root.walk()))),
+        names.DIFF_FILE: trace_diff.to_json_text(root),
+        names.DIFF_PERFETTO_FILE: json.dumps(trace_diff.perfetto_trace(root, before, after, run_names)),
     }
     with tempfile.TemporaryDirectory() as scratch:  # written whole first, then logged in one call
         for name, text in documents.items():
             (Path(scratch) / name).write_text(text)
         client.log_artifacts(newer, scratch, folder)
     if output_format == "json":
-        print(documents["diff.json"])
+        print(documents[names.DIFF_FILE])
     else:
         print(f"{legend}\n\n{tree}")
     print(

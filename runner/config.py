@@ -14,7 +14,7 @@ import inspect
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,11 +35,9 @@ MEASURE_MODES = ("latency", "throughput")
 # measure.compile_cache: the state the job's compile caches start in
 CACHE_STATES = ("cold", "warm")
 OPTIMIZERS = ("sgd", "adamw")
-# Workload keys the runner consumes itself; every other key is a constructor argument.
 # Tracking URI schemes MLflow 3 accepts (a database dialect may follow '+': postgresql+psycopg2);
 # it refuses the old ./mlruns file store.
 TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
-RUNNER_WORKLOAD_KEYS = ("_target_", "compile", "dtype", "seed", "inputs", "mode", "optimizer", "lr")
 
 
 def _allowed(key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -268,15 +266,6 @@ class DistributedConfig:
 
 # Keys of the composed config: the groups, and resume (sweeps skip FINISHED configurations).
 TOP_LEVEL_KEYS = ("workload", "backend", "profiler", "schedule", "measure", "tracking", "distributed", "resume")
-# The runner's own workload keys and their defaults, so every workload accepts them without a `+`.
-WORKLOAD_DEFAULTS: dict[str, Any] = {
-    "dtype": "float32",
-    "seed": 0,
-    "compile": False,
-    "mode": "forward",
-    "optimizer": "sgd",
-    "lr": 1e-3,
-}
 # the schema behind each config group the runner owns
 SCHEMAS: dict[str, type] = {
     "backend": BackendConfig,
@@ -289,13 +278,17 @@ SCHEMAS: dict[str, type] = {
 
 
 @dataclass
-class WorkloadSpec:
-    """A workload config split into what the runner consumes and the constructor kwargs."""
+class WorkloadKeys:
+    """The workload keys the runner consumes itself, with their defaults; every other key is a constructor argument.
 
-    target: str
-    kwargs: dict[str, Any]
+    The defaults live here only: a workload's YAML sets a key only where it differs.
+    """
+
+    # one of DTYPES
     dtype: str = "float32"
+    # seeds the weight and the inputs, so variants see identical data
     seed: int = 0
+    # true wraps the module in torch.compile (the backend's compiler)
     compile: bool = False
     # input shapes for modules that do not build their own example inputs
     inputs: list[list[int]] | None = None
@@ -304,6 +297,19 @@ class WorkloadSpec:
     # the train_step optimizer and its learning rate
     optimizer: str = "sgd"
     lr: float = 1e-3
+
+
+# Every workload node starts from these, so each accepts them without a `+`; `inputs` has no
+# default there: only a module that cannot build its own example inputs declares it (custom).
+WORKLOAD_DEFAULTS: dict[str, Any] = {key: value for key, value in asdict(WorkloadKeys()).items() if value is not None}
+
+
+@dataclass(kw_only=True)
+class WorkloadSpec(WorkloadKeys):
+    """A workload config split into what the runner consumes and the constructor kwargs."""
+
+    target: str
+    kwargs: dict[str, Any]
 
 
 @dataclass
@@ -352,7 +358,7 @@ def _check_kwargs(target: str, kwargs: dict[str, Any]) -> None:
     accepted = [name for name in params if name != "self"]
     for key in kwargs:
         if key not in params:
-            allowed = ", ".join([*accepted, *RUNNER_WORKLOAD_KEYS[1:]])
+            allowed = ", ".join([*accepted, *(runner_key.name for runner_key in fields(WorkloadKeys))])
             raise ConfigError(f"workload.{key} is not a parameter of {target}; allowed: {allowed}")
 
 
@@ -368,18 +374,8 @@ def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
     target = raw.pop("_target_", None)
     if not isinstance(target, str) or not target:
         raise ConfigError("workload._target_ must name a module class, e.g. my_pkg.MyModule")
-    spec = WorkloadSpec(
-        target=target,
-        kwargs={},
-        dtype=raw.pop("dtype", "float32"),
-        seed=raw.pop("seed", 0),
-        compile=raw.pop("compile", False),
-        inputs=raw.pop("inputs", None),
-        mode=raw.pop("mode", "forward"),
-        optimizer=raw.pop("optimizer", "sgd"),
-        lr=raw.pop("lr", 1e-3),
-    )
-    spec.kwargs = {str(k): v for k, v in raw.items()}
+    runner_keys = {key.name: raw.pop(key.name) for key in fields(WorkloadKeys) if key.name in raw}
+    spec = WorkloadSpec(target=target, kwargs={str(k): v for k, v in raw.items()}, **runner_keys)
     _allowed("workload.dtype", spec.dtype, DTYPES)
     _allowed("workload.mode", spec.mode, MODES)
     _allowed("workload.optimizer", spec.optimizer, OPTIMIZERS)

@@ -21,7 +21,7 @@ from runner.execute.plan import Execution, plan
 from runner.job import JobLife, close_dead_runs, finished_run_id
 from runner.manifest import build_manifest
 from runner.report.console import job_summary
-from runner.result import LAYER_TABLE, JobResult
+from runner.result import JobResult
 from runner.secrets import redact_tree
 from runner.sweep import config_hash
 from runner.tracking.run import flatten, git_commit
@@ -53,14 +53,14 @@ def run_tags(spec: RunSpec, job: JobInfo, execution: Execution, manifest: dict[s
 
 def job_plots(results: list[JobResult], folder: Path) -> Path | None:
     """A job's own plots: the ranks' steps (several ranks), the error through the layers; None if neither."""
-    if len(results) == 1 and LAYER_TABLE not in results[0].tables:
+    if len(results) == 1 and names.LAYER_TABLE_FILE not in results[0].tables:
         return None
     from runner.report import plots
 
     if len(results) > 1:
-        plots.rank_steps([result.step_ms for result in results], folder / "rank_steps.png")
-    if LAYER_TABLE in results[0].tables:
-        plots.layer_errors(results[0].tables[LAYER_TABLE], folder / "layer_accuracy.png")
+        plots.rank_steps([result.step_ms for result in results], folder / names.RANK_STEPS_PLOT_FILE)
+    if names.LAYER_TABLE_FILE in results[0].tables:
+        plots.layer_errors(results[0].tables[names.LAYER_TABLE_FILE], folder / names.LAYER_PLOT_FILE)
     return folder
 
 
@@ -120,15 +120,15 @@ def run_experiment(
     with life.run(spec.tracking) as run:
         run.log_params(job_params(published_config, job))
         run.set_tags({**run_tags(spec, job, execution, manifest), names.TAG_CONFIG_HASH: digest})
-        run.log_text(json.dumps(manifest, indent=2), "environment.json")
-        run.log_text(OmegaConf.to_yaml(published_config), "config_resolved.yaml")
+        run.log_text(json.dumps(manifest, indent=2), names.ENVIRONMENT_FILE)
+        run.log_text(OmegaConf.to_yaml(published_config), names.CONFIG_FILE)
         if job.hydra_dir is not None:
-            run.log_artifacts(job.hydra_dir, "hydra")
+            run.log_artifacts(job.hydra_dir, names.HYDRA_FOLDER)
         measured = execution.run()
         result = measured.result
         run.log_result(result, spec.tracking.max_artifact_mb)
-        if plots := job_plots(measured.every_rank, job.output_dir / "plots"):
-            run.log_artifacts(plots, "plots")
+        if plots := job_plots(measured.every_rank, job.output_dir / names.PLOTS_FOLDER):
+            run.log_artifacts(plots, names.PLOTS_FOLDER)
         for folder, other in measured.other_ranks.items():
             run.log_result(other, spec.tracking.max_artifact_mb, folder)
         # the whole job as this function sees it: job_s - measured_s is the runner's own cost

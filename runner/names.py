@@ -1,4 +1,4 @@
-"""Every metric and tag name the runner writes, defined once.
+"""Every metric, tag and artifact name the runner writes, and the op table's columns, defined once.
 
 The code that writes a name and the code that reads it (the comparison, the plots, the
 tests) import it from here, so a rename cannot leave a reader behind. Metric names use
@@ -161,9 +161,84 @@ TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
 MANIFEST_NEURON_CORE_COUNT = "neuron.core_count"
 MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"
 
-# --- artifact folders written after a run, by runner.compare ---
-# --diff BEFORE AFTER logs diff.md, diff.json and perfetto.json under trace_diff/<before>_to_<after>/
+# --- artifacts of a job's run ---
+# the op table (mlflow.log_table: {"columns": [...], "data": [...]}) and the profiler's own printed table
+OP_TABLE_FILE = "key_averages.json"
+OP_TABLE_TEXT_FILE = "key_averages.txt"
+# measure.layer_accuracy: the per-layer accuracy table, and its plot
+LAYER_TABLE_FILE = "layer_accuracy.json"
+LAYER_PLOT_FILE = "layer_accuracy.png"
+# the host, device and package manifest, the resolved config, and Hydra's .hydra/ folder
+ENVIRONMENT_FILE = "environment.json"
+CONFIG_FILE = "config_resolved.yaml"
+HYDRA_FOLDER = "hydra"
+# the profiler's output folder, logged under its own name: trace/iteration_<step>/trace.json, or Neuron's capture
+TRACE_FOLDER = "trace"
+TRACE_ITER_FOLDER = "iteration_{step}"
+TRACE_FILE = "trace.json"
+NEURON_PROFILE_FOLDER = "neuron_profile"
+# neuron-explorer's summary of a Neuron capture, as it printed it
+NEURON_SUMMARY_FILE = "neuron_summary.json"
+# a job's plots (and a sweep's, on its parent run)
+PLOTS_FOLDER = "plots"
+RANK_STEPS_PLOT_FILE = "rank_steps.png"
+# capture files over tracking.max_artifact_mb that stayed local, with their paths and sizes
+KEPT_LOCAL_FILE = "artifacts_kept_local.json"
+
+# --- artifacts of a sweep's parent run ---
+COMPARISON_FILE = "comparison.json"
+COMPARISON_TEXT_FILE = "comparison.md"
+CROSSOVERS_FILE = "crossovers.md"
+SCALING_FILE = "scaling.md"
+SWEEP_SUMMARY_FILE = "sweep_summary.txt"
+# its plots, under plots/ (runner.report.plots says when each is drawn)
+STEP_TIME_PLOT_FILE = "step_time.png"
+OP_BREAKDOWN_PLOT_FILE = "op_breakdown.png"
+ROOFLINE_PLOT_FILE = "roofline.png"
+COST_FRONTIER_PLOT_FILE = "cost_frontier.png"
+SHAPE_CURVES_PLOT_FILE = "shape_curves.png"
+CORE_SCALING_PLOT_FILE = "core_scaling.png"
+QUEUE_DEPTH_PLOT_FILE = "queue_depth.png"
+
+# --- artifacts written after a run, by runner.compare ---
+# --diff BEFORE AFTER logs these under trace_diff/<before>_to_<after>/ of the newer run
 TRACE_DIFF_FOLDER = "trace_diff"
+DIFF_TEXT_FILE = "diff.md"
+DIFF_FILE = "diff.json"
+DIFF_PERFETTO_FILE = "perfetto.json"
+
+# --- the doctor's report (files and its run's artifacts) ---
+DOCTOR_PAGE_FILE = "doctor.md"
+DOCTOR_FILE = "doctor.json"
+
+# --- the op table's layout: its version and columns ---
+# the version a job writes, in its run's runner.op_table_version tag; a run without the tag
+# was logged before the tag existed, in version 1's layout
+TAG_OP_TABLE_VERSION = "runner.op_table_version"
+OP_TABLE_VERSION = 1
+OP_TABLE_UNTAGGED_VERSION = 1
+# the versions the readers (runner.report.reader) understand
+OP_TABLE_READABLE_VERSIONS = (1,)
+OP_NAME = "name"
+OP_INPUT_SHAPES = "input_shapes"
+OP_CALLS = "calls"
+OP_CALLS_PER_STEP = "calls_per_step"
+OP_SELF_CPU_MS = "self_cpu_ms"
+OP_CPU_TOTAL_MS = "cpu_total_ms"
+# device columns only when the profiler reported device time, memory columns only with profile_memory
+OP_SELF_DEVICE_MS = "self_device_ms"
+OP_DEVICE_TOTAL_MS = "device_total_ms"
+OP_CPU_MEMORY_BYTES = "cpu_memory_bytes"
+OP_SELF_CPU_MEMORY_BYTES = "self_cpu_memory_bytes"
+OP_DEVICE_MEMORY_BYTES = "device_memory_bytes"
+OP_SELF_DEVICE_MEMORY_BYTES = "self_device_memory_bytes"
+OP_FLOPS = "flops"
+# with several profiler cycles: the self time per step in each cycle (JSON list), its mean and deviation
+OP_CYCLE_SELF_MS = "cycle_self_ms"
+OP_CYCLE_SELF_MS_MEAN = "cycle_self_ms_mean"
+OP_CYCLE_SELF_MS_STD = "cycle_self_ms_std"
+# key_averages() folds the ProfilerStep#N ranges into one row whose name starts so
+OP_STEP_PREFIX = "ProfilerStep"
 
 # --- metrics and tags: a job run as several ranks (distributed.ranks) ---
 # each rank's output folder, and where ranks other than 0 log their metrics and files
@@ -198,6 +273,11 @@ OUTPUT_OVERRIDES = ("tracking=", "tracking.", "hydra.", "resume=")
 UNNAMED = ("workload=", "experiment=", *OUTPUT_OVERRIDES)
 # the sweep's swept keys, comma-separated, from the sweep's process to its jobs
 SWEPT_KEYS_ENV = "RUNNER_SWEPT_KEYS"
+
+
+def self_time_column(has_device_time: bool) -> str:
+    """The op table column ops are ranked by: device self time where the profiler reported it, else CPU."""
+    return OP_SELF_DEVICE_MS if has_device_time else OP_SELF_CPU_MS
 
 
 def override_key(override: str) -> str:

@@ -28,8 +28,6 @@ from runner.measure.stability import instability_advice, instability_reasons
 from workloads.base import CostModel
 
 MIB = 2**20
-# the per-layer accuracy table's artifact
-LAYER_TABLE = "layer_accuracy.json"
 # A training step costs about three forwards: the backward computes gradients for both the
 # inputs and the weights (twice the forward's matmul FLOPs) and reads and writes as much again.
 TRAIN_COST_FACTOR = 3
@@ -146,7 +144,7 @@ def collect_result(
     tables = {}
     if spec.measure.layer_accuracy:
         errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)
-        tables[LAYER_TABLE] = layer_table(errors)
+        tables[names.LAYER_TABLE_FILE] = layer_table(errors)
         failing = first_failing(errors)
         tags[names.TAG_FIRST_FAILING_LAYER] = failing or "none"
         metrics[names.LAYERS_FAILING] = float(sum(not error.passed for error in errors))

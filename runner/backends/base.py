@@ -20,12 +20,9 @@ from typing import Any, ClassVar
 import torch
 from torch.profiler import ProfilerActivity
 
+from runner import names
 from runner.backends.peaks import Peak
 from runner.config import BackendConfig, ConfigError, ProfilerConfig
-
-TRACE_FILE = "trace.json"
-# One folder per profiler cycle, named after the step at which the cycle ended.
-TRACE_ITER_DIR = "iteration_{step}"
 
 
 @dataclass(frozen=True)
@@ -56,9 +53,9 @@ def chrome_trace_writer(trace_dir: Path) -> Callable[[torch.profiler.profile], N
     """Return an on_trace_ready handler that writes each cycle's Chrome trace."""
 
     def write(prof: torch.profiler.profile) -> None:
-        out = trace_dir / TRACE_ITER_DIR.format(step=prof.step_num)
+        out = trace_dir / names.TRACE_ITER_FOLDER.format(step=prof.step_num)
         out.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(out / TRACE_FILE))
+        prof.export_chrome_trace(str(out / names.TRACE_FILE))
 
     return write
 
@@ -193,7 +190,7 @@ class Backend(ABC):
 
     def capture_dir(self, output_dir: Path) -> Path:
         """Where the profiler writes; logged as an artifact folder of the same name."""
-        return output_dir / "trace"
+        return output_dir / names.TRACE_FOLDER
 
     def profiler_kwargs(self, profiler: ProfilerConfig, capture_dir: Path) -> dict[str, Any]:
         """Extra torch.profiler.profile arguments: here, the Chrome trace exporter."""

@@ -239,7 +239,7 @@ class NeuronBackend(Backend):
 
     def capture_dir(self, output_dir: Path) -> Path:
         """NeuronConfig.profile_output_dir: the job's own folder, logged as neuron_profile/."""
-        return output_dir / "neuron_profile"
+        return output_dir / names.NEURON_PROFILE_FOLDER
 
     def capture_cores(self, profiler: ProfilerConfig) -> str:
         """profiler.capture_enabled_for_nc, defaulting to the core the job executes on.
@@ -303,7 +303,7 @@ class NeuronBackend(Backend):
         report.metrics.update(summary.metrics)
         report.tags.update(summary.tags)
         if summary.raw:
-            report.texts["neuron_summary.json"] = summary.raw
+            report.texts[names.NEURON_SUMMARY_FILE] = summary.raw
         return report
 
     def reset_peak_memory(self) -> None:

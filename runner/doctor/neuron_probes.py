@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from runner import names
 from runner.backends.cores import parse_cores
 from runner.backends.neuron import VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
 from runner.backends.neuron_capture import DROPPED_EVENTS, first_json_object
@@ -163,7 +164,7 @@ def profiled_run(spec: RunSpec, capture_dir: Path) -> dict[str, Any]:
         "stdout": "".join(stdout),
         "files": {str(p.relative_to(capture_dir)): p.stat().st_size for p in files},
         "tags": {k: v for k, v in report.tags.items() if v is not None},
-        "summary": report.texts.get("neuron_summary.json", ""),
+        "summary": report.texts.get(names.NEURON_SUMMARY_FILE, ""),
         "owned": backend.cores,
     }
 
@@ -354,7 +355,7 @@ def _capture_layout(run: dict[str, Any]) -> Verdict:
 def _framework_trace_name(run: dict[str, Any]) -> Verdict:
     assumption = "the framework trace is trace.json"
     traces = [name for name in run["files"] if name.endswith(".json")]
-    if any(Path(name).name == "trace.json" for name in traces):
+    if any(Path(name).name == names.TRACE_FILE for name in traces):
         return Verdict("framework_trace_name", assumption, PASS, ", ".join(traces))
     fix = "nothing breaks (any *.json counts); README 'Where the capture goes' names trace.json"
     return Verdict("framework_trace_name", assumption, FAIL, ", ".join(traces) or "no *.json", fix)
@@ -481,8 +482,8 @@ PROBE_NAMES = tuple(name for names, _ in PROBES for name in names)
 def neuron_verdicts(host: NeuronHost, report: Callable[[Verdict], None], only: set[str] | None = None) -> list[Verdict]:
     """The Neuron probes (those giving a verdict in `only`, when given); `report` sees each verdict as it comes."""
     verdicts: list[Verdict] = []
-    for names, probe in PROBES:
-        if only is not None and not only.intersection(names):
+    for probe_names, probe in PROBES:
+        if only is not None and not only.intersection(probe_names):
             continue
         started = time.perf_counter()
         try:
@@ -490,7 +491,7 @@ def neuron_verdicts(host: NeuronHost, report: Callable[[Verdict], None], only: s
         except ProcessFailed as err:
             found = [
                 Verdict(name, (probe.__doc__ or "").strip(), UNKNOWN, f"the probe could not run: {err}")
-                for name in names
+                for name in probe_names
             ]
         for verdict in found if isinstance(found, list) else [found]:
             timed = replace(verdict, seconds=round(time.perf_counter() - started, 2))

@@ -76,7 +76,7 @@ def write_files(out: Path, page: str, data: dict[str, Any]) -> tuple[Path, Path]
     """doctor.md and doctor.json in `out`, written whole (a temporary name, then a rename)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in (("doctor.md", page), ("doctor.json", json.dumps(data, indent=2))):
+    for name, text in ((names.DOCTOR_PAGE_FILE, page), (names.DOCTOR_FILE, json.dumps(data, indent=2))):
         path = out / name
         partial = path.with_name(f".{name}.partial")
         partial.write_text(text)
@@ -95,5 +95,5 @@ def log_report(run: NullRun, page: str, data: dict[str, Any], verdicts: list[Ver
         }
     )
     run.log_metrics({f"doctor/{status.lower()}": float(count) for status, count in counts(verdicts).items()})
-    run.log_text(page, "doctor.md")
-    run.log_text(json.dumps(data, indent=2), "doctor.json")
+    run.log_text(page, names.DOCTOR_PAGE_FILE)
+    run.log_text(json.dumps(data, indent=2), names.DOCTOR_FILE)

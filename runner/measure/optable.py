@@ -17,9 +17,6 @@ from torch.autograd.profiler_util import EventList
 from runner import names
 from runner.measure.profiling import US_PER_MS, CycleRecorder
 
-# key_averages() folds the ProfilerStep#N ranges into one row with this prefix.
-STEP_PREFIX = "ProfilerStep"
-
 
 @dataclass
 class OpTable:
@@ -31,8 +28,8 @@ class OpTable:
 
     def columns(self) -> dict[str, list[Any]]:
         """The table column-wise, as mlflow.log_table wants it."""
-        names = list(self.rows[0]) if self.rows else ["name"]
-        return {name: [row[name] for row in self.rows] for name in names}
+        headers = list(self.rows[0]) if self.rows else [names.OP_NAME]
+        return {header: [row[header] for row in self.rows] for header in headers}
 
 
 def build_op_table(
@@ -49,41 +46,41 @@ def build_op_table(
     has_device_memory = with_memory and any(e.device_memory_usage for e in events)
     rows = []
     for e in events:
-        row: dict[str, Any] = {"name": e.key}
+        row: dict[str, Any] = {names.OP_NAME: e.key}
         if with_shapes:
-            row["input_shapes"] = str(e.input_shapes)
-        row["calls"] = e.count
-        row["calls_per_step"] = e.count / active_steps
-        row["self_cpu_ms"] = e.self_cpu_time_total / US_PER_MS
-        row["cpu_total_ms"] = e.cpu_time_total / US_PER_MS
+            row[names.OP_INPUT_SHAPES] = str(e.input_shapes)
+        row[names.OP_CALLS] = e.count
+        row[names.OP_CALLS_PER_STEP] = e.count / active_steps
+        row[names.OP_SELF_CPU_MS] = e.self_cpu_time_total / US_PER_MS
+        row[names.OP_CPU_TOTAL_MS] = e.cpu_time_total / US_PER_MS
         if has_device_time:
-            row["self_device_ms"] = e.self_device_time_total / US_PER_MS
-            row["device_total_ms"] = e.device_time_total / US_PER_MS
+            row[names.OP_SELF_DEVICE_MS] = e.self_device_time_total / US_PER_MS
+            row[names.OP_DEVICE_TOTAL_MS] = e.device_time_total / US_PER_MS
         if with_memory:
-            row["cpu_memory_bytes"] = e.cpu_memory_usage
-            row["self_cpu_memory_bytes"] = e.self_cpu_memory_usage
+            row[names.OP_CPU_MEMORY_BYTES] = e.cpu_memory_usage
+            row[names.OP_SELF_CPU_MEMORY_BYTES] = e.self_cpu_memory_usage
         if has_device_memory:
-            row["device_memory_bytes"] = e.device_memory_usage
-            row["self_device_memory_bytes"] = e.self_device_memory_usage
-        row["flops"] = e.flops
+            row[names.OP_DEVICE_MEMORY_BYTES] = e.device_memory_usage
+            row[names.OP_SELF_DEVICE_MEMORY_BYTES] = e.self_device_memory_usage
+        row[names.OP_FLOPS] = e.flops
         if cycles:
             samples = cycles.get(recorder.row_key(e), [])
-            row["cycle_self_ms_mean"] = statistics.fmean(samples) if samples else None
-            row["cycle_self_ms_std"] = statistics.stdev(samples) if len(samples) > 1 else None
-            row["cycle_self_ms"] = json.dumps([round(s, 6) for s in samples])
+            row[names.OP_CYCLE_SELF_MS_MEAN] = statistics.fmean(samples) if samples else None
+            row[names.OP_CYCLE_SELF_MS_STD] = statistics.stdev(samples) if len(samples) > 1 else None
+            row[names.OP_CYCLE_SELF_MS] = json.dumps([round(s, 6) for s in samples])
         rows.append(row)
-    time_key = "self_device_ms" if has_device_time else "self_cpu_ms"
+    time_key = names.self_time_column(has_device_time)
     rows.sort(key=lambda row: row[time_key], reverse=True)
     return OpTable(rows=rows, active_steps=active_steps, has_device_time=has_device_time)
 
 
 def self_time_by_op(table: OpTable) -> dict[str, float]:
     """Self time (device when reported, else CPU) per op name, merged across input shapes."""
-    time_key = "self_device_ms" if table.has_device_time else "self_cpu_ms"
+    time_key = names.self_time_column(table.has_device_time)
     totals: dict[str, float] = defaultdict(float)
     for row in table.rows:
-        if not row["name"].startswith(STEP_PREFIX):
-            totals[row["name"]] += row[time_key]
+        if not row[names.OP_NAME].startswith(names.OP_STEP_PREFIX):
+            totals[row[names.OP_NAME]] += row[time_key]
     return dict(sorted(totals.items(), key=lambda item: item[1], reverse=True))
 
 
@@ -91,24 +88,25 @@ def summary_metrics(table: OpTable) -> dict[str, float]:
     """Headline metrics of the profiled window (times in ms, totals over the active steps)."""
     if not table.rows:
         return {}
-    metrics: dict[str, float] = {names.CPU_SELF_TOTAL_MS: sum(r["self_cpu_ms"] for r in table.rows)}
+    metrics: dict[str, float] = {names.CPU_SELF_TOTAL_MS: sum(r[names.OP_SELF_CPU_MS] for r in table.rows)}
     if table.has_device_time:
-        metrics[names.DEVICE_SELF_TOTAL_MS] = sum(r["self_device_ms"] for r in table.rows)
+        metrics[names.DEVICE_SELF_TOTAL_MS] = sum(r[names.OP_SELF_DEVICE_MS] for r in table.rows)
         kernels = {
-            r["name"]
+            r[names.OP_NAME]
             for r in table.rows
-            if r["self_device_ms"] > 0 and not r["name"].startswith(("aten::", STEP_PREFIX))
+            if r[names.OP_SELF_DEVICE_MS] > 0 and not r[names.OP_NAME].startswith(("aten::", names.OP_STEP_PREFIX))
         }
         metrics[names.OPS_DEVICE_KERNELS] = float(len(kernels))
-    aten = [r for r in table.rows if r["name"].startswith("aten::")]
-    metrics[names.OPS_ATEN] = float(len({r["name"] for r in aten}))
-    metrics[names.OPS_CALLS_PER_STEP] = sum(r["calls"] for r in aten) / table.active_steps
+    aten = [r for r in table.rows if r[names.OP_NAME].startswith("aten::")]
+    metrics[names.OPS_ATEN] = float(len({r[names.OP_NAME] for r in aten}))
+    metrics[names.OPS_CALLS_PER_STEP] = sum(r[names.OP_CALLS] for r in aten) / table.active_steps
     by_op = self_time_by_op(table)
     total = sum(by_op.values())
     if total > 0:
         metrics[names.OPS_TOP_SHARE] = next(iter(by_op.values())) / total
-    steps = [r for r in table.rows if r["name"].startswith(STEP_PREFIX)]
+    steps = [r for r in table.rows if r[names.OP_NAME].startswith(names.OP_STEP_PREFIX)]
     if steps:
-        metrics[names.PROFILED_STEP_MS] = sum(r["cpu_total_ms"] for r in steps) / sum(r["calls"] for r in steps)
+        step_ms = sum(r[names.OP_CPU_TOTAL_MS] for r in steps)
+        metrics[names.PROFILED_STEP_MS] = step_ms / sum(r[names.OP_CALLS] for r in steps)
     metrics[names.PROFILER_ACTIVE_STEPS] = float(table.active_steps)
     return metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runner import names
 from runner.measure.optable import self_time_by_op
-from runner.result import LAYER_TABLE, JobResult
+from runner.result import JobResult
 
 TOP_OPS = 5
 
@@ -23,13 +23,14 @@ def _collectives(m: dict[str, float], tags: dict[str, object]) -> str:
 
 def _layers(m: dict[str, float], tags: dict[str, object], tables: dict[str, dict[str, list[object]]]) -> str:
     """measure.layer_accuracy in one line: how many layer outputs were compared, and the first over tolerance."""
-    compared, failing = len(tables[LAYER_TABLE]["layer"]), int(m[names.LAYERS_FAILING])
+    compared, failing = len(tables[names.LAYER_TABLE_FILE]["layer"]), int(m[names.LAYERS_FAILING])
     verdict = (
         f"{failing} over tolerance; {tags[names.TAG_FIRST_FAILING_LAYER]} is the first layer over tolerance"
         if failing
         else "none over tolerance"
     )
-    return f"layer accuracy: {compared} layer output(s) compared with float64 on the CPU, {verdict} (see {LAYER_TABLE})"
+    compared_with = f"{compared} layer output(s) compared with float64 on the CPU"
+    return f"layer accuracy: {compared_with}, {verdict} (see {names.LAYER_TABLE_FILE})"
 
 
 def job_summary(run_name: str, placement: str, result: JobResult, where: str) -> str:

@@ -495,17 +495,17 @@ def write_plots(
     """
     out = Path(out_dir)
     written = [
-        save(step_time_figure(runs), out / "step_time.png"),
-        save(op_breakdown_figure(client, runs), out / "op_breakdown.png"),
-        save(roofline_figure(runs), out / "roofline.png"),
+        save(step_time_figure(runs), out / names.STEP_TIME_PLOT_FILE),
+        save(op_breakdown_figure(client, runs), out / names.OP_BREAKDOWN_PLOT_FILE),
+        save(roofline_figure(runs), out / names.ROOFLINE_PLOT_FILE),
     ]
     if any(price_per_hour(run) is not None for run in runs):
-        written.append(save(cost_frontier_figure(runs), out / "cost_frontier.png"))
+        written.append(save(cost_frontier_figure(runs), out / names.COST_FRONTIER_PLOT_FILE))
     if curves := size_curves(runs):
         found = crossovers(client, curves) if found is None else found
-        written.append(save(shape_curves_figure(curves, found), out / "shape_curves.png"))
+        written.append(save(shape_curves_figure(curves, found), out / names.SHAPE_CURVES_PLOT_FILE))
     if scaling := scaling_curves(runs):
-        written.append(save(core_scaling_figure(scaling), out / "core_scaling.png"))
+        written.append(save(core_scaling_figure(scaling), out / names.CORE_SCALING_PLOT_FILE))
     if queues := queue_curves(runs):
-        written.append(save(queue_depth_figure(queues), out / "queue_depth.png"))
+        written.append(save(queue_depth_figure(queues), out / names.QUEUE_DEPTH_PLOT_FILE))
     return written

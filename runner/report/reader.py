@@ -53,10 +53,25 @@ def process_medians(client: MlflowClient, run: Run) -> list[float]:
     return [m.value for m in sorted(history, key=lambda m: m.step)]
 
 
+def check_op_table_version(run: Run) -> None:
+    """Refuse, in one line, an op table whose layout this runner cannot read (a newer runner logged it).
+
+    A run without the version tag was logged before the tag existed, in version 1's layout.
+    """
+    version = run.data.tags.get(names.TAG_OP_TABLE_VERSION, str(names.OP_TABLE_UNTAGGED_VERSION))
+    readable = [str(known) for known in names.OP_TABLE_READABLE_VERSIONS]
+    if version not in readable:
+        raise SystemExit(
+            f"error: run {run.info.run_id}: {names.TAG_OP_TABLE_VERSION}={version} is an op table layout this "
+            f"runner cannot read (it reads {', '.join(readable)}); read it with the runner that logged it"
+        )
+
+
 def op_table(client: MlflowClient, run: Run) -> dict[str, Any]:
-    """The run's key_averages.json artifact ({"columns": [...], "data": [...]}), or empty."""
+    """The run's op table artifact ({"columns": [...], "data": [...]}) in a layout this runner reads, or empty."""
+    check_op_table_version(run)
     try:
-        path = client.download_artifacts(run.info.run_id, "key_averages.json")
+        path = client.download_artifacts(run.info.run_id, names.OP_TABLE_FILE)
     except Exception:
         return {"columns": [], "data": []}
     with open(path) as f:
@@ -75,17 +90,17 @@ class OpStats:
 def per_op(table: dict[str, Any], active_steps: float) -> dict[str, OpStats]:
     """Merge an op table's rows by op name (device self time when present, else CPU)."""
     columns = table["columns"]
-    clock = "self_device_ms" if "self_device_ms" in columns else "self_cpu_ms"
+    clock = names.self_time_column(names.OP_SELF_DEVICE_MS in columns)
     ops: dict[str, OpStats] = defaultdict(OpStats)
     for values in table["data"]:
         row = dict(zip(columns, values, strict=True))
-        if str(row["name"]).startswith("ProfilerStep"):
+        if str(row[names.OP_NAME]).startswith(names.OP_STEP_PREFIX):
             continue
-        stats = ops[row["name"]]
-        stats.calls_per_step += row["calls_per_step"]
+        stats = ops[row[names.OP_NAME]]
+        stats.calls_per_step += row[names.OP_CALLS_PER_STEP]
         stats.self_ms_per_step += row[clock] / active_steps
-        if row.get("cycle_self_ms"):
-            samples = json.loads(row["cycle_self_ms"])
+        if row.get(names.OP_CYCLE_SELF_MS):
+            samples = json.loads(row[names.OP_CYCLE_SELF_MS])
             merged = stats.cycle_samples or [0.0] * len(samples)
             stats.cycle_samples = [a + b for a, b in zip(merged, samples, strict=False)]
     return dict(ops)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from runner import names
 from runner.report.reader import label, op_table
 from workloads.aten_op import AtenOp, out_of_place
 
@@ -68,23 +69,24 @@ def top_replays(client: MlflowClient, run: Run, top: int) -> tuple[list[Replay],
     """The run's `top` ATen op rows by self time (device time when recorded), with their commands; and that clock."""
     table = op_table(client, run)
     columns = table["columns"]
-    clock = "self_device_ms" if "self_device_ms" in columns else "self_cpu_ms"
+    clock = names.self_time_column(names.OP_SELF_DEVICE_MS in columns)
     rows = [dict(zip(columns, values, strict=True)) for values in table["data"]]
-    rows = sorted((r for r in rows if str(r["name"]).startswith("aten::")), key=lambda r: -float(r[clock]))
+    rows = sorted((r for r in rows if str(r[names.OP_NAME]).startswith("aten::")), key=lambda r: -float(r[clock]))
     dtype = run.data.params.get("workload.dtype", "float32")
     replays = []
     for row in rows[:top]:
-        shapes = json.loads(row.get("input_shapes") or "[]")
-        op = out_of_place(row["name"])
+        name = row[names.OP_NAME]
+        shapes = json.loads(row.get(names.OP_INPUT_SHAPES) or "[]")
+        op = out_of_place(name)
         found = replayable_shapes(op, shapes)
         if found is None:
             note = "not replayable: its arguments are not tensors of these shapes"
-            replays.append(Replay(row["name"], shapes, float(row[clock]), "", note))
+            replays.append(Replay(name, shapes, float(row[clock]), "", note))
             continue
         replay_shapes, note = found
-        if op != row["name"]:
+        if op != name:
             note = "; ".join(filter(None, [f"replayed out of place as {op}", note]))
-        replays.append(Replay(row["name"], shapes, float(row[clock]), replay_command(op, replay_shapes, dtype), note))
+        replays.append(Replay(name, shapes, float(row[clock]), replay_command(op, replay_shapes, dtype), note))
     return replays, clock
 
 

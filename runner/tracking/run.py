@@ -198,11 +198,11 @@ class NullRun:
         self.log_metrics({prefix + name: value for name, value in result.metrics.items()})
         if not folder:
             self.log_series(result.series)
-            self.set_tags(result.tags)
-        self.log_table(result.table.columns(), f"{prefix}key_averages.json")
+            self.set_tags({**result.tags, names.TAG_OP_TABLE_VERSION: names.OP_TABLE_VERSION})
+        self.log_table(result.table.columns(), prefix + names.OP_TABLE_FILE)
         for name, columns in result.tables.items():
             self.log_table(columns, prefix + name)
-        self.log_text(result.printed_table, f"{prefix}key_averages.txt")
+        self.log_text(result.printed_table, prefix + names.OP_TABLE_TEXT_FILE)
         for name, text in result.texts.items():
             self.log_text(text, prefix + name)
         self.log_capture(result.capture_dir, prefix + result.capture_dir.name, max_artifact_mb)
@@ -270,7 +270,7 @@ class MlflowRun(NullRun):
     def log_capture(self, local_dir: Path, artifact_path: str, max_mb: int) -> None:
         """Log a capture tree as is, keeping files past the `max_mb` budget local.
 
-        Files kept local are listed with their path and size in `artifacts_kept_local.json`
+        Files kept local are listed with their path and size in `names.KEPT_LOCAL_FILE`
         and counted in the `runner.artifacts_kept_local` tag.
         """
         import mlflow
@@ -286,12 +286,13 @@ class MlflowRun(NullRun):
             folder = str(Path(artifact_path) / parent) if parent.parts else artifact_path
             mlflow_write(partial(mlflow.log_artifact, str(path), folder))
         kept = [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in keep]
-        mlflow_write(lambda: mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, "artifacts_kept_local.json"))
+        mlflow_write(lambda: mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, names.KEPT_LOCAL_FILE))
         self.set_tags({names.TAG_ARTIFACTS_KEPT_LOCAL: len(kept)})
         log.warning(
-            "%d capture file(s) over tracking.max_artifact_mb=%d stay local; see artifacts_kept_local.json",
+            "%d capture file(s) over tracking.max_artifact_mb=%d stay local; see %s",
             len(kept),
             max_mb,
+            names.KEPT_LOCAL_FILE,
         )
 
     def describe(self) -> str:

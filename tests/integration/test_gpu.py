@@ -35,7 +35,7 @@ def test_cuda_run_reports_device_time(tmp_path: Path, workload: str) -> None:
     assert 0 < metrics[names.ROOFLINE_BANDWIDTH_FRACTION] <= 1
     run = all_runs()[0]
     assert run.data.tags[names.TAG_BACKEND] == "cuda" and run.data.tags[names.TAG_DEVICE_TIME] == "reported"
-    table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")
+    table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{names.OP_TABLE_FILE}")
     assert "self_device_ms" in table["columns"]
 
 
@@ -48,7 +48,7 @@ def test_auto_picks_cuda_when_no_neuron(tmp_path: Path) -> None:
 def test_compiled_on_cuda_shows_triton_kernels(tmp_path: Path) -> None:
     run_cuda(tmp_path, "+workload=rmsnorm_compiled", "backend=cuda")
     run = all_runs()[0]
-    table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/key_averages.json")
+    table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{names.OP_TABLE_FILE}")
     assert any("triton" in row[0] for row in table["data"])
 
 

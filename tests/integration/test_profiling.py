@@ -81,7 +81,7 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
     assert CountingModule.calls == 1 + unprofiled + spec.schedule.total_steps  # first call, steady state, schedule
     assert result.table.active_steps == 4
     assert calls_per_step(result)["aten::mul"] == 1  # accumulated over both cycles, per active step
-    traces = sorted((tmp_path / "trace").rglob("trace.json"))
+    traces = sorted((tmp_path / "trace").rglob(names.TRACE_FILE))
     assert [t.parent.name for t in traces] == ["iteration_5", "iteration_9"]
     events = json.loads(traces[0].read_text())["traceEvents"]
     assert any(e.get("name") == "aten::mul" for e in events)

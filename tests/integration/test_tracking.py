@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from runner import names
 from runner.config import ConfigError, load_run_spec
 from runner.experiment import run_experiment
+from runner.report.reader import op_table
 from runner.tracking.run import flatten
 from tests.helpers import all_runs, compose_cfg, job_for
 
@@ -45,15 +46,17 @@ def test_run_lands_with_params_tags_metrics_and_artifacts(tmp_path: Path) -> Non
     assert run.data.metrics[names.PROFILED_STEP_MS] == pytest.approx(metrics[names.PROFILED_STEP_MS])
     assert names.DEVICE_SELF_TOTAL_MS not in run.data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
-    assert {"key_averages.json", "key_averages.txt", "trace", "config_resolved.yaml"} <= artifacts
+    assert {names.OP_TABLE_FILE, names.OP_TABLE_TEXT_FILE, names.TRACE_FOLDER, names.CONFIG_FILE} <= artifacts
     # beside the SQLite database, not in ./mlruns of the folder the job ran in
     assert run.info.artifact_uri.startswith(
         (Path(mlflow.get_tracking_uri().removeprefix("sqlite:///")).parent / "mlruns").as_uri()
     )
     local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "dl")))
-    table = json.loads((local / "key_averages.json").read_text())
-    assert "name" in table["columns"] and any(row[0] == "aten::rsqrt" for row in table["data"])
-    assert json.loads(next((local / "trace").rglob("trace.json")).read_text())["traceEvents"]
+    table = json.loads((local / names.OP_TABLE_FILE).read_text())
+    assert names.OP_NAME in table["columns"] and any(row[0] == "aten::rsqrt" for row in table["data"])
+    assert run.data.tags[names.TAG_OP_TABLE_VERSION] == str(names.OP_TABLE_VERSION)
+    assert op_table(mlflow.MlflowClient(), run) == table  # the reader takes the layout the job wrote
+    assert json.loads(next((local / names.TRACE_FOLDER).rglob(names.TRACE_FILE)).read_text())["traceEvents"]
 
 
 def test_job_that_raises_leaves_its_run_failed(tmp_path: Path) -> None:

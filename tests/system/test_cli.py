@@ -29,7 +29,7 @@ def test_single_run(tmp_path: Path, tracking_uri: str) -> None:
     (run,) = all_runs(tracking_uri)
     assert run.info.status == "FINISHED"
     assert run.data.tags[names.TAG_OVERRIDES].startswith("+workload=rmsnorm_naive")
-    assert list((tmp_path / "run" / "trace").rglob("trace.json"))
+    assert list((tmp_path / "run" / names.TRACE_FOLDER).rglob(names.TRACE_FILE))
 
 
 @pytest.mark.smoke

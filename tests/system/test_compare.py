@@ -65,11 +65,15 @@ def test_sweep_prints_the_table_and_logs_it_to_the_parent(study: Study) -> None:
         assert median_text(run) in study.done.stdout  # the terminal table shows MLflow's numbers
     parent_id = study.parent.info.run_id
     files = {a.path for a in study.client.list_artifacts(parent_id)} | {
-        a.path for a in study.client.list_artifacts(parent_id, "plots")
+        a.path for a in study.client.list_artifacts(parent_id, names.PLOTS_FOLDER)
     }
-    assert {"comparison.json", "comparison.md", "sweep_summary.txt"} <= files
-    assert {"plots/step_time.png", "plots/op_breakdown.png", "plots/roofline.png"} <= files
-    table = json.loads(Path(study.client.download_artifacts(parent_id, "comparison.json")).read_text())
+    assert {names.COMPARISON_FILE, names.COMPARISON_TEXT_FILE, names.SWEEP_SUMMARY_FILE} <= files
+    assert {
+        f"{names.PLOTS_FOLDER}/{names.STEP_TIME_PLOT_FILE}",
+        f"{names.PLOTS_FOLDER}/{names.OP_BREAKDOWN_PLOT_FILE}",
+        f"{names.PLOTS_FOLDER}/{names.ROOFLINE_PLOT_FILE}",
+    } <= files
+    table = json.loads(Path(study.client.download_artifacts(parent_id, names.COMPARISON_FILE)).read_text())
     rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
     assert {row["run"].split()[0] for row in rows} == set(VARIANTS)
     by_name = {row["run"].split()[0]: row for row in rows}
@@ -81,7 +85,7 @@ def test_sweep_prints_the_table_and_logs_it_to_the_parent(study: Study) -> None:
         assert run.data.tags[names.TAG_COMPARE_SPEEDUP] == by_name[name][SPEEDUP]
         assert run.data.tags[names.TAG_COMPARE_BASELINE] == study.children["rmsnorm_naive"].info.run_name
         assert run.data.params[names.PARAM_WORKLOAD_OPTION] == name
-    markdown = Path(study.client.download_artifacts(parent_id, "comparison.md")).read_text()
+    markdown = Path(study.client.download_artifacts(parent_id, names.COMPARISON_TEXT_FILE)).read_text()
     assert markdown.startswith("| rank | run | status |") and markdown.count("\n") == 5  # header, rule, 3 runs
     assert sorted(row["rank"] for row in rows) == ["1", "2", "3"]
 

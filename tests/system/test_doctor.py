@@ -50,7 +50,7 @@ def test_a_cpu_host_has_no_neuron_device_and_passes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "No Neuron device here" in done.stdout and "| backends usable | cpu; backend=auto picks cpu |" in done.stdout
     assert "Traceback" not in done.stderr
-    report = json.loads((tmp_path / "report" / "doctor.json").read_text())
+    report = json.loads((tmp_path / "report" / names.DOCTOR_FILE).read_text())
     assert [(v["probe"], v["status"]) for v in report["verdicts"]] == [("mlflow_store", PASS)]
     # the findings are printed once, in the report: stderr has progress only, no list of the same
     findings = [f"{item}: {value}" for item, value in report["host"].items()] + [report["verdicts"][0]["evidence"]]
@@ -73,17 +73,17 @@ def test_an_unwritable_store_fails_the_doctor(tmp_path: Path) -> None:
     done = doctor(tmp_path, env, "--uri", "sqlite:////nonexistent-folder/mlflow.db")
     assert done.returncode == 1
     assert "| mlflow_store | FAIL (breaks runs) |" in done.stdout
-    assert (tmp_path / "report" / "doctor.md").is_file()
+    assert (tmp_path / "report" / names.DOCTOR_PAGE_FILE).is_file()
 
 
 @pytest.mark.slow
 def test_on_the_documented_standin_every_probe_passes(tmp_path: Path) -> None:
     done = doctor(tmp_path, standin_env(tmp_path, FEATURES))
-    report = json.loads((tmp_path / "report" / "doctor.json").read_text())
+    report = json.loads((tmp_path / "report" / names.DOCTOR_FILE).read_text())
     statuses = {v["probe"]: v["status"] for v in report["verdicts"]}
     assert statuses == dict.fromkeys([*PROBE_NAMES, "mlflow_store"], PASS), done.stdout
     assert done.returncode == 0
-    assert (tmp_path / "report" / "doctor.md").read_text() in done.stdout
+    assert (tmp_path / "report" / names.DOCTOR_PAGE_FILE).read_text() in done.stdout
     (run,) = MlflowClient(f"sqlite:///{tmp_path / 'doctor.db'}").search_runs(["1"])
     assert {k: v for k, v in run.data.tags.items() if k.startswith("doctor.")} == {
         f"doctor.{name}": PASS for name in statuses

@@ -33,9 +33,11 @@ def test_a_run_logs_the_table_the_plot_and_the_first_failing_layer(tmp_path: Pat
     assert run.data.tags[names.TAG_FIRST_FAILING_LAYER] == "layers.1.mlp"
     assert run.data.metrics[names.LAYERS_FAILING] >= 1
     client = mlflow.MlflowClient(tracking_uri)
-    table = json.loads(Path(client.download_artifacts(run.info.run_id, "layer_accuracy.json")).read_text())
+    table = json.loads(Path(client.download_artifacts(run.info.run_id, names.LAYER_TABLE_FILE)).read_text())
     assert table["columns"] == ["layer", "shape", "max_abs_err", "max_rel_err", "tolerance", "pass"]
-    assert [info.path for info in client.list_artifacts(run.info.run_id, "plots")] == ["plots/layer_accuracy.png"]
+    assert [info.path for info in client.list_artifacts(run.info.run_id, names.PLOTS_FOLDER)] == [
+        f"{names.PLOTS_FOLDER}/{names.LAYER_PLOT_FILE}"
+    ]
     bad = subprocess.run([*job[:-1], "measure.layers=[layers.7]", f"hydra.run.dir={tmp_path / 'bad'}"],
                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
     assert bad.returncode != 0 and "measure.layers: layers.7 not in the workload" in bad.stderr

@@ -79,7 +79,7 @@ def test_documented_procedure_end_to_end(tmp_path: Path, tracking_uri: str) -> N
         "modes": ["DEVICE", "RUNTIME"],
         "max_events_per_nc": None,
         "capture_enabled_for_nc": "0",
-        "profile_output_dir": str(tmp_path / "run" / "neuron_profile"),
+        "profile_output_dir": str(tmp_path / "run" / names.NEURON_PROFILE_FOLDER),
         "neff_cache_dir": str(tmp_path / "neff_cache"),
         "precache_node_info": True,
     }
@@ -121,7 +121,7 @@ def test_documented_procedure_end_to_end(tmp_path: Path, tracking_uri: str) -> N
         "ntrace.pb", "trace_info.pb", "trace.json", "profile_nc_0_session_0.ntff",
         "neff_1438288577794338_vnc_0.neff", "neff_9911002233445566_vnc_0.neff",
     }  # fmt: skip
-    manifest = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/environment.json")
+    manifest = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{names.ENVIRONMENT_FILE}")
     # the cores the job owns, not device_count()'s answer cached before the pin (8)
     assert manifest["device"][names.MANIFEST_NEURON_CORE_COUNT] == 2 and manifest["packages"]["torch"]
 
@@ -248,7 +248,7 @@ def test_the_core_scaling_study_runs_on_neuron(tmp_path: Path, tracking_uri: str
     starts = [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"]
     assert starts[:2] == ["0", "0-1"] and sorted(starts[2:4]) == ["0", "1"] and starts[4:] == ["0-1"]
     client = mlflow.MlflowClient(tracking_uri)
-    report = Path(client.download_artifacts(parent.info.run_id, "scaling.md")).read_text()
+    report = Path(client.download_artifacts(parent.info.run_id, names.SCALING_FILE)).read_text()
     assert report.startswith("rmsnorm_naive:") and "| 2 |" in report
 
 
@@ -264,8 +264,11 @@ def test_ranks_each_own_a_neuron_core_and_their_own_capture(tmp_path: Path, trac
     assert sorted(e["visible_cores"] for e in events if e["event"] == "runtime_start") == ["0", "1"]
     assert sorted(e["rank"] for e in events if e["event"] == "process_group") == [0, 1]
     outputs = sorted(e["profile_output_dir"] for e in events if e["event"] == "NeuronConfig")
-    assert [Path(out).parts[-2:] for out in outputs] == [("rank0", "neuron_profile"), ("rank1", "neuron_profile")]
-    assert "rank1/neuron_profile" in {
+    assert [Path(out).parts[-2:] for out in outputs] == [
+        ("rank0", names.NEURON_PROFILE_FOLDER),
+        ("rank1", names.NEURON_PROFILE_FOLDER),
+    ]
+    assert f"rank1/{names.NEURON_PROFILE_FOLDER}" in {
         info.path for info in mlflow.MlflowClient(tracking_uri).list_artifacts(run.info.run_id, "rank1")
     }
 
@@ -280,7 +283,7 @@ def test_runtime_queue_settings_are_set_before_the_runtime_starts_and_recorded(
     assert (start["async_nrt"], start["inflight_requests"]) == ("0", "4")
     run = the_run(tracking_uri)
     manifest = json.loads(Path(mlflow.MlflowClient(tracking_uri).download_artifacts(
-        run.info.run_id, "environment.json")).read_text())  # fmt: skip
+        run.info.run_id, names.ENVIRONMENT_FILE)).read_text())  # fmt: skip
     assert manifest["device"]["neuron.env.TORCH_NEURONX_ENABLE_ASYNC_NRT"] == "0 (backend config)"
     assert manifest["device"]["neuron.env.NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"] == "4 (backend config)"
     assert run.data.metrics[names.THROUGHPUT_INFLIGHT] == 4 and run.data.metrics[names.THROUGHPUT_STEPS_PER_S] > 0
@@ -290,7 +293,7 @@ def test_runtime_queue_settings_are_set_before_the_runtime_starts_and_recorded(
     assert (start["async_nrt"], start["inflight_requests"]) == ("1", None)  # the package's own default
     latest = max(all_runs(tracking_uri), key=lambda r: r.info.start_time)
     manifest = json.loads(Path(mlflow.MlflowClient(tracking_uri).download_artifacts(
-        latest.info.run_id, "environment.json")).read_text())  # fmt: skip
+        latest.info.run_id, names.ENVIRONMENT_FILE)).read_text())  # fmt: skip
     assert manifest["device"]["neuron.env.TORCH_NEURONX_ENABLE_ASYNC_NRT"] == (
         "1 (set by torch-neuronx at import; documented default 0)"
     )

@@ -66,11 +66,13 @@ def test_a_data_parallel_train_step_runs_as_two_ranks(tmp_path: Path, tracking_u
     assert run.data.tags[names.TAG_ACCURACY] == "pass"  # the ranks' averaged steps keep the weights equal
     client = mlflow.MlflowClient(tracking_uri)
     top = {info.path for info in client.list_artifacts(run.info.run_id)}
-    assert {"key_averages.json", "trace", "rank1", "plots"} <= top
-    assert [info.path for info in client.list_artifacts(run.info.run_id, "plots")] == ["plots/rank_steps.png"]
+    assert {names.OP_TABLE_FILE, names.TRACE_FOLDER, "rank1", names.PLOTS_FOLDER} <= top
+    assert [info.path for info in client.list_artifacts(run.info.run_id, names.PLOTS_FOLDER)] == [
+        f"{names.PLOTS_FOLDER}/{names.RANK_STEPS_PLOT_FILE}"
+    ]
     rank1 = {info.path for info in client.list_artifacts(run.info.run_id, "rank1")}
-    assert rank1 == {"rank1/key_averages.json", "rank1/key_averages.txt", "rank1/trace"}
-    ops = client.download_artifacts(run.info.run_id, "rank1/key_averages.json")
+    assert rank1 == {f"rank1/{names.OP_TABLE_FILE}", f"rank1/{names.OP_TABLE_TEXT_FILE}", f"rank1/{names.TRACE_FOLDER}"}
+    ops = client.download_artifacts(run.info.run_id, f"rank1/{names.OP_TABLE_FILE}")
     assert "c10d::allreduce_" in Path(ops).read_text()
     # the run's own trace is rank 0's; the other ranks' stay out of a trace diff
     profile = load_profile(trace_files(client, run, tmp_path / "download"))

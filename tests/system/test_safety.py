@@ -124,7 +124,7 @@ def test_a_full_disk_gives_a_failed_run_and_no_broken_artifact(full_disk: Path, 
     (run,) = all_runs(tracking_uri)
     assert run.info.status == "FAILED" and run.data.tags[names.TAG_ERROR].startswith("CaptureIncomplete")
     logged = [a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(run.info.run_id)]
-    assert "trace" not in logged  # the truncated trace stays out of the store
+    assert names.TRACE_FOLDER not in logged  # the truncated trace stays out of the store
     # the status file says FAILED, or, when even that could not be written, the console says so
     status = json.loads((full_disk / "run" / "job_status.json").read_text())["status"]
     assert status == "FAILED" or "could not write job_status.json" in done.stdout + done.stderr

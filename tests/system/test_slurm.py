@@ -98,8 +98,11 @@ def test_two_ranks_run_as_the_two_tasks_of_a_slurm_job(
         assert 0 < run.data.metrics[f"rank{rank}/{names.RANK_COLLECTIVE_SHARE}"] < 1  # the gradients' all-reduce
     client = mlflow.MlflowClient(tracking_uri)
     rank1 = {info.path for info in client.list_artifacts(run.info.run_id, "rank1")}
-    assert rank1 == {"rank1/key_averages.json", "rank1/key_averages.txt", "rank1/trace"}
-    assert "c10d::allreduce_" in Path(client.download_artifacts(run.info.run_id, "rank1/key_averages.json")).read_text()
+    assert rank1 == {f"rank1/{names.OP_TABLE_FILE}", f"rank1/{names.OP_TABLE_TEXT_FILE}", f"rank1/{names.TRACE_FOLDER}"}
+    assert (
+        "c10d::allreduce_"
+        in Path(client.download_artifacts(run.info.run_id, f"rank1/{names.OP_TABLE_FILE}")).read_text()
+    )
 
 
 @pytest.mark.slow

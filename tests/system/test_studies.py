@@ -29,9 +29,15 @@ def test_the_shapes_study_logs_its_curves_crossovers_and_cost_frontier(tmp_path:
     parent = next(r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true")
     assert len(runs) == 7
     client = mlflow.MlflowClient(tracking_uri)
-    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
-    assert {"plots/shape_curves.png", "plots/cost_frontier.png"} <= logged
-    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"crossovers.md", "comparison.md"}
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, names.PLOTS_FOLDER)}
+    assert {
+        f"{names.PLOTS_FOLDER}/{names.SHAPE_CURVES_PLOT_FILE}",
+        f"{names.PLOTS_FOLDER}/{names.COST_FRONTIER_PLOT_FILE}",
+    } <= logged
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {
+        names.CROSSOVERS_FILE,
+        names.COMPARISON_TEXT_FILE,
+    }
 
 
 @pytest.mark.slow
@@ -48,8 +54,10 @@ def test_the_scaling_study_runs_copies_side_by_side(tmp_path: Path, tracking_uri
     two = next(r for r in runs if r.data.metrics.get(names.SCALING_COPIES) == 2)
     client = mlflow.MlflowClient(tracking_uri)
     assert len(client.get_metric_history(two.info.run_id, names.PROCESS_MEDIAN_MS)) == 2  # one median per copy
-    assert "plots/core_scaling.png" in {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
-    assert "scaling.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert f"{names.PLOTS_FOLDER}/{names.CORE_SCALING_PLOT_FILE}" in {
+        a.path for a in client.list_artifacts(parent.info.run_id, names.PLOTS_FOLDER)
+    }
+    assert names.SCALING_FILE in {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert "| 2 |" in done.stdout
 
 
@@ -66,8 +74,10 @@ def test_the_queue_depth_study_plots_throughput_against_latency(tmp_path: Path, 
     (parent,) = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
     depths = sorted(r.data.metrics[names.THROUGHPUT_INFLIGHT] for r in runs if r is not parent)
     assert depths == [1, 4]
-    plots = {info.path for info in mlflow.MlflowClient(tracking_uri).list_artifacts(parent.info.run_id, "plots")}
-    assert "plots/queue_depth.png" in plots
+    plots = {
+        info.path for info in mlflow.MlflowClient(tracking_uri).list_artifacts(parent.info.run_id, names.PLOTS_FOLDER)
+    }
+    assert f"{names.PLOTS_FOLDER}/{names.QUEUE_DEPTH_PLOT_FILE}" in plots
 
 
 @pytest.mark.slow

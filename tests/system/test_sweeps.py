@@ -152,7 +152,7 @@ def test_sweep_against_a_tracking_server(tmp_path: Path, mlflow_server: str) -> 
     assert len(runs) == 3 and len(children) == 2
     assert all(r.info.status == "FINISHED" for r in runs)
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
-    assert "key_averages.json" in artifacts
+    assert names.OP_TABLE_FILE in artifacts
 
 
 @pytest.mark.slow

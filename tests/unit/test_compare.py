@@ -68,8 +68,9 @@ def test_priced_runs_get_a_cost_frontier_plot(tracking_uri: str, tmp_path: Path)
         client.set_terminated(run.info.run_id)
         runs.append(client.get_run(run.info.run_id))
     written = write_plots(client, runs, tmp_path)
-    assert tmp_path / "cost_frontier.png" in written and (tmp_path / "cost_frontier.png").stat().st_size > 10_000
+    frontier = tmp_path / names.COST_FRONTIER_PLOT_FILE
+    assert frontier in written and frontier.stat().st_size > 10_000
     table = render(comparison_rows(client, runs, None, None), "csv")
     costs = {row["run"]: row["$/1M steps"] for row in csv.DictReader(io.StringIO(table))}
     assert costs == {"trn": "$0.2978", "gpu": "$0.3333", "cpu": "$0.8333", "unpriced": "-"}
-    assert tmp_path / "cost_frontier.png" not in write_plots(client, runs[3:], tmp_path / "none")
+    assert tmp_path / "none" / names.COST_FRONTIER_PLOT_FILE not in write_plots(client, runs[3:], tmp_path / "none")

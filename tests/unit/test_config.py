@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 import pytest
 import torch
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from runner import CONF_DIR
 from runner.backends.cpu import CpuBackend
 from runner.backends.registry import make_backend
-from runner.config import BackendConfig, ConfigError, RunSpec, ScheduleConfig, load_run_spec
+from runner.config import BackendConfig, ConfigError, RunSpec, ScheduleConfig, WorkloadKeys, load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import compose_cfg
 
@@ -107,6 +108,19 @@ def test_compiled_variant_is_the_naive_one_with_compile_on() -> None:
     assert OmegaConf.masked_copy(compiled, [k for k in compiled if k != "compile"]) == OmegaConf.masked_copy(
         naive, [k for k in naive if k != "compile"]
     )
+
+
+def test_runner_keys_default_from_one_dataclass_and_no_workload_file_repeats_a_default() -> None:
+    defaults = asdict(WorkloadKeys())
+    spec = load_run_spec(compose_cfg("+workload=matmul")).workload
+    assert {key: getattr(spec, key) for key in defaults} == defaults
+    repeated = [
+        f"{path.name}: {key}"
+        for path in sorted((CONF_DIR / "workload").glob("*.yaml"))
+        for key, value in yaml.safe_load(path.read_text()).items()
+        if key in defaults and value == defaults[key]
+    ]
+    assert not repeated
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from runner.measure.accuracy import TOLERANCE, check_accuracy
 from runner.measure.optable import OpTable
 from runner.measure.roofline import over_peak
 from runner.report.console import job_summary
-from runner.result import LAYER_TABLE, JobResult
+from runner.result import JobResult
 
 STEADY = {
     names.STEP_MEDIAN_MS: 1.0,
@@ -33,11 +33,17 @@ def summary(tmp_path: Path, metrics: dict[str, float], tags: dict[str, str], **f
 def test_layer_accuracy_says_what_it_compared_when_every_layer_passes(tmp_path: Path) -> None:
     table = {"layer": ["layers.0", "layers.1", "norm"]}
     text = summary(
-        tmp_path, {names.LAYERS_FAILING: 0.0}, {names.TAG_FIRST_FAILING_LAYER: "none"}, tables={LAYER_TABLE: table}
+        tmp_path,
+        {names.LAYERS_FAILING: 0.0},
+        {names.TAG_FIRST_FAILING_LAYER: "none"},
+        tables={names.LAYER_TABLE_FILE: table},
     )
     assert "layer accuracy: 3 layer output(s) compared with float64 on the CPU, none over tolerance" in text
     failing = summary(
-        tmp_path, {names.LAYERS_FAILING: 2.0}, {names.TAG_FIRST_FAILING_LAYER: "layers.1"}, tables={LAYER_TABLE: table}
+        tmp_path,
+        {names.LAYERS_FAILING: 2.0},
+        {names.TAG_FIRST_FAILING_LAYER: "layers.1"},
+        tables={names.LAYER_TABLE_FILE: table},
     )
     assert "3 layer output(s) compared with float64 on the CPU, 2 over tolerance; layers.1 is the first" in failing
     assert "layer accuracy" not in summary(tmp_path, {}, {})  # not asked for: not shown

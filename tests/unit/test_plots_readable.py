@@ -184,7 +184,7 @@ class Store:
         if ops is not None:
             columns = ["name", "input_shapes", "calls", "calls_per_step", "self_cpu_ms"]
             rows = [["ProfilerStep*", "[]", 1, 1.0, 0.211724], *([op, "[]", 1, 1.0, ms] for op, ms in ops)]
-            self.client.log_dict(run_id, {"columns": columns, "data": rows}, "key_averages.json")
+            self.client.log_dict(run_id, {"columns": columns, "data": rows}, names.OP_TABLE_FILE)
         self.client.set_terminated(run_id)
         return self.client.get_run(run_id)
 

@@ -149,8 +149,8 @@ def test_the_perfetto_file_draws_one_step_of_each_run_with_the_matches_labelled(
 def log_traces(name: str, trace_dir: Path | None) -> str:
     with mlflow.start_run(run_name=name) as run:
         if trace_dir is not None:
-            mlflow.log_artifacts(str(trace_dir), "trace")
-        mlflow.log_dict({"columns": [], "data": []}, "key_averages.json")  # JSON that is not a trace
+            mlflow.log_artifacts(str(trace_dir), names.TRACE_FOLDER)
+        mlflow.log_dict({"columns": [], "data": []}, names.OP_TABLE_FILE)  # JSON that is not a trace
     return run.info.run_id
 
 

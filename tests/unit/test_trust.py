@@ -267,7 +267,7 @@ def log_op_table(client: mlflow.MlflowClient, run_id: str) -> None:
     """A one-op key_averages.json, as a profiled job logs it."""
     columns = ["name", "input_shapes", "calls_per_step", "self_cpu_ms"]
     table = {"columns": columns, "data": [["aten::mul", "[[4, 8], [4, 8]]", 1, 0.5]]}
-    client.log_dict(run_id, table, "key_averages.json")
+    client.log_dict(run_id, table, names.OP_TABLE_FILE)
 
 
 def test_compare_does_not_diff_a_run_that_failed(
