@@ -187,9 +187,11 @@ TAG_SLOWEST_RANK = "ranks.slowest"
 # a collective workload (workloads.collectives): nccl-tests' algorithm and bus bandwidth
 COLLECTIVE_ALGBW_GBPS = "collective/algbw_gbps"
 COLLECTIVE_BUSBW_GBPS = "collective/busbw_gbps"
-# the device's link bandwidth from conf/peaks.yaml (interconnect_gbps), and busbw over it
+# the figure in conf/peaks.yaml (links_gbps) for the link the ranks cross, and busbw over it
 COLLECTIVE_LINK_GBPS = "collective/link_gbps"
 COLLECTIVE_BUSBW_LINK_FRACTION = "collective/busbw_fraction_of_link"
+# the link the ranks cross (intra-chip, chip-to-chip, node-to-node) and its figure, or why none
+TAG_COLLECTIVE_LINK = "collective.link"
 
 # --- run names ---
 # overrides no run name shows: where results go, and whether earlier ones are reused

@@ -223,6 +223,13 @@ class Backend(ABC):
         """The roofline ceilings of the share of the device this job runs on; None when unknown."""
         return None
 
+    def ranks_cores(self) -> list[int]:
+        """The cores of this node's ranks, where one chip holds several (NeuronCores); else none.
+
+        One device per rank elsewhere: ranks on one node then cross the chip-to-chip link.
+        """
+        return []
+
     def compiled_artifact_count(self) -> int | None:
         """Compiled programs in the backend's cache (Neuron NEFFs); None where there is no such cache."""
         return None

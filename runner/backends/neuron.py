@@ -323,6 +323,18 @@ class NeuronBackend(Backend):
             return None
         return datasheet_peak(f"{generation}_core", EXECUTING_CORES, dtype)
 
+    def ranks_cores(self) -> list[int]:
+        """The NeuronCores of this node's ranks: one each, consecutive from local rank 0's (the slot plan).
+
+        A rank owns the one core its slot pinned; the others' follow from its local rank.
+        """
+        # unset, the `neuron` process group pins each rank to the core of its local rank
+        own_spec = os.environ.get(VISIBLE_CORES_ENV) or os.environ.get("LOCAL_RANK", "0")
+        own = parse_cores(own_spec, VISIBLE_CORES_ENV)[0]
+        first = own - int(os.environ.get("LOCAL_RANK", "0"))
+        here = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE", "1"))
+        return list(range(first, first + here))
+
     def compiled_artifact_count(self) -> int | None:
         """NEFFs in the NEFF cache; the difference across a job counts its compilations."""
         cache = Path(self.neff_cache_dir())
