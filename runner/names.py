@@ -40,9 +40,11 @@ THROUGHPUT_STEPS_PER_S = "throughput/steps_per_s"
 THROUGHPUT_BLOCK_MS = "throughput/block_ms"
 THROUGHPUT_INFLIGHT = "throughput/inflight"
 
-# measure.compile_cache: torch's compile-cache lookups in the job (FX graphs and AOT autograd)
+# measure.compile_cache: the job's compile-cache lookups (torch's FX graphs and AOT autograd, or NEFFs)
 COMPILE_CACHE_HITS = "compile/cache_hits"
 COMPILE_CACHE_MISSES = "compile/cache_misses"
+# what the hits and misses count: torch's lookups, or the NEFF cache's (and why hits are unknown)
+TAG_COMPILE_CACHE_COUNTED = "compile.cache_counted"
 
 # --- metrics: the op table ---
 CPU_SELF_TOTAL_MS = "cpu/self_total_ms"

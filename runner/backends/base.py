@@ -108,6 +108,9 @@ class Backend(ABC):
     collective_backend: ClassVar[str] = "gloo"
     # the compile caches this device's compilations fill: folder name -> the variable that moves it
     compile_caches: ClassVar[dict[str, str]] = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
+    # how a cache job counts its hits and misses: "torch" (inductor's and AOT autograd's lookup
+    # counters) or "neff" (the NEFF cache folder before and after, and the NEFFs the capture holds)
+    compile_cache_counting: ClassVar[str] = "torch"
     # what the environment manifest records for this device: variables (by prefix), Python and system packages
     manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
     manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)

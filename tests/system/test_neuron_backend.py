@@ -289,6 +289,21 @@ def test_ranks_on_cores_of_one_chip_get_no_fraction_of_the_chip_to_chip_link(tmp
     assert "[intra-chip: no documented figure]" in done.stdout
 
 
+def test_cold_and_warm_neff_caches_differ_in_their_hits_and_misses(tmp_path: Path, tracking_uri: str) -> None:
+    # the stand-in compiles its NEFFs into the cache a DEVICE capture copies them from
+    cache = f"measure.compile_cache_dir={tmp_path / 'cache'}"
+    for state in ("cold", "warm"):
+        done = run_neuron(
+            tmp_path / state, "backend=neuron", f"measure.compile_cache={state}", cache, "backend.neff_cache_dir=null"
+        )
+        assert done.returncode == 0, done.stderr
+    jobs = {run.data.tags[names.TAG_COMPILE_CACHE]: run.data for run in all_runs(tracking_uri)}
+    cold, warm = jobs["cold"].metrics, jobs["warm"].metrics
+    assert (cold[names.COMPILE_CACHE_HITS], cold[names.COMPILE_CACHE_MISSES]) == (0, 2)
+    assert (warm[names.COMPILE_CACHE_HITS], warm[names.COMPILE_CACHE_MISSES]) == (2, 0)
+    assert jobs["warm"].tags[names.TAG_COMPILE_CACHE_COUNTED].startswith("NEFF cache: misses are NEFFs")
+
+
 def test_runtime_queue_settings_are_set_before_the_runtime_starts_and_recorded(
     tmp_path: Path, tracking_uri: str
 ) -> None:
