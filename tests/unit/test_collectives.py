@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from runner import names
+from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import datasheet_peak, link_between
 from runner.measure.collectives import collective_bandwidth, collective_timing, is_collective
 from runner.traces import Span
@@ -91,3 +92,13 @@ def test_busbw_is_a_fraction_only_of_the_link_the_ranks_cross(monkeypatch: pytes
     across, across_tags = collective_bandwidth(1e9, 10.0, 2, peak, [0])
     assert names.COLLECTIVE_BUSBW_LINK_FRACTION not in across
     assert across_tags[names.TAG_COLLECTIVE_LINK] == "node-to-node (EFA): no documented figure"
+
+
+def test_a_neuron_rank_finds_its_nodes_ranks_cores_from_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = object.__new__(NeuronBackend)  # the method reads the rank's environment only: no runtime
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert backend.ranks_cores() == [3, 4]  # across the Trn2 chips of cores 0-3 and 4-7
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES")  # the `neuron` process group pins a rank to its local rank
+    assert backend.ranks_cores() == [0, 1]
