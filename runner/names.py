@@ -40,9 +40,11 @@ THROUGHPUT_STEPS_PER_S = "throughput/steps_per_s"
 THROUGHPUT_BLOCK_MS = "throughput/block_ms"
 THROUGHPUT_INFLIGHT = "throughput/inflight"
 
-# measure.compile_cache: torch's compile-cache lookups in the job (FX graphs and AOT autograd)
+# measure.compile_cache: the job's compile-cache lookups (torch's FX graphs and AOT autograd, or NEFFs)
 COMPILE_CACHE_HITS = "compile/cache_hits"
 COMPILE_CACHE_MISSES = "compile/cache_misses"
+# what the hits and misses count: torch's lookups, or the NEFF cache's (and why hits are unknown)
+TAG_COMPILE_CACHE_COUNTED = "compile.cache_counted"
 
 # --- metrics: the op table ---
 CPU_SELF_TOTAL_MS = "cpu/self_total_ms"
@@ -262,9 +264,11 @@ TAG_SLOWEST_RANK = "ranks.slowest"
 # a collective workload (workloads.collectives): nccl-tests' algorithm and bus bandwidth
 COLLECTIVE_ALGBW_GBPS = "collective/algbw_gbps"
 COLLECTIVE_BUSBW_GBPS = "collective/busbw_gbps"
-# the device's link bandwidth from conf/peaks.yaml (interconnect_gbps), and busbw over it
+# the figure in conf/peaks.yaml (links_gbps) for the link the ranks cross, and busbw over it
 COLLECTIVE_LINK_GBPS = "collective/link_gbps"
 COLLECTIVE_BUSBW_LINK_FRACTION = "collective/busbw_fraction_of_link"
+# the link the ranks cross (intra-chip, chip-to-chip, node-to-node) and its figure, or why none
+TAG_COLLECTIVE_LINK = "collective.link"
 
 # --- run names ---
 # overrides no run name shows: where results go, and whether earlier ones are reused

@@ -20,6 +20,7 @@ from runner.backends.peaks import Peak
 from runner.config import RunSpec
 from runner.measure.accuracy import check_accuracy, check_finite
 from runner.measure.build import BuiltWorkload
+from runner.measure.collectives import collective_bandwidth
 from runner.measure.layers import first_failing, layer_errors, layer_table
 from runner.measure.optable import OpTable, self_time_by_op
 from runner.measure.phases import Measurement
@@ -56,26 +57,6 @@ class JobResult:
     tables: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
 
-def collective_bandwidth(workload: BuiltWorkload, step_ms: float, peak: Peak | None) -> dict[str, float]:
-    """nccl-tests' algbw and busbw of a collective workload among several ranks; else nothing.
-
-    busbw scales algbw by 2(n-1)/n, the share of the data an all-reduce sends over each link,
-    so figures at different rank counts compare against the same link bandwidth: the peak's
-    interconnect figure, where it has one.
-    """
-    collective_bytes = getattr(workload.eager, "collective_bytes", None)
-    if collective_bytes is None or not dist.is_initialized() or not step_ms:
-        return {}
-    ranks = dist.get_world_size()
-    algbw = collective_bytes(*workload.inputs) / (step_ms / 1000) / 1e9
-    busbw = algbw * 2 * (ranks - 1) / ranks
-    metrics = {names.COLLECTIVE_ALGBW_GBPS: algbw, names.COLLECTIVE_BUSBW_GBPS: busbw}
-    if peak is not None and peak.interconnect_gbps:
-        metrics[names.COLLECTIVE_LINK_GBPS] = peak.interconnect_gbps
-        metrics[names.COLLECTIVE_BUSBW_LINK_FRACTION] = busbw / peak.interconnect_gbps
-    return metrics
-
-
 def derived_metrics(
     spec: RunSpec, workload: BuiltWorkload, backend: Backend, result: Measurement, peak: Peak | None
 ) -> tuple[dict[str, float], dict[str, Any]]:
@@ -102,7 +83,13 @@ def derived_metrics(
         accuracy, accuracy_tags = check_accuracy(workload.eager, workload.inputs, output, spec.workload.dtype)
         metrics.update(accuracy)
         tags.update(accuracy_tags)
-    metrics.update(collective_bandwidth(workload, metrics[names.STEP_MEDIAN_MS], peak))
+    collective_bytes = getattr(workload.eager, "collective_bytes", None)
+    if collective_bytes is not None and dist.is_initialized() and metrics[names.STEP_MEDIAN_MS]:
+        step_ms, ranks = metrics[names.STEP_MEDIAN_MS], dist.get_world_size()
+        bytes_moved = collective_bytes(*workload.inputs)
+        bandwidth, link = collective_bandwidth(bytes_moved, step_ms, ranks, peak, backend.ranks_cores())
+        metrics.update(bandwidth)
+        tags.update(link)
     if not isinstance(workload.eager, CostModel):
         tags[names.TAG_ROOFLINE_PEAK] = "none: the workload declares no bytes/FLOPs model"
     elif peak is None:

@@ -105,6 +105,9 @@ class Backend(ABC):
     collective_backend: ClassVar[str] = "gloo"
     # the compile caches this device's compilations fill: folder name -> the variable that moves it
     compile_caches: ClassVar[dict[str, str]] = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
+    # how a cache job counts its hits and misses: "torch" (inductor's and AOT autograd's lookup
+    # counters) or "neff" (the NEFF cache folder before and after, and the NEFFs the capture holds)
+    compile_cache_counting: ClassVar[str] = "torch"
     # what the environment manifest records for this device: variables (by prefix), Python and system packages
     manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
     manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)
@@ -219,6 +222,13 @@ class Backend(ABC):
     def peak(self, dtype: str) -> Peak | None:
         """The roofline ceilings of the share of the device this job runs on; None when unknown."""
         return None
+
+    def ranks_cores(self) -> list[int]:
+        """The cores of this node's ranks, where one chip holds several (NeuronCores); else none.
+
+        One device per rank elsewhere: ranks on one node then cross the chip-to-chip link.
+        """
+        return []
 
     def compiled_artifact_count(self) -> int | None:
         """Compiled programs in the backend's cache (Neuron NEFFs); None where there is no such cache."""

@@ -78,6 +78,8 @@ class NeuronBackend(Backend):
     # torch_neuronx registers the "neuron" process-group backend
     collective_backend = "neuron"
     compile_caches = {**Backend.compile_caches, "neff": NEFF_CACHE_ENV}
+    # torch-neuronx compiles to NEFFs in its own cache: inductor's counters stay at 0
+    compile_cache_counting = "neff"
     manifest_env_prefixes = ("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_")
     manifest_packages = (*Backend.manifest_packages, "torch-neuronx", "neuronx-cc", "nki", "libneuronxla")
     # Debian/RPM packages of the Neuron runtime, tools and driver
@@ -322,6 +324,18 @@ class NeuronBackend(Backend):
         if generation not in ("trn1", "trn2", "trn3"):
             return None
         return datasheet_peak(f"{generation}_core", EXECUTING_CORES, dtype)
+
+    def ranks_cores(self) -> list[int]:
+        """The NeuronCores of this node's ranks: one each, consecutive from local rank 0's (the slot plan).
+
+        A rank owns the one core its slot pinned; the others' follow from its local rank.
+        """
+        # unset, the `neuron` process group pins each rank to the core of its local rank
+        own_spec = os.environ.get(VISIBLE_CORES_ENV) or os.environ.get("LOCAL_RANK", "0")
+        own = parse_cores(own_spec, VISIBLE_CORES_ENV)[0]
+        first = own - int(os.environ.get("LOCAL_RANK", "0"))
+        here = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE", "1"))
+        return list(range(first, first + here))
 
     def compiled_artifact_count(self) -> int | None:
         """NEFFs in the NEFF cache; the difference across a job counts its compilations."""

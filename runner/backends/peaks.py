@@ -12,7 +12,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,11 @@ PEAKS_FILE = CONF_DIR / "peaks.yaml"
 COPY_SIZES_MIB = (1, 4, 16, 64)
 MATMUL_SIZE = 512
 BEST_OF = 5
+# the links a collective's ranks can cross, as conf/peaks.yaml's links_gbps names them
+INTRA_CHIP = "intra_chip"
+CHIP_TO_CHIP = "chip_to_chip"
+NODE_TO_NODE = "node_to_node"
+LINK_WORDS = {INTRA_CHIP: "intra-chip", CHIP_TO_CHIP: "chip-to-chip", NODE_TO_NODE: "node-to-node (EFA)"}
 
 
 @dataclass
@@ -37,8 +42,10 @@ class Peak:
     gflops: float
     # e.g. "datasheet: trn2_core (conf/peaks.yaml)" or "measured: ..."
     source: str
-    # the device-to-device link in GB/s, where the datasheet gives one: a collective's ceiling
-    interconnect_gbps: float | None = None
+    # a collective's ceiling in GB/s per link its ranks cross, where the datasheet gives one
+    links_gbps: dict[str, float] = field(default_factory=dict)
+    # the device's cores on one chip (NeuronCores); None where a device is one chip
+    cores_per_chip: int | None = None
 
 
 def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
@@ -58,8 +65,21 @@ def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
         bandwidth_gbps=figures["bandwidth_gbps"] * multiplier,
         gflops=figures["tflops"][dtype] * 1000 * multiplier,
         source=f"datasheet: {entry}{scale} (conf/peaks.yaml)",
-        interconnect_gbps=figures.get("interconnect_gbps"),
+        links_gbps=figures.get("links_gbps", {}),
+        cores_per_chip=figures.get("cores_per_chip"),
     )
+
+
+def link_between(cores: list[int], cores_per_chip: int | None, nodes: int) -> str:
+    """The link a collective among ranks on these cores (one per rank, of one node) crosses.
+
+    Ranks on several nodes cross the network; ranks on cores of one chip never leave it.
+    """
+    if nodes > 1:
+        return NODE_TO_NODE
+    if cores_per_chip is not None and len({core // cores_per_chip for core in cores}) == 1:
+        return INTRA_CHIP
+    return CHIP_TO_CHIP
 
 
 def _best_seconds(fn: Any) -> float:

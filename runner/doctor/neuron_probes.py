@@ -1,9 +1,10 @@
 """One probe per Neuron assumption, each through the runner's own backend code in a fresh process.
 
 The assumptions are the points README "On Trainium" lists as coded from the documentation
-alone, and the runtime rules of the second audit. The doctor's own process never touches
-the runtime: every device use happens in a spawned process, so each probe starts from a
-runtime that is not running, as a job does.
+alone, the runtime rules of the second audit, and those of a current SDK (the async default,
+the removed inflight variable, the NEFF cache folder, the `neuron` process group). The doctor's
+own process never touches the runtime: every device use happens in a spawned process, so each
+probe starts from a runtime that is not running, as a job does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ import torch
 
 from runner import names
 from runner.backends.cores import parse_cores
-from runner.backends.neuron import VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
+from runner.backends.neuron import ASYNC_NRT_ENV, NEFF_CACHE_ENV, VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
 from runner.backends.neuron_capture import DROPPED_EVENTS, first_json_object
 from runner.config import (
     NEURON_MODES,
@@ -34,6 +37,7 @@ from runner.config import (
     WorkloadSpec,
 )
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, FreshProcess, ProcessFailed, Verdict, in_fresh_process
+from runner.execute.ranks import _free_port
 from runner.measure.build import build_workload
 from runner.measure.loop import timed_step, warm_up
 from runner.measure.phases import profiled_window
@@ -47,6 +51,9 @@ WARM_TOLERANCE = 1.5
 COLD_EXCESS_MS = 0.5
 FIRST_TIMED = 3
 TIMED_STEPS = 20
+# the runtime's queue depth before SDK 2.31 made execution explicit; SDK 2.32 removed it
+# (about-neuron/announcements/neuron2.x/announce-no-support-implicit-async-mode.rst)
+REMOVED_INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,35 @@ def _count_before_and_after_pin(first_core: int) -> tuple[int, int]:
     return before, int(_neuron_module().device_count())
 
 
+def _async_after_import() -> str | None:
+    _neuron_module()
+    return os.environ.get(ASYNC_NRT_ENV)
+
+
+def _inflight_after_import_and_backend() -> tuple[str | None, str | None]:
+    """The removed variable after torch-neuronx loaded, then after the runner's backend started up."""
+    _neuron_module()
+    at_import = os.environ.get(REMOVED_INFLIGHT_ENV)
+    _backend()
+    return at_import, os.environ.get(REMOVED_INFLIGHT_ENV)
+
+
+def _rank_joins(timeout_s: float) -> dict[str, Any]:
+    """Join the `neuron` process group as a runner's rank does (backend, group, then device) and all-reduce a one."""
+    import torch.distributed as dist
+
+    backend = _backend()
+    runtime_before = bool(_neuron_module().is_initialized())
+    dist.init_process_group(backend.collective_backend, timeout=timedelta(seconds=timeout_s))
+    try:
+        total = torch.ones(1).to(backend.device)
+        dist.all_reduce(total)
+        backend.synchronize()
+        return {"sum": float(total.item()), "cores": int(_neuron_module().device_count()), "before": runtime_before}
+    finally:
+        dist.destroy_process_group()
+
+
 def tiny_spec(
     profiler: ProfilerConfig, schedule: ScheduleConfig, cores: str | None = None, hidden: int = 64
 ) -> RunSpec:
@@ -166,6 +202,17 @@ def profiled_run(spec: RunSpec, capture_dir: Path) -> dict[str, Any]:
         "tags": {k: v for k, v in report.tags.items() if v is not None},
         "summary": report.texts.get(names.NEURON_SUMMARY_FILE, ""),
         "owned": backend.cores,
+    }
+
+
+def neffs_with_cache_set_in_process(folder: Path, capture_dir: Path) -> dict[str, int]:
+    """Set the NEFF cache folder as `measure.compile_cache` does (torch-neuronx loaded, nothing run), then profile."""
+    _neuron_module()
+    os.environ[NEFF_CACHE_ENV] = str(folder)
+    run = profiled_run(tiny_spec(ProfilerConfig(), ScheduleConfig(), hidden=80), capture_dir)
+    return {
+        "in_folder": sum(1 for _ in folder.rglob("*.neff")),
+        "captured": sum(name.endswith(".neff") for name in run["files"]),
     }
 
 
@@ -290,6 +337,101 @@ def probe_device_count_cached(host: NeuronHost) -> Verdict:
         return Verdict("device_count_cached", assumption, PASS, evidence)
     fix = "nothing to set: environment.json counts the pinned cores from the pin itself"
     return Verdict("device_count_cached", assumption, FAIL, evidence, fix)
+
+
+def probe_async_default(host: NeuronHost) -> Verdict:
+    """torch-neuronx sets TORCH_NEURONX_ENABLE_ASYNC_NRT=1 at import when unset, and keeps a user's value."""
+    assumption = (
+        f"{ASYNC_NRT_ENV}: torch-neuronx sets 1 at import when unset (documented default 0); a user's value stays"
+    )
+    unset = _run(host, _async_after_import, env={ASYNC_NRT_ENV: None})
+    users = _run(host, _async_after_import, env={ASYNC_NRT_ENV: "0"})
+    evidence = f"unset before import: {unset} after it (set by torch-neuronx); set to 0 by the user: {users} after it"
+    if users != "0":
+        fix = f"backend.async_runtime cannot take effect: torch-neuronx overrides {ASYNC_NRT_ENV} at import"
+        return Verdict("async_default", assumption, FAIL, evidence, fix, breaks_runner=True)
+    if unset != "1":
+        evidence = f"unset before import: {unset or 'still unset'} after it, so the documented default 0 applies"
+        fix = f"nothing breaks: environment.json records {ASYNC_NRT_ENV} as it is; backend.async_runtime sets it"
+        return Verdict("async_default", assumption, FAIL, evidence, fix)
+    return Verdict("async_default", assumption, PASS, evidence)
+
+
+def probe_inflight_removed(host: NeuronHost) -> Verdict:
+    """Nothing sets the removed NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, and the user's environment does not."""
+    assumption = f"{REMOVED_INFLIGHT_ENV} (removed in Neuron SDK 2.32) is set by neither torch-neuronx nor the runner"
+    at_import, after_backend = _run(host, _inflight_after_import_and_backend, env={REMOVED_INFLIGHT_ENV: None})
+    if at_import is not None:
+        evidence = f"torch-neuronx set {REMOVED_INFLIGHT_ENV}={at_import} at import"
+        fix = "nothing the runner sets: this torch-neuronx predates SDK 2.31's explicit async API; update it"
+        return Verdict("inflight_removed", assumption, FAIL, evidence, fix)
+    if after_backend is not None:
+        evidence = f"the runner's backend set {REMOVED_INFLIGHT_ENV}={after_backend}"
+        fix = "runner/backends/neuron.py must not set it: SDK 2.32 removed it, and 2.31 ignores it with a warning"
+        return Verdict("inflight_removed", assumption, FAIL, evidence, fix, breaks_runner=True)
+    users = os.environ.get(REMOVED_INFLIGHT_ENV)
+    if users is not None:
+        evidence = f"neither sets it, but this environment has {REMOVED_INFLIGHT_ENV}={users}"
+        fix = (
+            f"unset {REMOVED_INFLIGHT_ENV}: Neuron SDK 2.32 removed it (2.31 ignores it with a deprecation "
+            "warning); it sets no queue depth (measure.inflight queues steps on the host)"
+        )
+        return Verdict("inflight_removed", assumption, FAIL, evidence, fix)
+    return Verdict("inflight_removed", assumption, PASS, "unset after torch-neuronx's import and the runner's backend")
+
+
+def probe_neff_cache_in_process(host: NeuronHost) -> Verdict:
+    """TORCH_NEURONX_NEFF_CACHE_DIR set in-process before first use is the folder NEFFs go to."""
+    assumption = f"{NEFF_CACHE_ENV} set in-process after torch-neuronx loaded, before first use, is honoured"
+    folder = host.folder("neff_cache_in_process") / "neff_cache"
+    found = _run(host, neffs_with_cache_set_in_process, folder, host.folder("neff_cache_in_process") / "capture")
+    evidence = f"{found['in_folder']} NEFF(s) in {folder}; the capture holds {found['captured']}"
+    if found["in_folder"]:
+        return Verdict("neff_cache_in_process", assumption, PASS, evidence)
+    fix = (
+        f"measure.compile_cache sets {NEFF_CACHE_ENV} in-process: export it before starting python instead "
+        "(its cold and warm counts read the wrong folder)"
+    )
+    return Verdict("neff_cache_in_process", assumption, FAIL, evidence, fix, breaks_runner=True)
+
+
+def probe_process_group(host: NeuronHost) -> Verdict:
+    """Two ranks join the `neuron` process group, one NeuronCore each, the runtime not started before it."""
+    assumption = "two ranks join the `neuron` process group on one NeuronCore each; the runtime starts after the group"
+    if len(host.cores) < 2:
+        return Verdict("process_group", assumption, UNKNOWN, "needs 2 NeuronCores")
+    pair = host.cores[:2]
+    rendezvous = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+    }
+    fix = "distributed.ranks on backend=neuron: each rank joins the `neuron` process group as this probe did"
+    with ExitStack() as stack:
+        ranks = [
+            stack.enter_context(
+                FreshProcess(
+                    _rank_joins,
+                    host.timeout_s,
+                    env={**rendezvous, "RANK": str(rank), "LOCAL_RANK": str(rank), VISIBLE_CORES_ENV: str(core)},
+                    name=f"doctor-rank-{rank}",
+                )
+            )
+            for rank, core in enumerate(pair)
+        ]
+        try:
+            found = [rank.result(host.timeout_s) for rank in ranks]
+        except ProcessFailed as err:
+            return Verdict("process_group", assumption, FAIL, f"a rank failed: {err}", fix, breaks_runner=True)
+    evidence = "; ".join(
+        f"rank {rank} on NeuronCore {core}: all-reduce {result['sum']:g}, {result['cores']} core(s) visible, "
+        f"runtime {'started' if result['before'] else 'not started'} before the group"
+        for rank, (core, result) in enumerate(zip(pair, found, strict=True))
+    )
+    if all(r["sum"] == 2 and r["cores"] == 1 and not r["before"] for r in found):
+        return Verdict("process_group", assumption, PASS, evidence)
+    return Verdict("process_group", assumption, FAIL, evidence, fix, breaks_runner=True)
 
 
 def _profile_default(host: NeuronHost) -> dict[str, Any] | str:
@@ -470,6 +612,10 @@ PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdi
     (("cores_reserved",), probe_cores_reserved),
     (("contiguous_cores",), probe_contiguous_cores),
     (("device_count_cached",), probe_device_count_cached),
+    (("async_default",), probe_async_default),
+    (("inflight_removed",), probe_inflight_removed),
+    (("neff_cache_in_process",), probe_neff_cache_in_process),
+    (("process_group",), probe_process_group),
     (("device_time", "capture_layout", "framework_trace_name", "summary_json"), probes_from_profiled_run),
     (("acc_events", "captures_per_cycle"), probes_from_repeated_schedule),
     (("capture_numbering",), probe_capture_numbering),

@@ -55,7 +55,7 @@ def measure_job(
     if neffs_before is not None:
         capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
     result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
-    metrics, tags = cache_report(spec)
+    metrics, tags = cache_report(spec, backend, capture_dir, capture.metrics.get(names.COMPILE_NEFFS_NEW))
     result.metrics.update(metrics)
     result.tags.update(tags)
     return result

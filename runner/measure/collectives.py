@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from runner import names
+from runner.backends.peaks import LINK_WORDS, Peak, link_between
 from runner.traces import STEP, Span
 
 # the span around the wait for the gradients' all-reduces: its self time is the wait for the
@@ -140,3 +143,39 @@ def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
     ]
     overlap = _common_length(running, _merged(compute)) / _length(running) if running else None
     return CollectiveTiming(share=share, overlap=overlap)
+
+
+def nodes_of_ranks(ranks: int) -> int:
+    """The nodes the ranks run on, from torchrun's variables (no LOCAL_WORLD_SIZE: all on this one)."""
+    return ranks // int(os.environ.get("LOCAL_WORLD_SIZE") or ranks)
+
+
+def collective_bandwidth(
+    collective_bytes: float, step_ms: float, ranks: int, peak: Peak | None, ranks_cores: list[int]
+) -> tuple[dict[str, float], dict[str, str]]:
+    """nccl-tests' algbw and busbw of a collective workload among the ranks, and the link they cross.
+
+    busbw scales algbw by 2(n-1)/n, the share of the data an all-reduce sends over each link,
+    so figures at different rank counts compare against the same link bandwidth: the peak's
+    figure for the link these ranks cross (`link_between`), and only that one. A link without a
+    figure gets no fraction: a fraction of another link's figure would mislead.
+
+    Args:
+        collective_bytes: the bytes one step's collectives move.
+        step_ms: the median step time.
+        ranks: the ranks of the process group.
+        peak: the device's ceilings, if known.
+        ranks_cores: the cores of this node's ranks (`Backend.ranks_cores`).
+    """
+    algbw = collective_bytes / (step_ms / 1000) / 1e9
+    busbw = algbw * 2 * (ranks - 1) / ranks
+    metrics = {names.COLLECTIVE_ALGBW_GBPS: algbw, names.COLLECTIVE_BUSBW_GBPS: busbw}
+    if peak is None or not peak.links_gbps:
+        return metrics, {names.TAG_COLLECTIVE_LINK: "no link figures for this device (links_gbps in conf/peaks.yaml)"}
+    link = link_between(ranks_cores, peak.cores_per_chip, nodes_of_ranks(ranks))
+    figure = peak.links_gbps.get(link)
+    if figure is None:
+        return metrics, {names.TAG_COLLECTIVE_LINK: f"{LINK_WORDS[link]}: no documented figure"}
+    metrics[names.COLLECTIVE_LINK_GBPS] = figure
+    metrics[names.COLLECTIVE_BUSBW_LINK_FRACTION] = busbw / figure
+    return metrics, {names.TAG_COLLECTIVE_LINK: f"{LINK_WORDS[link]}: {figure:g} GB/s, {peak.source}"}

@@ -5,20 +5,29 @@ NEFF cache at folders under `measure.compile_cache_dir`, before anything compile
 needs that folder fresh and fills it, a warm one needs it filled. The runner never empties a
 cache, and a user's own caches are never read or written. Each job must be a fresh process
 (`+experiment=compile_cache` uses the isolated launcher), or in-memory caches would answer first.
+
+Hits and misses are counted as the backend says (`Backend.compile_cache_counting`): torch's
+lookup counters, or on Neuron, where torch-neuronx compiles to NEFFs and inductor's counters stay
+at 0, the NEFF cache itself: a miss is a NEFF the cache folder gained during the job, a hit a
+NEFF the job ran (its capture holds a copy) that the folder already held.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from runner import names
+from runner.backends.base import Backend
 from runner.backends.registry import COMPILE_CACHES
 from runner.config import ConfigError, RunSpec
 
 # torch's counters of cache lookups during compilation: (counter group, hit key, miss key)
 COUNTERS = [("inductor", "fxgraph_cache_hit", "fxgraph_cache_miss"), ("aot_autograd", "autograd_cache_hit",
             "autograd_cache_miss")]  # fmt: skip
+# a NEFF as a capture holds it: neff_<hash>_vnc_<core>.neff (session mode) or neff_<hash>.neff
+CAPTURED_NEFF = re.compile(r"neff_(?P<key>.+?)(?:_vnc_\d+)?\.neff")
 
 
 def use_compile_cache(spec: RunSpec) -> None:
@@ -53,16 +62,51 @@ def use_compile_cache(spec: RunSpec) -> None:
         os.environ[variable] = str(root / folder)
 
 
-def cache_report(spec: RunSpec) -> tuple[dict[str, float], dict[str, str]]:
-    """The cache's state and folder as tags, and torch's cache hits and misses so far, for a cache job."""
-    if spec.measure.compile_cache is None:
-        return {}, {}
+def torch_lookups() -> tuple[dict[str, float], str]:
+    """Inductor's FX-graph and AOT-autograd cache hits and misses so far in this process."""
     from torch._dynamo.utils import counters
 
     hits = sum(counters[group][hit] for group, hit, _ in COUNTERS)
     misses = sum(counters[group][miss] for group, _, miss in COUNTERS)
+    counted = "torch's lookups: inductor's FX graphs and AOT autograd"
+    return {names.COMPILE_CACHE_HITS: float(hits), names.COMPILE_CACHE_MISSES: float(misses)}, counted
+
+
+def neff_lookups(capture_dir: Path, neffs_new: float) -> tuple[dict[str, float], str]:
+    """NEFF cache misses (NEFFs the cache gained) and hits (NEFFs the job ran that it held before).
+
+    The NEFFs a job ran are those its capture holds (NeuronConfig copies them from the cache at
+    stop, DEVICE mode only): without them hits are unknown and left out, not logged as 0.
+    """
+    ran = {found["key"] for path in capture_dir.rglob("*.neff") if (found := CAPTURED_NEFF.fullmatch(path.name))}
+    metrics = {names.COMPILE_CACHE_MISSES: neffs_new}
+    counted = "NEFF cache: misses are NEFFs the cache gained, hits NEFFs the job ran that it held before"
+    if not ran:
+        return metrics, f"{counted}; hits unknown: the capture holds no NEFF (a DEVICE capture copies them)"
+    metrics[names.COMPILE_CACHE_HITS] = float(max(0, len(ran) - int(neffs_new)))
+    return metrics, counted
+
+
+def cache_report(
+    spec: RunSpec, backend: Backend, capture_dir: Path, neffs_new: float | None
+) -> tuple[dict[str, float], dict[str, str]]:
+    """The cache's state and folder as tags, and the job's cache hits and misses, for a cache job.
+
+    Args:
+        spec: the job.
+        backend: says how the hits and misses are counted.
+        capture_dir: the job's capture, which holds the NEFFs it ran.
+        neffs_new: the NEFFs the NEFF cache gained during the job (`compile/neffs_new`).
+    """
+    if spec.measure.compile_cache is None:
+        return {}, {}
+    if backend.compile_cache_counting == "neff":
+        metrics, counted = neff_lookups(capture_dir, neffs_new or 0.0)
+    else:
+        metrics, counted = torch_lookups()
     tags = {
         names.TAG_COMPILE_CACHE: spec.measure.compile_cache,
         names.TAG_COMPILE_CACHE_DIR: str(spec.measure.compile_cache_dir),
+        names.TAG_COMPILE_CACHE_COUNTED: counted,
     }
-    return {names.COMPILE_CACHE_HITS: float(hits), names.COMPILE_CACHE_MISSES: float(misses)}, tags
+    return metrics, tags

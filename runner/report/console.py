@@ -53,11 +53,8 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
             f"(straggler ratio {m[names.RANKS_STRAGGLER_RATIO]:.2f}); {_collectives(m, tags)} (numbers above: rank 0)"
         )
     if names.COLLECTIVE_BUSBW_GBPS in m:
-        link = (
-            f" = {m[names.COLLECTIVE_BUSBW_LINK_FRACTION]:.1%} of the link's {m[names.COLLECTIVE_LINK_GBPS]:.0f} GB/s"
-            if names.COLLECTIVE_LINK_GBPS in m
-            else " (no link figure for this device: interconnect_gbps in conf/peaks.yaml)"
-        )
+        fraction = f" = {m[names.COLLECTIVE_BUSBW_LINK_FRACTION]:.1%}" if names.COLLECTIVE_LINK_GBPS in m else ""
+        link = f"{fraction} [{tags.get(names.TAG_COLLECTIVE_LINK, 'link unknown')}]"
         lines.append(
             f"collective: algbw {m[names.COLLECTIVE_ALGBW_GBPS]:.3f} GB/s, "
             f"busbw {m[names.COLLECTIVE_BUSBW_GBPS]:.3f} GB/s{link}"

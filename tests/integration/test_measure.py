@@ -67,8 +67,9 @@ def test_datasheet_peaks_scale_with_cores_and_name_the_source() -> None:
     peak = datasheet_peak("trn2_core", 2, "bfloat16")
     assert peak.bandwidth_gbps == 1450 and peak.gflops == pytest.approx(333_500)
     assert peak.source == "datasheet: trn2_core x 2 (conf/peaks.yaml)"
-    assert peak.interconnect_gbps == 1280  # the chip's link, whatever share of its cores a job holds
-    assert datasheet_peak("trn1_core", 1, "bfloat16").interconnect_gbps is None  # no figure in the docs
+    # the chip's NeuronLink, whatever share of its cores a job holds; no core-to-core figure is documented
+    assert peak.links_gbps == {"chip_to_chip": 1280} and peak.cores_per_chip == 4
+    assert datasheet_peak("trn1_core", 1, "bfloat16").links_gbps == {}  # no figure in the docs
     cpu = CpuBackend(BackendConfig(name="cpu"))
     assert resolve_peak("h200_sxm", cpu, dtype="float32").gflops == 67_000
     with pytest.raises(ConfigError, match=r"measure\.peak='tpu' is not in conf/peaks\.yaml; choose one of: auto, trn1"):

@@ -12,7 +12,7 @@ from mlflow.entities import Run
 from runner import names
 from runner.backends.registry import COMPILE_CACHES
 from runner.config import ConfigError, RunSpec, load_run_spec
-from runner.measure.compile_cache import use_compile_cache
+from runner.measure.compile_cache import neff_lookups, use_compile_cache
 from runner.report.curves import Crossover, crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.scaling import contention_onset, scaling_curves, scaling_report
 from tests.helpers import compose_cfg
@@ -119,6 +119,17 @@ def test_a_cold_cache_must_be_fresh_and_a_warm_one_filled(tmp_path: Path, monkey
         use_compile_cache(cache_spec("warm", tmp_path / "cache", "backend.neff_cache_dir=/tmp/x"))
     with pytest.raises(ConfigError, match=r"measure.compile_cache \(cold or warm\) and measure.compile_cache_dir"):
         load_run_spec(compose_cfg("+workload=rmsnorm_compiled", "measure.compile_cache=cold"))
+
+
+def test_neff_cache_hits_are_the_captured_neffs_the_cache_held_before(tmp_path: Path) -> None:
+    session = tmp_path / "capture" / "i-0_pid_1" / "20261201_000000_000"
+    session.mkdir(parents=True)
+    for name in ("neff_11_vnc_0.neff", "neff_11_vnc_1.neff", "neff_22_vnc_0.neff", "neff_33.neff", "ntrace.pb"):
+        (session / name).write_bytes(b"x")
+    metrics, _ = neff_lookups(tmp_path / "capture", neffs_new=1.0)  # three NEFFs ran, one was compiled
+    assert metrics == {names.COMPILE_CACHE_HITS: 2.0, names.COMPILE_CACHE_MISSES: 1.0}
+    metrics, counted = neff_lookups(tmp_path / "no_device_capture", neffs_new=0.0)
+    assert metrics == {names.COMPILE_CACHE_MISSES: 0.0} and "hits unknown: the capture holds no NEFF" in counted
 
 
 def test_efficiency_from_unstable_timing_is_not_stated(tracking_uri: str) -> None:

@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 
 from runner import names
 from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts
-from runner.doctor.probe import FAIL, PASS
+from runner.doctor.probe import FAIL, PASS, Verdict
 from runner.doctor.report import exit_status
 from tests.helpers import REPO, STANDIN
 
@@ -109,7 +109,23 @@ KNOBS = [
     ("NEURON_STANDIN_DEVIATE", "absolute_nc", "capture_numbering", True),
     ("NEURON_STANDIN_DEVIATE", "dropped_to_stdout", "dropped_events", True),
     ("NEURON_STANDIN_DEVIATE", "slow_first_runs", "first_execution", True),
+    ("NEURON_STANDIN_DEVIATE", "async_default_unset", "async_default", False),
+    ("NEURON_STANDIN_DEVIATE", "inflight_set_at_import", "inflight_removed", False),
+    ("NEURON_STANDIN_DEVIATE", "neff_cache_at_import", "neff_cache_in_process", True),
+    ("NEURON_STANDIN_DEVIATE", "no_process_group", "process_group", True),
 ]
+# the probes of the runtime rules of a current SDK: each also passes on its own
+CURRENT_SDK_PROBES = ["async_default", "inflight_removed", "neff_cache_in_process", "process_group"]
+
+
+def standin_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], probe: str) -> list[Verdict]:
+    """One probe's verdicts against the stand-in with `env` (an empty value unsets the variable)."""
+    for name, setting in standin_env(tmp_path, env).items():
+        monkeypatch.setenv(name, setting)
+    for name in [name for name, setting in env.items() if not setting]:
+        monkeypatch.delenv(name)
+    monkeypatch.syspath_prepend(str(STANDIN))  # spawned probe processes start from this sys.path
+    return neuron_verdicts(NeuronHost(list(range(8)), tmp_path / "captures", 120), lambda _: None, {probe})
 
 
 def test_every_probe_has_a_knob() -> None:
@@ -121,12 +137,7 @@ def test_every_probe_has_a_knob() -> None:
 def test_a_flipped_assumption_fails_its_probe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, knob: str, value: str, probe: str, relied_on: bool
 ) -> None:
-    for name, setting in standin_env(tmp_path, {**FEATURES, knob: value}).items():
-        monkeypatch.setenv(name, setting)
-    if not value:
-        monkeypatch.delenv(knob)
-    monkeypatch.syspath_prepend(str(STANDIN))  # spawned probe processes start from this sys.path
-    verdicts = neuron_verdicts(NeuronHost(list(range(8)), tmp_path / "captures", 120), lambda _: None, {probe})
+    verdicts = standin_probe(tmp_path, monkeypatch, {**FEATURES, knob: value}, probe)
     by_name = {v.probe: v for v in verdicts}
     assert by_name[probe].status == FAIL, by_name[probe]
     assert by_name[probe].breaks_runner == relied_on
@@ -134,3 +145,21 @@ def test_a_flipped_assumption_fails_its_probe(
     # the probes that share its run (one profiled run answers four) do not fail with it
     assert all(v.status != FAIL for name, v in by_name.items() if name != probe), verdicts
     assert exit_status(verdicts) == int(relied_on)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", CURRENT_SDK_PROBES)
+def test_on_the_documented_standin_a_current_sdk_probe_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe: str
+) -> None:
+    (verdict,) = standin_probe(tmp_path, monkeypatch, FEATURES, probe)
+    assert verdict.status == PASS, verdict
+
+
+def test_a_users_removed_inflight_variable_is_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (verdict,) = standin_probe(
+        tmp_path, monkeypatch, {"NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "4"}, "inflight_removed"
+    )
+    assert verdict.status == FAIL and not verdict.breaks_runner
+    assert "this environment has NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS=4" in verdict.evidence
+    assert "Neuron SDK 2.32 removed it" in verdict.fix

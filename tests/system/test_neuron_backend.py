@@ -29,7 +29,12 @@ pytestmark = pytest.mark.slow
 SECRET = "do-not-leak-4f2a"
 
 
-def run_neuron(tmp_path: Path, *args: str, standin: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+TINY_RMSNORM = ("+workload=rmsnorm_naive", "workload.hidden=16", "workload.seq_len=2")
+
+
+def run_neuron(
+    tmp_path: Path, *args: str, standin: bool = True, workload: tuple[str, ...] = TINY_RMSNORM, **env: str
+) -> subprocess.CompletedProcess[str]:
     """`python -m runner` on a stand-in Neuron host; a sweep when args start with -m."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
     environ.update(env, NEURON_STANDIN_LOG=str(tmp_path / "calls.jsonl"), NEURON_STANDIN_STATE=str(tmp_path / "nrt"))
@@ -38,8 +43,8 @@ def run_neuron(tmp_path: Path, *args: str, standin: bool = True, **env: str) -> 
         environ["PATH"] = f"{STANDIN / 'bin'}{os.pathsep}{environ['PATH']}"
     where = f"hydra.sweep.dir={tmp_path / 'sweep'}" if args[:1] == ("-m",) else f"hydra.run.dir={tmp_path / 'run'}"
     cmd = [
-        sys.executable, "-m", "runner", *args[:1], "+workload=rmsnorm_naive", "workload.hidden=16",
-        "workload.seq_len=2", "measure=quick", where, f"backend.neff_cache_dir={tmp_path / 'neff_cache'}", *args[1:],
+        sys.executable, "-m", "runner", *args[:1], *workload, "measure=quick", where,
+        f"backend.neff_cache_dir={tmp_path / 'neff_cache'}", *args[1:],
     ]  # fmt: skip
     return subprocess.run(cmd, cwd=REPO, env=environ, capture_output=True, text=True)
 
@@ -271,6 +276,35 @@ def test_ranks_each_own_a_neuron_core_and_their_own_capture(tmp_path: Path, trac
     assert f"rank1/{names.NEURON_PROFILE_FOLDER}" in {
         info.path for info in mlflow.MlflowClient(tracking_uri).list_artifacts(run.info.run_id, "rank1")
     }
+
+
+def test_ranks_on_cores_of_one_chip_get_no_fraction_of_the_chip_to_chip_link(tmp_path: Path, tracking_uri: str) -> None:
+    # cores 0 and 1 of a Trn2 chip (4 per chip): the ranks never cross NeuronLink
+    done = run_neuron(
+        tmp_path, "backend=neuron", "backend.cores=0-1", "distributed.ranks=2", "measure.peak=trn2_core",
+        "profiler=none", workload=("+workload=allreduce", "workload.megabytes=0.01"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = the_run(tracking_uri)
+    assert names.COLLECTIVE_BUSBW_GBPS in run.data.metrics
+    assert names.COLLECTIVE_BUSBW_LINK_FRACTION not in run.data.metrics
+    assert run.data.tags[names.TAG_COLLECTIVE_LINK] == "intra-chip: no documented figure"
+    assert "[intra-chip: no documented figure]" in done.stdout
+
+
+def test_cold_and_warm_neff_caches_differ_in_their_hits_and_misses(tmp_path: Path, tracking_uri: str) -> None:
+    # the stand-in compiles its NEFFs into the cache a DEVICE capture copies them from
+    cache = f"measure.compile_cache_dir={tmp_path / 'cache'}"
+    for state in ("cold", "warm"):
+        done = run_neuron(
+            tmp_path / state, "backend=neuron", f"measure.compile_cache={state}", cache, "backend.neff_cache_dir=null"
+        )
+        assert done.returncode == 0, done.stderr
+    jobs = {run.data.tags[names.TAG_COMPILE_CACHE]: run.data for run in all_runs(tracking_uri)}
+    cold, warm = jobs["cold"].metrics, jobs["warm"].metrics
+    assert (cold[names.COMPILE_CACHE_HITS], cold[names.COMPILE_CACHE_MISSES]) == (0, 2)
+    assert (warm[names.COMPILE_CACHE_HITS], warm[names.COMPILE_CACHE_MISSES]) == (2, 0)
+    assert jobs["warm"].tags[names.TAG_COMPILE_CACHE_COUNTED].startswith("NEFF cache: misses are NEFFs")
 
 
 def test_runtime_queue_settings_are_set_before_the_runtime_starts_and_recorded(

@@ -107,7 +107,8 @@ def test_the_all_reduce_benchmark_reports_nccl_tests_bandwidths(tmp_path: Path, 
     assert metrics[names.COLLECTIVE_LINK_GBPS] == 1280
     assert metrics[names.COLLECTIVE_BUSBW_LINK_FRACTION] == pytest.approx(busbw / 1280)
     assert metrics[names.RANKS_COLLECTIVE_SHARE] > 0.5  # the step is the all-reduce, its wait included
-    assert "collective: algbw" in done.stdout and "of the link's 1280 GB/s" in done.stdout
+    assert run.data.tags[names.TAG_COLLECTIVE_LINK].startswith("chip-to-chip: 1280 GB/s")  # one device per rank
+    assert "collective: algbw" in done.stdout and "[chip-to-chip: 1280 GB/s" in done.stdout
 
 
 def test_without_a_profiler_the_ranks_compare_their_step_times_only(tmp_path: Path, tracking_uri: str) -> None:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from runner.measure.collectives import collective_timing, is_collective
+from runner import names
+from runner.backends.neuron import NeuronBackend
+from runner.backends.peaks import datasheet_peak, link_between
+from runner.measure.collectives import collective_bandwidth, collective_timing, is_collective
 from runner.traces import Span
 
 STEP_THREAD, GLOO_THREAD = "1/1", "1/7"
@@ -59,3 +62,43 @@ def test_no_collective_run_no_overlap_and_no_steps_no_timing() -> None:
 )  # fmt: skip
 def test_what_counts_as_a_collective(name: str, collective: bool) -> None:
     assert is_collective(name) is collective
+
+
+@pytest.mark.parametrize(
+    ("cores", "cores_per_chip", "nodes", "link"),
+    [
+        pytest.param([0, 1], 4, 1, "intra_chip", id="two-cores-of-one-trn2-chip"),
+        pytest.param([3, 4], 4, 1, "chip_to_chip", id="cores-of-two-trn2-chips"),
+        pytest.param([0, 1], 2, 1, "intra_chip", id="the-two-cores-of-a-trn1-chip"),
+        pytest.param([], None, 1, "chip_to_chip", id="one-device-per-rank"),
+        pytest.param([0, 1], 4, 2, "node_to_node", id="ranks-on-two-nodes"),
+    ],
+)
+def test_the_link_the_ranks_cross(cores: list[int], cores_per_chip: int | None, nodes: int, link: str) -> None:
+    assert link_between(cores, cores_per_chip, nodes) == link
+
+
+def test_busbw_is_a_fraction_only_of_the_link_the_ranks_cross(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    peak = datasheet_peak("trn2_core", 1, "bfloat16")
+    one_chip, one_chip_tags = collective_bandwidth(1e9, 10.0, 2, peak, [0, 1])
+    assert one_chip[names.COLLECTIVE_BUSBW_GBPS] == pytest.approx(100)
+    assert names.COLLECTIVE_BUSBW_LINK_FRACTION not in one_chip and names.COLLECTIVE_LINK_GBPS not in one_chip
+    assert one_chip_tags[names.TAG_COLLECTIVE_LINK] == "intra-chip: no documented figure"
+    two_chips, two_chips_tags = collective_bandwidth(1e9, 10.0, 2, peak, [3, 4])
+    assert two_chips[names.COLLECTIVE_BUSBW_LINK_FRACTION] == pytest.approx(100 / 1280)
+    assert two_chips_tags[names.TAG_COLLECTIVE_LINK].startswith("chip-to-chip: 1280 GB/s, datasheet: trn2_core")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # one rank on each of two nodes: EFA, given per instance only
+    across, across_tags = collective_bandwidth(1e9, 10.0, 2, peak, [0])
+    assert names.COLLECTIVE_BUSBW_LINK_FRACTION not in across
+    assert across_tags[names.TAG_COLLECTIVE_LINK] == "node-to-node (EFA): no documented figure"
+
+
+def test_a_neuron_rank_finds_its_nodes_ranks_cores_from_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = object.__new__(NeuronBackend)  # the method reads the rank's environment only: no runtime
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert backend.ranks_cores() == [3, 4]  # across the Trn2 chips of cores 0-3 and 4-7
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES")  # the `neuron` process group pins a rank to its local rank
+    assert backend.ranks_cores() == [0, 1]

@@ -9,7 +9,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from torch_neuronx import neuron
-from torch_neuronx._record import CALLS, record
+from torch_neuronx._record import CALLS, deviates, record
 
 __all__ = ["CALLS", "neuron"]
 
@@ -48,14 +48,20 @@ def _register_collectives() -> None:
     import torch.distributed as dist
 
     def gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        if neuron.is_initialized():  # as SRC's backend asserts: each rank's runtime starts after the group
+            raise RuntimeError("neuron process group: the Neuron runtime is already initialised")
         record("process_group", backend="neuron", rank=rank, size=size)
         return dist.ProcessGroupGloo(store, rank, size, timeout)
 
-    dist.Backend.register_backend("neuron", gloo, devices=["cpu", "neuron"])
+    if not deviates("no_process_group"):
+        dist.Backend.register_backend("neuron", gloo, devices=["cpu", "neuron"])
 
 
 # what the shipped package does, though its documentation gives 0 as the default
-os.environ.setdefault("TORCH_NEURONX_ENABLE_ASYNC_NRT", "1")
+if not deviates("async_default_unset"):
+    os.environ.setdefault("TORCH_NEURONX_ENABLE_ASYNC_NRT", "1")
+if deviates("inflight_set_at_import"):  # a build still setting the variable SDK 2.32 removed
+    os.environ.setdefault("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS", "4")
 torch.utils.rename_privateuse1_backend("neuron")
 _register_collectives()
 torch._register_device_module("neuron", neuron)

@@ -69,6 +69,11 @@ def state_dir() -> Path:
     return Path(configured) if configured else Path(tempfile.gettempdir()) / f"neuron_standin_{os.getuid()}"
 
 
+# deviation "neff_cache_at_import": where a build reading TORCH_NEURONX_NEFF_CACHE_DIR at import
+# compiles its NEFFs (unset: a folder beside the claims, not the real default /tmp/neff_cache)
+NEFF_CACHE_AT_IMPORT = Path(os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR") or state_dir() / "neff_cache")
+
+
 @contextlib.contextmanager
 def _locked(state: Path) -> Iterator[None]:
     """Serialise claims and takeovers between processes sharing a state directory."""

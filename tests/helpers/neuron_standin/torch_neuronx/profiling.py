@@ -183,6 +183,8 @@ class NeuronProfiler:
         if self.config.neff_cache_dir is None or "no_neff" in faults():
             return
         cache = Path(self.config.neff_cache_dir)
+        if deviates("neff_cache_at_import"):  # the folder read at import: a later in-process setting is ignored
+            cache = neuron.NEFF_CACHE_AT_IMPORT
         cache.mkdir(parents=True, exist_ok=True)
         for digest in ("1438288577794338", "9911002233445566"):
             neff = cache / f"neff_{digest}.neff"
