@@ -13,25 +13,15 @@ from typing import Any
 
 from runner.job import STATUS_FILE, JobStatus, close_dead_job, read_status
 
-# Config keys that say where things go, not what runs: left out of the config hash.
+# Config keys that say where results go and how a sweep treats finished work, not what a job
+# measures: left out of the config hash. Every other key is in, cache folders too (a cold
+# job's folder decides what a warm one finds).
 UNHASHED_TOP = ("tracking", "resume")
-UNHASHED_KEYS = ("backend.cores",)
-UNHASHED_SUFFIXES = ("_dir", "_path")
 
 
 def config_hash(resolved: dict[str, Any]) -> str:
-    """A short hash of what a job runs: its resolved config without paths and placement."""
-
-    def keep(prefix: str, key: str) -> bool:
-        dotted = f"{prefix}{key}"
-        return dotted not in UNHASHED_KEYS and not key.endswith(UNHASHED_SUFFIXES)
-
-    def strip(node: Any, prefix: str = "") -> Any:
-        if isinstance(node, dict):
-            return {k: strip(v, f"{prefix}{k}.") for k, v in node.items() if keep(prefix, str(k))}
-        return node
-
-    identity = strip({k: v for k, v in resolved.items() if k not in UNHASHED_TOP})
+    """A short hash of what a job measures: its resolved config without where results go."""
+    identity = {k: v for k, v in resolved.items() if k not in UNHASHED_TOP}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
