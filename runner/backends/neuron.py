@@ -86,6 +86,18 @@ class NeuronBackend(Backend):
     # the job's own process holds its NeuronCores, and the runtime lends a core to one
     # process at a time: fresh worker processes could not run on them
     default_processes = 0
+    # NRT is "controlled through environment variables at the process level" (the runtime's
+    # configuration guide): it and torch-neuronx read these once per process
+    process_keys = {
+        "backend.cores": f"the Neuron runtime reads {VISIBLE_CORES_ENV} once and holds those NeuronCores",
+        "backend.async_runtime": f"torch-neuronx reads {ASYNC_NRT_ENV} once per process",
+    }
+    fresh_process_keys = {
+        "measure.compile_cache": (None, f"torch-neuronx reads {NEFF_CACHE_ENV} once per process and torch's "
+                                  "in-memory compile caches answer before the cache folders"),
+        "measure.copies": (None, "the copies need NeuronCores an earlier job's runtime in this process may hold"),
+        "distributed.ranks": (1, "the ranks need NeuronCores an earlier job's runtime in this process may hold"),
+    }  # fmt: skip
 
     @classmethod
     def available(cls) -> bool:
