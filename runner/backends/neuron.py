@@ -219,8 +219,9 @@ class NeuronBackend(Backend):
         existing = parse_cores(visible, VISIBLE_CORES_ENV) if visible else list(range(torch_neuron().device_count()))
         missing = [c for c in cores if c not in existing]
         if missing:
+            absent = f"are not in {VISIBLE_CORES_ENV}={visible}" if visible else "do not exist here"
             raise ConfigError(
-                f"backend.cores={spec}: NeuronCore(s) {format_cores(missing)} do not exist here; "
+                f"backend.cores={spec}: NeuronCore(s) {format_cores(missing)} {absent}; "
                 f"this job can use {format_cores(existing)}"
             )
         os.environ[VISIBLE_CORES_ENV] = format_cores(cores)
