@@ -62,8 +62,8 @@ class SharedProcess:
     def __init__(self) -> None:
         # the first job measured here, by name
         self.first_job: str | None = None
-        # per backend: its process-level keys' values in the first job that ran on it
-        self.held: dict[str, dict[str, Any]] = {}
+        # per backend: the first job that ran on it, and its values of the backend's process-level keys
+        self.held: dict[str, tuple[str, dict[str, Any]]] = {}
 
     @contextmanager
     def job(self, backend: str, config: dict[str, Any], name: str) -> Iterator[None]:
@@ -82,7 +82,7 @@ class SharedProcess:
             with suppress(ConfigError):  # a device that is not here measured nothing
                 cls = _backend_class(backend)
                 self.first_job = self.first_job or name
-                self.held.setdefault(cls.name, {key: _value(config, key) for key in cls.process_keys})
+                self.held.setdefault(cls.name, (name, {key: _value(config, key) for key in cls.process_keys}))
 
     def _refuse_change(self, cls: type[Backend], config: dict[str, Any]) -> None:
         for key, (shared, why) in cls.fresh_process_keys.items():
@@ -91,11 +91,11 @@ class SharedProcess:
                     f"{key}={value} needs a process no job has measured in ({why}), and this process ran "
                     f"'{self.first_job}' already: run the sweep with {ISOLATED_LAUNCHER} (a fresh process per job)"
                 )
-        held = self.held.get(cls.name, {})
+        first, held = self.held.get(cls.name, ("", {}))
         for key, why in cls.process_keys.items():
             if key in held and (value := _value(config, key)) != held[key]:
                 raise ConfigError(
-                    f"{key}={value}: this process ran '{self.first_job}' with {key}={held[key]} already and "
+                    f"{key}={value}: this process ran '{first}' with {key}={held[key]} already and "
                     f"{why}: run the sweep with {ISOLATED_LAUNCHER} (a fresh process per job)"
                 )
 

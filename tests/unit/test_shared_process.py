@@ -54,8 +54,8 @@ def test_copies_ranks_and_compile_caches_need_a_process_of_their_own() -> None:
 def test_a_device_keeps_its_own_settings() -> None:
     process = SharedProcess()
     ran(process, {"backend": {"name": "cpu", "cores": None}, "measure": {}}, "on the cpu")
-    ran(process, neuron_job(cores="3"))  # the CPU job started no Neuron runtime
-    with pytest.raises(ConfigError, match="backend.cores=4: this process ran 'on the cpu' with backend.cores=3"):
+    ran(process, neuron_job(cores="3"), "on core 3")  # the CPU job started no Neuron runtime
+    with pytest.raises(ConfigError, match="backend.cores=4: this process ran 'on core 3' with backend.cores=3"):
         ran(process, neuron_job(cores="4"))
 
 
