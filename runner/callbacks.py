@@ -23,9 +23,9 @@ from hydra.core.utils import JobReturn
 from hydra.core.utils import JobStatus as HydraJobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, flag_override
 
-from runner import names
+from runner import CONF_DIR, names
 from runner.config import ConfigError, TrackingConfig
 from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus
 from runner.secrets import redact
@@ -37,6 +37,8 @@ from runner.tracking.store import StoreFull, check_usable, prepare_store
 log = logging.getLogger(__name__)
 # bytes written to prove a folder takes files: more than Hydra writes into .hydra/ before a job
 PROBE_BYTES = 64 * 1024
+# Hydra's default launcher: every job of a sweep in this one process
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 class UsageError(CompactHydraException):
@@ -118,6 +120,36 @@ def swept_keys(config: DictConfig) -> list[str]:
     return [key for key, override in last.items() if override.is_sweep_override()]
 
 
+def isolate_if_needed(config: DictConfig, swept: list[str]) -> None:
+    """Under the basic launcher, give every job a fresh process when they could not share one.
+
+    The device runtime reads some settings once per process (`Backend.process_keys`): jobs that
+    change them, or that need a process of their own, run under the isolated launcher instead.
+    Hydra instantiates the launcher from this config after this callback.
+    """
+    if not swept or config.hydra.launcher.get("_target_") != BASIC_LAUNCHER:
+        return
+    from runner.backends.registry import BACKEND_CLASSES, backend_class
+    from runner.sweep import ISOLATED_LAUNCHER, own_process_keys
+
+    varied = "backend" in swept or "backend.name" in swept
+    try:
+        backends = list(BACKEND_CLASSES) if varied else [backend_class(config.backend.name)]
+    except ConfigError:  # each job says so itself
+        return
+    keys = own_process_keys(backends, swept, config)
+    if not keys:
+        return
+    log.info("%s chosen: jobs cannot share a process over %s (read once per process, or needing one of its own)",
+             ISOLATED_LAUNCHER, ", ".join(keys))  # fmt: skip
+    isolated = OmegaConf.load(CONF_DIR / "hydra" / "launcher" / "isolated.yaml")
+    with flag_override(config.hydra, ["readonly", "struct"], False):
+        config.hydra.launcher = isolated
+        config.hydra.runtime.choices["hydra/launcher"] = "isolated"
+        # the jobs' configs are composed again from these, and then record the launcher they ran under
+        config.hydra.overrides.hydra.append(ISOLATED_LAUNCHER)
+
+
 class RunnerCallback(Callback):
     """Checks output directories up front; opens and closes a sweep's parent run.
 
@@ -168,7 +200,9 @@ class RunnerCallback(Callback):
         self.sweep_dir = Path(config.hydra.sweep.dir)
         tracking = self.tracking = _tracking(config)
         check_store(tracking, create=True)
-        swept = os.environ[names.SWEPT_KEYS_ENV] = ",".join(swept_keys(config))
+        varied = swept_keys(config)
+        swept = os.environ[names.SWEPT_KEYS_ENV] = ",".join(varied)
+        isolate_if_needed(config, varied)
         stop_on_signals()
         atexit.register(self._close_if_stopped)
         if not tracking.enabled:

@@ -23,7 +23,7 @@ from runner.manifest import build_manifest
 from runner.report.console import job_summary
 from runner.result import JobResult
 from runner.secrets import redact_tree
-from runner.sweep import config_hash
+from runner.sweep import THIS_PROCESS, config_hash
 from runner.tracking.run import flatten, git_commit
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,8 @@ def run_experiment(
     """Run one profiled job and log it; return its summary metrics.
 
     Everything that can be rejected (device, workload arguments) is checked before the
-    MLflow run starts, so bad input leaves no run behind. With `resume`, a configuration that
+    MLflow run starts, so bad input leaves no run behind; so is a job that an earlier one in this
+    process would make run on other settings than its own. With `resume`, a configuration that
     already has a FINISHED run in the experiment is skipped (and an empty dict returned).
 
     Raises:
@@ -112,7 +113,8 @@ def run_experiment(
             log.info("skipped: this configuration already has FINISHED run %s (resume=false runs it again)", done)
             life.skip(done)
             return {}
-    execution = prepare(spec, job, life, published_config, digest)
+    with THIS_PROCESS.job(spec.backend.name, resolved_config, job.run_name):  # refused if it would share wrongly
+        execution = prepare(spec, job, life, published_config, digest)
     if spec.tracking.enabled and not resume:  # (a resumed job closed them above)
         close_dead_runs(spec.tracking, digest)
     manifest = build_manifest(execution.backend.manifest())

@@ -112,6 +112,14 @@ class Backend(ABC):
     manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
     manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)
     manifest_system_packages: ClassVar[tuple[str, ...]] = ()
+    # Config keys this device reads once per process, each with what reads it: a later job in a
+    # process that already measured one runs on the first job's values, whatever its config says
+    process_keys: ClassVar[dict[str, str]] = {}
+    # Config keys that need a process no job has measured in unless they hold the value given,
+    # each with that value and why
+    fresh_process_keys: ClassVar[dict[str, tuple[object, str]]] = {
+        "measure.compile_cache": (None, "torch's in-memory compile caches answer before the cache folders"),
+    }
 
     def __init__(self, config: BackendConfig) -> None:
         self.config = config

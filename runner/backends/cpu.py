@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -21,6 +21,8 @@ class CpuBackend(Backend):
 
     name = "cpu"
     manifest_env_prefixes = ("OMP_NUM_THREADS",)
+    # torch reads OMP_NUM_THREADS once, when it loads, but no config key sets it (a launcher's slot does)
+    process_keys: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def available(cls) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.profiler import ProfilerActivity
@@ -29,6 +29,8 @@ class CudaBackend(Backend):
     name = "cuda"
     collective_backend = "nccl"
     manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
+    # CUDA reads CUDA_VISIBLE_DEVICES once per process, but no config key sets it (a launcher's slot does)
+    process_keys: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def available(cls) -> bool:

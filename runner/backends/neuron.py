@@ -88,6 +88,18 @@ class NeuronBackend(Backend):
     # the job's own process holds its NeuronCores, and the runtime lends a core to one
     # process at a time: fresh worker processes could not run on them
     default_processes = 0
+    # NRT is "controlled through environment variables at the process level" (the runtime's
+    # configuration guide): it and torch-neuronx read these once per process
+    process_keys = {
+        "backend.cores": f"the Neuron runtime reads {VISIBLE_CORES_ENV} once and holds those NeuronCores",
+        "backend.async_runtime": f"torch-neuronx reads {ASYNC_NRT_ENV} once per process",
+    }
+    fresh_process_keys = {
+        "measure.compile_cache": (None, f"torch-neuronx reads {NEFF_CACHE_ENV} once per process and torch's "
+                                  "in-memory compile caches answer before the cache folders"),
+        "measure.copies": (None, "the copies need NeuronCores an earlier job's runtime in this process may hold"),
+        "distributed.ranks": (1, "the ranks need NeuronCores an earlier job's runtime in this process may hold"),
+    }  # fmt: skip
 
     @classmethod
     def available(cls) -> bool:
@@ -209,8 +221,9 @@ class NeuronBackend(Backend):
         existing = parse_cores(visible, VISIBLE_CORES_ENV) if visible else list(range(torch_neuron().device_count()))
         missing = [c for c in cores if c not in existing]
         if missing:
+            absent = f"are not in {VISIBLE_CORES_ENV}={visible}" if visible else "do not exist here"
             raise ConfigError(
-                f"backend.cores={spec}: NeuronCore(s) {format_cores(missing)} do not exist here; "
+                f"backend.cores={spec}: NeuronCore(s) {format_cores(missing)} {absent}; "
                 f"this job can use {format_cores(existing)}"
             )
         os.environ[VISIBLE_CORES_ENV] = format_cores(cores)

@@ -177,6 +177,8 @@ def test_correlate_is_dropped_when_the_build_rejects_it(tmp_path: Path, tracking
         pytest.param(["backend.cores=0-x"], {}, True, "backend.cores='0-x' is not a core spec", id="bad-spec"),
         pytest.param(["backend.cores=6-9"], {}, True, "NeuronCore(s) 8-9 do not exist here; this job can use 0-7",
                      id="no-such-cores"),
+        pytest.param(["backend.cores=2"], {"NEURON_RT_VISIBLE_CORES": "0-1"}, True,
+                     "NeuronCore(s) 2 are not in NEURON_RT_VISIBLE_CORES=0-1; this job can use 0-1", id="not-visible"),
         pytest.param(["backend.cores='0,2-3'"], {}, True,
                      "backend.cores='0,2-3' is not one contiguous range of NeuronCores", id="not-contiguous"),
         pytest.param([], {"NEURON_RT_INSPECT_ENABLE": "1"}, True, "NEURON_RT_INSPECT_ENABLE=1 is set", id="inspect"),

@@ -37,16 +37,16 @@ def job_runs(uri: str) -> list[mlflow.entities.Run]:
     return [r for r in all_runs(uri) if r.data.tags.get(names.TAG_SWEEP) != "true"]
 
 
-def test_config_hash_ignores_paths_and_placement() -> None:
+def test_config_hash_keeps_what_is_measured_and_leaves_out_where_results_go() -> None:
     base = {"workload": {"hidden": 8}, "tracking": {"uri": "a"}, "backend": {"name": "neuron", "cores": "0"}}
-    moved = {
-        "workload": {"hidden": 8},
-        "tracking": {"uri": "b"},
-        "backend": {"name": "neuron", "cores": "3", "neff_cache_dir": "/x"},
-        "resume": False,  # how a sweep treats finished work, not what a job runs
-    }
-    assert config_hash(base) == config_hash(moved)
+    # where results go and how a sweep treats finished work change nothing that is measured
+    assert config_hash(base) == config_hash({**base, "tracking": {"uri": "b"}, "resume": False})
     assert config_hash(base) != config_hash({**base, "workload": {"hidden": 16}})
+    # another NeuronCore, another NEFF cache or compile cache folder (cold or warm): another measurement
+    assert config_hash(base) != config_hash({**base, "backend": {"name": "neuron", "cores": "1"}})
+    assert config_hash(base) != config_hash({**base, "backend": {**base["backend"], "neff_cache_dir": "/x"}})
+    warm_in = {folder: {**base, "measure": {"compile_cache": "warm", "compile_cache_dir": folder}} for folder in "ab"}
+    assert config_hash(warm_in["a"]) != config_hash(warm_in["b"])
 
 
 def test_parallel_slots_split_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
