@@ -24,8 +24,8 @@ from runner.backends.neuron import VISIBLE_CORES_ENV, NeuronBackend, torch_neuro
 from runner.backends.neuron_capture import DROPPED_EVENTS, first_json_object
 from runner.config import (
     NEURON_MODES,
-    BackendConfig,
     MeasureConfig,
+    NeuronBackendConfig,
     ProfilerConfig,
     RunSpec,
     ScheduleConfig,
@@ -80,7 +80,7 @@ def visible_cores() -> list[int]:
 
 
 def _backend(cores: str | None = None) -> NeuronBackend:
-    return NeuronBackend(BackendConfig(name="neuron", cores=cores))
+    return NeuronBackend(NeuronBackendConfig(cores=cores))
 
 
 def _config_accepted(capture_dir: Path) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def tiny_spec(
         workload=WorkloadSpec(
             target="workloads.rmsnorm.NaiveRMSNorm", kwargs={"hidden": hidden, "batch": 1, "seq_len": 8}
         ),
-        backend=BackendConfig(name="neuron", cores=cores),
+        backend=NeuronBackendConfig(cores=cores),
         profiler=profiler,
         schedule=schedule,
         measure=MeasureConfig(),
