@@ -23,12 +23,12 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
-from runner.backends.base import Backend, CaptureReport, Slot, require_complete_traces
+from runner.backends.base import Backend, CaptureReport, Slot, more_repeats, require_complete_traces
 from runner.backends.cores import format_cores, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.backends.user_env import ASYNC_NRT_ENV, set_by_user
-from runner.config import BackendConfig, ConfigError, NeuronBackendConfig, ProfilerConfig
+from runner.config import BackendConfig, ConfigError, NeuronBackendConfig, ProfilerConfig, RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,10 @@ class NeuronBackend(Backend):
                 "holds it; use measure.processes=0 (the default on neuron) and measure.repeats for a spread"
             )
         return 0
+
+    def steadier_measurement(self, spec: RunSpec) -> str:
+        """More repeats: the job's process holds its NeuronCores, so there are no worker processes to add."""
+        return more_repeats(spec)
 
     def copy_slots(self, copies: int) -> list[Slot]:
         """One NeuronCore per copy, out of the job's own (backend.cores, else every visible core).
