@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from runner import CONF_DIR, names
+from runner.backends.user_env import record_user_environment
 from runner.callbacks import JobFailure, UsageError
 from runner.compose import help_text
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas, unknown_key, unknown_option
@@ -114,6 +115,7 @@ def cli() -> None:
     HYDRA_FULL_ERROR=1 is Hydra's switch for raising errors instead of printing them; any
     error that is not bad input keeps its whole traceback, and a user who set it gets Hydra's.
     """
+    record_user_environment()  # before anything imports torch, which may load torch-neuronx
     wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     args = sys.argv[1:]

@@ -14,7 +14,7 @@ import inspect
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -64,35 +64,66 @@ def _refuse_non_finite(value: Any, key: str) -> None:
 
 @dataclass
 class BackendConfig:
-    """Which device runs the workload."""
+    """Which device runs the workload: the keys every device takes (conf/backend/neuron.yaml adds Neuron's)."""
 
     # auto picks neuron, then cuda, then cpu
     name: str = "auto"
-    # NeuronCores this job owns, one contiguous range, e.g. "0" or "2-3" (neuron only); null: the cores a
-    # launcher gave the job, else every visible core (the runtime reserves them all)
+    # hourly price of the device, for cost per million steps in comparisons; no prices are built in
+    price_per_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        _allowed("backend.name", self.name, BACKENDS)
+        if self.price_per_hour is not None:
+            _at_least("backend.price_per_hour", self.price_per_hour, 0)
+
+    def unpinned(self) -> BackendConfig:
+        """The config without a pin to particular cores, for processes a slot's environment pins."""
+        return self
+
+
+@dataclass
+class NeuronBackendConfig(BackendConfig):
+    """backend=neuron: the NeuronCores, the NEFF cache, the explorer and the runtime's asynchronous mode."""
+
+    name: str = "neuron"
+    # NeuronCores this job owns, one contiguous range, e.g. "0" or "2-3"; null: the cores a launcher
+    # gave the job, else every visible core (the runtime reserves them all)
     cores: str | None = None
     # NEFF cache that NeuronConfig copies into the capture; null: $TORCH_NEURONX_NEFF_CACHE_DIR or /tmp/neff_cache
     neff_cache_dir: str | None = None
-    # hourly price of the device, for cost per million steps in comparisons; no prices are built in
-    price_per_hour: float | None = None
     # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
     explorer_timeout_s: int = 1800
-    # neuron runtime queue: NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS before the runtime starts
-    # (0 = off); null leaves the environment's value
-    inflight_requests: int | None = None
-    # TORCH_NEURONX_ENABLE_ASYNC_NRT before torch-neuronx loads; null leaves it to the environment,
+    # TORCH_NEURONX_ENABLE_ASYNC_NRT before the runtime starts; null leaves it to the environment,
     # else to torch-neuronx (documented default 0, the shipped package sets 1): the manifest says which
     async_runtime: bool | None = None
 
     def __post_init__(self) -> None:
-        _allowed("backend.name", self.name, BACKENDS)
+        super().__post_init__()
+        _allowed("backend.name", self.name, ("neuron",))
         _at_least("backend.explorer_timeout_s", self.explorer_timeout_s, 1)
-        if self.price_per_hour is not None:
-            _at_least("backend.price_per_hour", self.price_per_hour, 0)
-        if self.inflight_requests is not None:
-            _at_least("backend.inflight_requests", self.inflight_requests, 0)
         if self.cores is not None:
             parse_core_range(self.cores, "backend.cores")
+
+    def unpinned(self) -> NeuronBackendConfig:
+        """Without backend.cores: the slot's NEURON_RT_VISIBLE_CORES pins the process instead."""
+        return replace(self, cores=None)
+
+    @classmethod
+    def of(cls, config: BackendConfig) -> NeuronBackendConfig:
+        """`config` as the Neuron schema: backend=auto and backend.name=neuron get its defaults."""
+        if isinstance(config, cls):
+            return config
+        return cls(**{f.name: getattr(config, f.name) for f in fields(BackendConfig) if f.name != "name"})
+
+
+# Keys that no longer reach anything: refused with why, and what to use instead.
+REMOVED_KEYS = {
+    "backend.inflight_requests": (
+        "it set NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, which no longer enables asynchronous execution "
+        "since Neuron SDK 2.31 (removed in 2.32); queue depth is measure.inflight (steps queued per synchronize, "
+        "measure.mode=throughput) with torch-neuronx's asynchronous runtime (backend.async_runtime)"
+    ),
+}
 
 
 @dataclass
@@ -275,6 +306,8 @@ SCHEMAS: dict[str, type] = {
     "tracking": TrackingConfig,
     "distributed": DistributedConfig,
 }
+# option files whose schema extends their group's, registered as `schema_<group>_<option>`
+OPTION_SCHEMAS: dict[tuple[str, str], type] = {("backend", "neuron"): NeuronBackendConfig}
 
 
 @dataclass
@@ -392,8 +425,13 @@ def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
 
 
 def unknown_key(key: str, known: list[str]) -> ConfigError:
-    """The error for a key no schema has, with the nearest known key as a hint."""
+    """The error for a key no schema has: removed (and why), another option's, or the nearest known key."""
+    if key in REMOVED_KEYS:
+        return ConfigError(f"{key} was removed: {REMOVED_KEYS[key]}")
     group, _, name = key.rpartition(".")
+    for (option_group, option), schema in OPTION_SCHEMAS.items():
+        if option_group == group and name in {f.name for f in fields(schema)}:
+            return ConfigError(f"{key} is a key of {group}={option} only; this job's {group} takes: {', '.join(known)}")
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"did you mean {group + '.' if group else ''}{close[0]}? " if close else ""
     return ConfigError(f"{key} is not a config key; {hint}allowed{' in ' + group if group else ''}: {', '.join(known)}")
@@ -408,7 +446,8 @@ def unknown_option(group: str, option: str, options: Sequence[str]) -> ConfigErr
 
 def _check_keys(node: DictConfig, group: str) -> None:
     """Refuse keys a `+` added to a group with a schema: Hydra lets `+measure.step=10` through."""
-    known = [f.name for f in fields(SCHEMAS[group])]
+    schema = OmegaConf.get_type(node)  # an option's own schema, such as backend=neuron's
+    known = [f.name for f in fields(schema if isinstance(schema, type) and is_dataclass(schema) else SCHEMAS[group])]
     for key in node:
         if key not in known:
             raise unknown_key(f"{group}.{str(key)}", known)
@@ -458,5 +497,7 @@ def register_schemas() -> None:
     store = ConfigStore.instance()
     for group, schema in SCHEMAS.items():
         store.store(name=f"schema_{group}", node=schema)
+    for (group, option), schema in OPTION_SCHEMAS.items():
+        store.store(name=f"schema_{group}_{option}", node=schema)
     # workloads are open (every other key is a constructor argument): defaults only, no schema
     store.store(name="schema_workload", node=WORKLOAD_DEFAULTS)

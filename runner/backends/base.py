@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity
 
 from runner import names
 from runner.backends.peaks import Peak
-from runner.config import BackendConfig, ConfigError, ProfilerConfig
+from runner.config import BackendConfig, ConfigError, ProfilerConfig, RunSpec
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,14 @@ class Slot:
 
 # what one job gets when jobs run one at a time: the machine as a single run would see it
 WHOLE_MACHINE = Slot("the whole machine")
+# what the console suggests when a run's timing is unstable: at least this many worker processes or repeats
+ADVISED_PROCESSES = 5
+ADVISED_REPEATS = 5
+
+
+def more_repeats(spec: RunSpec) -> str:
+    """Advice for a job that cannot have (more) worker processes: more repeats of its phases."""
+    return f"more repeats (measure.repeats={max(ADVISED_REPEATS, 2 * spec.measure.repeats)})"
 
 
 @dataclass
@@ -152,6 +160,17 @@ class Backend(ABC):
                 "steps in its own process; use measure.processes=0 and measure.repeats for a spread"
             )
         return self.default_processes if requested is None else requested
+
+    def steadier_measurement(self, spec: RunSpec) -> str:
+        """What to rerun an unstable job with: more worker processes where they time its steady state.
+
+        Several ranks time their steps in their own processes, and copies time their own, so
+        those jobs get more repeats instead (the rule `worker_processes` enforces).
+        """
+        if spec.distributed.ranks > 1 or spec.measure.copies is not None:
+            return more_repeats(spec)
+        processes = max(ADVISED_PROCESSES, 2 * (spec.measure.processes or 0))
+        return f"more worker processes (measure.processes={processes})"
 
     def concurrent_slots(self, count: int, key: str = "measure.copies") -> list[Slot]:
         """A share of the machine for each of `count` processes at once: copies, or ranks.

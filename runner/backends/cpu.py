@@ -11,7 +11,7 @@ import torch
 
 from runner.backends.base import Backend, Slot
 from runner.backends.peaks import Peak, cpu_peak
-from runner.config import BackendConfig
+from runner.config import BackendConfig, RunSpec
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -49,6 +49,10 @@ class CpuBackend(Backend):
                 flush=True,
             )
         return super().copy_slots(copies)
+
+    def steadier_measurement(self, spec: RunSpec) -> str:
+        """Also fewer threads: a job whose threads outnumber the idle cores waits for them."""
+        return f"{super().steadier_measurement(spec)} or with fewer threads per job (OMP_NUM_THREADS)"
 
     def take_slot(self, slot: Slot) -> None:
         """The slot's thread count: torch read OMP_NUM_THREADS when it loaded, before this."""

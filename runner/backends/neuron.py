@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,18 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
-from runner.backends.base import Backend, CaptureReport, Slot, require_complete_traces
+from runner.backends.base import Backend, CaptureReport, Slot, more_repeats, require_complete_traces
 from runner.backends.cores import format_cores, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.peaks import Peak, datasheet_peak
-from runner.config import BackendConfig, ConfigError, ProfilerConfig
+from runner.backends.user_env import ASYNC_NRT_ENV, set_by_user
+from runner.config import BackendConfig, ConfigError, NeuronBackendConfig, ProfilerConfig, RunSpec
 
 log = logging.getLogger(__name__)
 
 # Env-var capture; it conflicts with torch.profiler capture, so the runner refuses to run with it.
 INSPECT_ENV = "NEURON_RT_INSPECT_ENABLE"
-# the runtime's queue: torch-neuronx's asynchronous runtime, and the requests it keeps in flight
-ASYNC_NRT_ENV = "TORCH_NEURONX_ENABLE_ASYNC_NRT"
+# the runtime's implicit async mode, gone since Neuron SDK 2.31: setting it only draws the runtime's warning
 INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
@@ -74,6 +73,7 @@ class NeuronBackend(Backend):
     """Trainium NeuronCores through torch-neuronx (TorchNeuron, PrivateUse1 device 'neuron')."""
 
     name = "neuron"
+    config: NeuronBackendConfig
     compile_backend = "neuron"
     # torch_neuronx registers the "neuron" process-group backend
     collective_backend = "neuron"
@@ -121,9 +121,10 @@ class NeuronBackend(Backend):
         Raises:
             ConfigError: backend.cores is set (it pins one job), or the pool is too small.
         """
-        if config.cores is not None:
+        pinned = NeuronBackendConfig.of(config).cores
+        if pinned is not None:
             raise ConfigError(
-                f"backend.cores={config.cores} pins a single job; with several jobs at once give the cores to share "
+                f"backend.cores={pinned} pins a single job; with several jobs at once give the cores to share "
                 "as hydra.launcher.cores (each job gets hydra.launcher.cores_per_job of them)"
             )
         visible = os.environ.get(VISIBLE_CORES_ENV)
@@ -146,12 +147,20 @@ class NeuronBackend(Backend):
 
     def __init__(self, config: BackendConfig) -> None:
         super().__init__(config)
+        self.config = NeuronBackendConfig.of(config)
         if os.environ.get(INSPECT_ENV, "0") not in ("", "0"):
             raise ConfigError(
                 f"{INSPECT_ENV}={os.environ[INSPECT_ENV]} is set: env-var capture conflicts with torch.profiler; "
                 "unset it (the runner configures capture through profiler.modes)"
             )
-        self.runtime_settings = self._set_runtime_queue(config)
+        if INFLIGHT_ENV in os.environ:
+            log.warning(
+                "%s=%s is set but enables nothing since Neuron SDK 2.31 (removed in 2.32; the runtime only warns); "
+                "unset it: queue depth is measure.inflight with backend.async_runtime",
+                INFLIGHT_ENV,
+                os.environ[INFLIGHT_ENV],
+            )
+        self.runtime_settings = self._set_async_runtime(self.config.async_runtime)
         try:
             import torch_neuronx.profiling  # noqa: F401  (autoload registers torch.neuron; profiling is explicit)
         except ImportError:
@@ -161,28 +170,29 @@ class NeuronBackend(Backend):
             ) from None
         if not torch_neuron().is_available():
             raise ConfigError("backend=neuron: torch-neuronx sees no NeuronCore on this machine")
-        self.cores = self._pin_cores(config.cores)
+        self.cores = self._pin_cores(self.config.cores)
         self.correlate_status = "unset"
-        # torch-neuronx may set its own default at import: say which value is in force, and whose
-        in_force = os.environ.get(ASYNC_NRT_ENV)
-        if self.runtime_settings[ASYNC_NRT_ENV] == "unset" and in_force is not None:
-            self.runtime_settings[ASYNC_NRT_ENV] = f"{in_force} (set by torch-neuronx at import; documented default 0)"
 
     @staticmethod
-    def _set_runtime_queue(config: BackendConfig) -> dict[str, str]:
-        """backend.async_runtime and backend.inflight_requests into the environment, before torch-neuronx loads.
+    def _set_async_runtime(async_runtime: bool | None) -> dict[str, str]:
+        """backend.async_runtime into the environment before the runtime starts, and who set the value in force.
 
-        Returns each variable's value in force and where it came from, for the manifest.
+        torch-neuronx sets its own default when it loads, at `import torch` (PyTorch's backend
+        autoload), which is before this: the runner's entry noted what the user had set.
+        Returns each variable's value and where it came from, for the manifest.
         """
-        settings = {}
-        for variable, value in ((ASYNC_NRT_ENV, config.async_runtime), (INFLIGHT_ENV, config.inflight_requests)):
-            if value is not None:
-                os.environ[variable] = str(int(value))
-                settings[variable] = f"{int(value)} (backend config)"
-            elif variable in os.environ:
-                settings[variable] = f"{os.environ[variable]} (environment)"
-            else:
-                settings[variable] = "unset"
+        if async_runtime is not None:
+            os.environ[ASYNC_NRT_ENV] = str(int(async_runtime))
+            settings = {ASYNC_NRT_ENV: f"{int(async_runtime)} (backend config)"}
+        elif set_by_user(ASYNC_NRT_ENV):
+            settings = {ASYNC_NRT_ENV: f"{os.environ[ASYNC_NRT_ENV]} (environment)"}
+        elif ASYNC_NRT_ENV in os.environ:
+            value = os.environ[ASYNC_NRT_ENV]
+            settings = {ASYNC_NRT_ENV: f"{value} (set by torch-neuronx at import; documented default 0)"}
+        else:
+            settings = {ASYNC_NRT_ENV: "unset"}
+        if INFLIGHT_ENV in os.environ:
+            settings[INFLIGHT_ENV] = f"{os.environ[INFLIGHT_ENV]} (environment; enables nothing since Neuron SDK 2.31)"
         return settings
 
     def worker_processes(self, requested: int | None, ranks: int = 1) -> int:
@@ -198,6 +208,10 @@ class NeuronBackend(Backend):
             )
         return 0
 
+    def steadier_measurement(self, spec: RunSpec) -> str:
+        """More repeats: the job's process holds its NeuronCores, so there are no worker processes to add."""
+        return more_repeats(spec)
+
     def copy_slots(self, copies: int) -> list[Slot]:
         """One NeuronCore per copy, out of the job's own (backend.cores, else every visible core).
 
@@ -205,7 +219,7 @@ class NeuronBackend(Backend):
         its cores are free for them.
         """
         pool = format_cores(self.cores) if self.cores else None
-        return self.split_machine(replace(self.config, cores=None), copies, pool, EXECUTING_CORES)
+        return self.split_machine(self.config.unpinned(), copies, pool, EXECUTING_CORES)
 
     def _pin_cores(self, spec: str | None) -> list[int] | None:
         """The cores this job owns, or None for every visible core.

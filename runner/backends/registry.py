@@ -46,16 +46,9 @@ def backend_class(name: str) -> type[Backend]:
 
 
 def make_backend(config: BackendConfig) -> Backend:
-    """Build the backend named by `backend.name`.
+    """Build the backend named by `backend.name` (the Neuron keys exist only in backend=neuron's schema).
 
     Raises:
-        ConfigError: the requested device is not available on this machine, or backend.cores
-            (NeuronCores) is set for another device, which would silently ignore it.
+        ConfigError: the requested device is not available on this machine.
     """
-    cls = backend_class(config.name)
-    if config.cores is not None and cls is not NeuronBackend:
-        raise ConfigError(
-            f"backend.cores={config.cores} pins NeuronCores (backend=neuron); this job runs on {cls.name}: "
-            "leave it unset (on the CPU, OMP_NUM_THREADS or taskset choose the threads and cores)"
-        )
-    return cls(config)
+    return backend_class(config.name)(config)

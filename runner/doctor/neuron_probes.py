@@ -24,12 +24,13 @@ import torch
 
 from runner import names
 from runner.backends.cores import parse_cores
-from runner.backends.neuron import ASYNC_NRT_ENV, NEFF_CACHE_ENV, VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
+from runner.backends.neuron import INFLIGHT_ENV, NEFF_CACHE_ENV, VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
 from runner.backends.neuron_capture import DROPPED_EVENTS, first_json_object
+from runner.backends.user_env import ASYNC_NRT_ENV
 from runner.config import (
     NEURON_MODES,
-    BackendConfig,
     MeasureConfig,
+    NeuronBackendConfig,
     ProfilerConfig,
     RunSpec,
     ScheduleConfig,
@@ -51,9 +52,6 @@ WARM_TOLERANCE = 1.5
 COLD_EXCESS_MS = 0.5
 FIRST_TIMED = 3
 TIMED_STEPS = 20
-# the runtime's queue depth before SDK 2.31 made execution explicit; SDK 2.32 removed it
-# (about-neuron/announcements/neuron2.x/announce-no-support-implicit-async-mode.rst)
-REMOVED_INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,7 @@ def visible_cores() -> list[int]:
 
 
 def _backend(cores: str | None = None) -> NeuronBackend:
-    return NeuronBackend(BackendConfig(name="neuron", cores=cores))
+    return NeuronBackend(NeuronBackendConfig(cores=cores))
 
 
 def _config_accepted(capture_dir: Path) -> dict[str, Any]:
@@ -148,9 +146,9 @@ def _async_after_import() -> str | None:
 def _inflight_after_import_and_backend() -> tuple[str | None, str | None]:
     """The removed variable after torch-neuronx loaded, then after the runner's backend started up."""
     _neuron_module()
-    at_import = os.environ.get(REMOVED_INFLIGHT_ENV)
+    at_import = os.environ.get(INFLIGHT_ENV)
     _backend()
-    return at_import, os.environ.get(REMOVED_INFLIGHT_ENV)
+    return at_import, os.environ.get(INFLIGHT_ENV)
 
 
 def _rank_joins(timeout_s: float) -> dict[str, Any]:
@@ -177,7 +175,7 @@ def tiny_spec(
         workload=WorkloadSpec(
             target="workloads.rmsnorm.NaiveRMSNorm", kwargs={"hidden": hidden, "batch": 1, "seq_len": 8}
         ),
-        backend=BackendConfig(name="neuron", cores=cores),
+        backend=NeuronBackendConfig(cores=cores),
         profiler=profiler,
         schedule=schedule,
         measure=MeasureConfig(),
@@ -359,21 +357,21 @@ def probe_async_default(host: NeuronHost) -> Verdict:
 
 def probe_inflight_removed(host: NeuronHost) -> Verdict:
     """Nothing sets the removed NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, and the user's environment does not."""
-    assumption = f"{REMOVED_INFLIGHT_ENV} (removed in Neuron SDK 2.32) is set by neither torch-neuronx nor the runner"
-    at_import, after_backend = _run(host, _inflight_after_import_and_backend, env={REMOVED_INFLIGHT_ENV: None})
+    assumption = f"{INFLIGHT_ENV} (removed in Neuron SDK 2.32) is set by neither torch-neuronx nor the runner"
+    at_import, after_backend = _run(host, _inflight_after_import_and_backend, env={INFLIGHT_ENV: None})
     if at_import is not None:
-        evidence = f"torch-neuronx set {REMOVED_INFLIGHT_ENV}={at_import} at import"
+        evidence = f"torch-neuronx set {INFLIGHT_ENV}={at_import} at import"
         fix = "nothing the runner sets: this torch-neuronx predates SDK 2.31's explicit async API; update it"
         return Verdict("inflight_removed", assumption, FAIL, evidence, fix)
     if after_backend is not None:
-        evidence = f"the runner's backend set {REMOVED_INFLIGHT_ENV}={after_backend}"
+        evidence = f"the runner's backend set {INFLIGHT_ENV}={after_backend}"
         fix = "runner/backends/neuron.py must not set it: SDK 2.32 removed it, and 2.31 ignores it with a warning"
         return Verdict("inflight_removed", assumption, FAIL, evidence, fix, breaks_runner=True)
-    users = os.environ.get(REMOVED_INFLIGHT_ENV)
+    users = os.environ.get(INFLIGHT_ENV)
     if users is not None:
-        evidence = f"neither sets it, but this environment has {REMOVED_INFLIGHT_ENV}={users}"
+        evidence = f"neither sets it, but this environment has {INFLIGHT_ENV}={users}"
         fix = (
-            f"unset {REMOVED_INFLIGHT_ENV}: Neuron SDK 2.32 removed it (2.31 ignores it with a deprecation "
+            f"unset {INFLIGHT_ENV}: Neuron SDK 2.32 removed it (2.31 ignores it with a deprecation "
             "warning); it sets no queue depth (measure.inflight queues steps on the host)"
         )
         return Verdict("inflight_removed", assumption, FAIL, evidence, fix)

@@ -85,7 +85,7 @@ def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[JobRes
     """
     world = len(slots)
     # the slot's environment pins each rank; backend.cores would pin every rank to the job's cores
-    spec = replace(spec, backend=replace(spec.backend, cores=None))
+    spec = replace(spec, backend=spec.backend.unpinned())
     context = multiprocessing.get_context("spawn")
     rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(world)}
     processes: list[BaseProcess] = []

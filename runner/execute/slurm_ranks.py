@@ -75,7 +75,7 @@ def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> JobResult
 
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     # the slot pins the task; backend.cores would pin every task of a node to the same cores
-    spec = replace(spec, backend=replace(spec.backend, cores=None))
+    spec = replace(spec, backend=spec.backend.unpinned())
     backend = make_backend(spec.backend)
     slot = backend.concurrent_slots(task.tasks_per_node, "hydra.launcher.tasks_per_node")[task.local_rank]
     backend.take_slot(slot)

@@ -148,7 +148,7 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     first process to start the runtime keeps its cores.
     """
     # the slot's environment pins each copy; backend.cores would pin every copy back to the job's cores
-    spec = replace(spec, backend=replace(spec.backend, cores=None))
+    spec = replace(spec, backend=spec.backend.unpinned())
     start_together = multiprocessing.get_context("spawn").Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
     workers: list[_Running] = []

@@ -21,7 +21,7 @@ from pathlib import Path
 from runner import names
 from runner.backends.base import Backend
 from runner.backends.registry import COMPILE_CACHES
-from runner.config import ConfigError, RunSpec
+from runner.config import ConfigError, NeuronBackendConfig, RunSpec
 
 # torch's counters of cache lookups during compilation: (counter group, hit key, miss key)
 COUNTERS = [("inductor", "fxgraph_cache_hit", "fxgraph_cache_miss"), ("aot_autograd", "autograd_cache_hit",
@@ -40,7 +40,7 @@ def use_compile_cache(spec: RunSpec) -> None:
     measure = spec.measure
     if measure.compile_cache is None:
         return
-    if spec.backend.neff_cache_dir is not None:
+    if isinstance(spec.backend, NeuronBackendConfig) and spec.backend.neff_cache_dir is not None:
         raise ConfigError(
             f"backend.neff_cache_dir={spec.backend.neff_cache_dir} and measure.compile_cache={measure.compile_cache}: "
             "the cache study keeps the NEFF cache in measure.compile_cache_dir; leave backend.neff_cache_dir unset"

@@ -8,12 +8,10 @@ simply too much spread. Any reason makes the run unstable; the reasons say which
 
 from __future__ import annotations
 
-from contextlib import suppress
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runner.config import ConfigError
 from runner.measure.stats import coefficient_of_variation
 
 if TYPE_CHECKING:
@@ -32,10 +30,6 @@ MIN_MODE_RATIO = 1.3
 MIN_MODE_SEPARATION = 2.0
 # the coefficient of variation of single steps (the outlier and mode checks say why it is high)
 MAX_STEP_CV = 0.25
-# what the console suggests when a run is unstable: this many worker processes, or repeats where
-# the job may not have worker processes
-ADVISED_PROCESSES = 5
-ADVISED_REPEATS = 5
 
 
 def process_spread(process_medians: list[float]) -> float:
@@ -97,17 +91,5 @@ def instability_reasons(process_medians: list[float], samples_ms: list[float]) -
 
 
 def instability_advice(spec: RunSpec, backend: Backend) -> str:
-    """What to rerun an unstable job with, runnable on its backend and in its mode.
-
-    More worker processes where the rule that refuses them (`Backend.worker_processes`: on
-    Neuron, with several ranks) lets them through and they time the steady state (copies time
-    their own), more repeats otherwise; fewer threads on the CPU.
-    """
-    processes = max(ADVISED_PROCESSES, 2 * (spec.measure.processes or 0))
-    more = f"more repeats (measure.repeats={max(ADVISED_REPEATS, 2 * spec.measure.repeats)})"
-    if spec.measure.copies is None:
-        with suppress(ConfigError):  # refused here: the repeats, then
-            backend.worker_processes(processes, spec.distributed.ranks)
-            more = f"more worker processes (measure.processes={processes})"
-    threads = " or with fewer threads per job (OMP_NUM_THREADS)" if backend.name == "cpu" else ""
-    return f"rerun on an idle machine with {more}{threads}"
+    """What to rerun an unstable job with: the backend says what its device accepts (`steadier_measurement`)."""
+    return f"rerun on an idle machine with {backend.steadier_measurement(spec)}"

@@ -195,7 +195,9 @@ def neuron_backend() -> NeuronBackend:
         pytest.param(CpuBackend(BackendConfig(name="cpu")), ["measure.processes=5"], "measure.processes=10", id="more"),
         pytest.param(CpuBackend(BackendConfig(name="cpu")), ["distributed.ranks=2"], "measure.repeats=5", id="ranks"),
         pytest.param(CpuBackend(BackendConfig(name="cpu")), ["measure.copies=2"], "measure.repeats=5", id="copies"),
-        pytest.param(neuron_backend(), ["measure.processes=0"], "measure.repeats=5", id="neuron"),
+        pytest.param(neuron_backend(), [], "measure.repeats=5", id="neuron"),
+        pytest.param(neuron_backend(), ["measure.repeats=4"], "measure.repeats=8", id="neuron-more"),
+        pytest.param(neuron_backend(), ["distributed.ranks=2"], "measure.repeats=5", id="neuron-ranks"),
     ],
 )
 def test_instability_advice_is_what_the_runner_accepts(backend: Backend, overrides: list[str], advised: str) -> None:

@@ -106,6 +106,17 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
         pytest.param(
             ["+workload=rmsnorm_naive", "+foo=1"], "foo is not a config key; allowed: workload", id="plus-top"
         ),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "backend=cpu", "backend.cores=0-1"],
+            "backend.cores is a key of backend=neuron only; this job's backend takes: name, price_per_hour",
+            id="neuron-key-off-neuron",
+        ),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "backend=neuron", "backend.inflight_requests=4"],
+            "backend.inflight_requests was removed: it set NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, which no "
+            "longer enables asynchronous execution since Neuron SDK 2.31",
+            id="removed-key",
+        ),
     ],
 )
 def test_bad_input_is_one_line_with_no_traceback_and_no_run(

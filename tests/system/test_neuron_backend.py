@@ -21,7 +21,7 @@ from runner import names
 from runner.backends.cpu import CpuBackend
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import datasheet_peak
-from runner.config import BackendConfig, load_run_spec
+from runner.config import BackendConfig, NeuronBackendConfig, load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import REPO, STANDIN, all_runs, compose_cfg
 
@@ -37,14 +37,15 @@ def run_neuron(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m runner` on a stand-in Neuron host; a sweep when args start with -m."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
-    environ.update(env, NEURON_STANDIN_LOG=str(tmp_path / "calls.jsonl"), NEURON_STANDIN_STATE=str(tmp_path / "nrt"))
+    environ.update(NEURON_STANDIN_LOG=str(tmp_path / "calls.jsonl"), NEURON_STANDIN_STATE=str(tmp_path / "nrt"))
+    # the NEFF cache through the environment: backend.neff_cache_dir is a key of backend=neuron alone
+    environ.update(TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff_cache"), **env)
     if standin:
         environ["PYTHONPATH"] = str(STANDIN)
         environ["PATH"] = f"{STANDIN / 'bin'}{os.pathsep}{environ['PATH']}"
     where = f"hydra.sweep.dir={tmp_path / 'sweep'}" if args[:1] == ("-m",) else f"hydra.run.dir={tmp_path / 'run'}"
     cmd = [
-        sys.executable, "-m", "runner", *args[:1], *workload, "measure=quick", where,
-        f"backend.neff_cache_dir={tmp_path / 'neff_cache'}", *args[1:],
+        sys.executable, "-m", "runner", *args[:1], *workload, "measure=quick", where, *args[1:],
     ]  # fmt: skip
     return subprocess.run(cmd, cwd=REPO, env=environ, capture_output=True, text=True)
 
@@ -226,7 +227,8 @@ def test_parallel_jobs_on_auto_each_own_their_cores(tmp_path: Path, tracking_uri
     assert sorted(starts) == ["0", "1"]
     assert {r.data.tags[names.TAG_PLACEMENT].rsplit(" ", 1)[-1] for r in runs} == {"0", "1"}
     # the share is a tag and an environment variable, never a rewrite of the job's config
-    assert all(r.data.params["backend.cores"] == "None" and "backend.cores" not in r.info.run_name for r in runs)
+    # backend=auto has no Neuron keys: the slots pin the jobs, never a backend.cores
+    assert all("backend.cores" not in r.data.params and "backend.cores" not in r.info.run_name for r in runs)
 
 
 def test_copies_each_get_a_core_of_the_job_before_the_job_starts_the_runtime(tmp_path: Path, tracking_uri: str) -> None:
@@ -309,35 +311,62 @@ def test_cold_and_warm_neff_caches_differ_in_their_hits_and_misses(tmp_path: Pat
     assert jobs["warm"].tags[names.TAG_COMPILE_CACHE_COUNTED].startswith("NEFF cache: misses are NEFFs")
 
 
-def test_runtime_queue_settings_are_set_before_the_runtime_starts_and_recorded(
-    tmp_path: Path, tracking_uri: str
-) -> None:
-    done = run_neuron(tmp_path, "backend=neuron", "backend.inflight_requests=4", "backend.async_runtime=false",
-                      "measure.mode=throughput", "measure.inflight=4", "profiler=neuron_system")  # fmt: skip
+def device_facts(uri: str) -> dict[str, Any]:
+    """The device part of the latest run's environment.json."""
+    latest = max(all_runs(uri), key=lambda r: r.info.start_time)
+    path = mlflow.MlflowClient(uri).download_artifacts(latest.info.run_id, "environment.json")
+    return dict(json.loads(Path(path).read_text())["device"])
+
+
+ASYNC_FACT = "neuron.env.TORCH_NEURONX_ENABLE_ASYNC_NRT"
+INFLIGHT_FACT = "neuron.env.NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
+
+
+def test_async_runtime_is_set_before_the_runtime_starts_and_recorded(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(tmp_path, "backend=neuron", "backend.async_runtime=false", "measure.mode=throughput",
+                      "measure.inflight=4", "profiler=neuron_system")  # fmt: skip
     assert done.returncode == 0, done.stderr
     (start,) = [e for e in calls(tmp_path) if e["event"] == "runtime_start"]
-    assert (start["async_nrt"], start["inflight_requests"]) == ("0", "4")
+    assert (start["async_nrt"], start["inflight_requests"]) == ("0", None)
+    facts = device_facts(tracking_uri)
+    assert facts[ASYNC_FACT] == "0 (backend config)" and INFLIGHT_FACT not in facts
     run = the_run(tracking_uri)
-    manifest = json.loads(Path(mlflow.MlflowClient(tracking_uri).download_artifacts(
-        run.info.run_id, names.ENVIRONMENT_FILE)).read_text())  # fmt: skip
-    assert manifest["device"]["neuron.env.TORCH_NEURONX_ENABLE_ASYNC_NRT"] == "0 (backend config)"
-    assert manifest["device"]["neuron.env.NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"] == "4 (backend config)"
     assert run.data.metrics[names.THROUGHPUT_INFLIGHT] == 4 and run.data.metrics[names.THROUGHPUT_STEPS_PER_S] > 0
-    default = run_neuron(tmp_path / "default", "backend=neuron", "profiler=neuron_system")
-    assert default.returncode == 0, default.stderr
-    (start,) = [e for e in calls(tmp_path / "default") if e["event"] == "runtime_start"]
-    assert (start["async_nrt"], start["inflight_requests"]) == ("1", None)  # the package's own default
-    latest = max(all_runs(tracking_uri), key=lambda r: r.info.start_time)
-    manifest = json.loads(Path(mlflow.MlflowClient(tracking_uri).download_artifacts(
-        latest.info.run_id, names.ENVIRONMENT_FILE)).read_text())  # fmt: skip
-    assert manifest["device"]["neuron.env.TORCH_NEURONX_ENABLE_ASYNC_NRT"] == (
-        "1 (set by torch-neuronx at import; documented default 0)"
-    )
-    assert manifest["device"]["neuron.env.NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"] == "unset"
+
+
+@pytest.mark.parametrize("launcher", ["basic", "isolated"])
+def test_the_async_default_is_torch_neuronx_s_when_the_user_set_nothing(
+    tmp_path: Path, tracking_uri: str, launcher: str
+) -> None:
+    # torch-neuronx autoloads at `import torch` and sets the variable; the isolated launcher's job
+    # process inherits the environment of a sweep process that imported torch already
+    args = ["-m", "workload.seed=0"] if launcher == "isolated" else []
+    done = run_neuron(tmp_path, *args, "backend=neuron", "profiler=neuron_system", f"hydra/launcher={launcher}")
+    assert done.returncode == 0, done.stderr
+    events = calls(tmp_path)
+    (start,) = [e for e in events if e["event"] == "runtime_start"]
+    assert start["async_nrt"] == "1" and "autoload" in [e["event"] for e in events]
+    assert device_facts(tracking_uri)[ASYNC_FACT] == "1 (set by torch-neuronx at import; documented default 0)"
+
+
+def test_the_users_async_setting_and_a_removed_variable_are_told_apart(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(tmp_path, "backend=neuron", "profiler=neuron_system",
+                      TORCH_NEURONX_ENABLE_ASYNC_NRT="0", NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS="4")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (start,) = [e for e in calls(tmp_path) if e["event"] == "runtime_start"]
+    assert start["async_nrt"] == "0"
+    facts = device_facts(tracking_uri)
+    assert facts[ASYNC_FACT] == "0 (environment)"
+    assert facts[INFLIGHT_FACT] == "4 (environment; enables nothing since Neuron SDK 2.31)"
+    console = (done.stdout + done.stderr).splitlines()
+    (warning,) = [line for line in console if "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS=4" in line]
+    assert "enables nothing since Neuron SDK 2.31" in warning and "measure.inflight" in warning
 
 
 def test_parallel_launcher_refuses_a_single_jobs_pin(tmp_path: Path, tracking_uri: str) -> None:
-    done = run_neuron(tmp_path, "-m", "workload.seed=0,1", "backend.cores=0-1", "hydra/launcher=parallel")
+    done = run_neuron(
+        tmp_path, "-m", "workload.seed=0,1", "backend=neuron", "backend.cores=0-1", "hydra/launcher=parallel"
+    )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "backend.cores=0-1 pins a single job; with several jobs at once give the cores to share" in done.stderr
     assert [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) != "true"] == []
@@ -356,5 +385,5 @@ def test_isolated_launcher_keeps_backend_cores(tmp_path: Path, tracking_uri: str
 def test_roofline_counts_the_one_core_the_work_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("runner.backends.neuron.instance_type", lambda: "trn2.48xlarge")
     backend = NeuronBackend.__new__(NeuronBackend)  # no torch-neuronx in this process: skip __init__
-    backend.config, backend.cores = BackendConfig(name="neuron", cores="0-1"), [0, 1]
+    backend.config, backend.cores = NeuronBackendConfig(cores="0-1"), [0, 1]
     assert backend.peak("bfloat16") == datasheet_peak("trn2_core", 1, "bfloat16")

@@ -127,7 +127,8 @@ def test_visible_cores_must_be_contiguous(tmp_path: Path, visible: str, ok: bool
     if not ok:
         assert f"NRT: nrt_init failed: NEURON_RT_VISIBLE_CORES={visible!r} is not contiguous" in done.stderr
         assert "the resulting range must be contiguous" in done.stderr
-        assert [e["event"] for e in events(tmp_path, visible)] == ["import", "runtime_start_failed"]
+        # `import torch` autoloads the stand-in (its torch.backends entry point) before the script starts it
+        assert [e["event"] for e in events(tmp_path, visible)] == ["import", "autoload", "runtime_start_failed"]
         assert claims(tmp_path) == []
 
 
@@ -184,3 +185,21 @@ def test_idle_owned_cores_give_empty_ntffs(
     ntffs = {int(p.name.split("_")[2]): p.stat().st_size > 0 for p in out.rglob("*.ntff")}
     assert ntffs == expected
     assert all(p.name.endswith("_session_0.ntff") for p in out.rglob("*.ntff"))
+
+
+@pytest.mark.parametrize(
+    ("env", "seen"),
+    [
+        pytest.param({}, "True 1", id="autoload-sets-the-default"),
+        pytest.param({"TORCH_NEURONX_ENABLE_ASYNC_NRT": "0"}, "True 0", id="user-value-kept"),
+        pytest.param({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, "False None", id="autoload-off"),
+    ],
+)
+def test_import_torch_autoloads_the_standin_as_the_real_package(tmp_path: Path, env: dict[str, str], seen: str) -> None:
+    environment = {k: v for k, v in environ(tmp_path, None).items() if not k.startswith("TORCH_")}
+    code = "import os, sys, torch; print('torch_neuronx' in sys.modules, os.getenv('TORCH_NEURONX_ENABLE_ASYNC_NRT'))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**environment, **env}, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == seen

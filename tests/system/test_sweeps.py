@@ -20,7 +20,7 @@ from runner.backends.base import WHOLE_MACHINE
 from runner.backends.cpu import CpuBackend
 from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NeuronBackend
-from runner.config import BackendConfig, ConfigError
+from runner.config import BackendConfig, ConfigError, NeuronBackendConfig
 from runner.sweep import config_hash
 from tests.helpers import REPO, all_runs, serve_mlflow
 
@@ -60,9 +60,9 @@ def test_parallel_slots_split_the_machine(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(ConfigError, match="hydra.launcher.cores_per_job=4 but the pool 0-1 has no run"):
         NeuronBackend.plan_slots(unpinned, 0, "0-1", 4)
     with pytest.raises(ConfigError, match="backend.cores=0-1 pins a single job; .* hydra.launcher.cores"):
-        NeuronBackend.plan_slots(BackendConfig(name="neuron", cores="0-1"), 2, None, 1)
+        NeuronBackend.plan_slots(NeuronBackendConfig(cores="0-1"), 2, None, 1)
     # one job at a time: the job sees the machine as a single run does, backend.cores untouched
-    assert NeuronBackend.plan_slots(BackendConfig(name="neuron", cores="0-1"), 1, None, 1) == [WHOLE_MACHINE]
+    assert NeuronBackend.plan_slots(NeuronBackendConfig(cores="0-1"), 1, None, 1) == [WHOLE_MACHINE]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     cuda = CudaBackend.plan_slots(BackendConfig(name="cuda"), 0, None, 1)
     assert [dict(s.env)["CUDA_VISIBLE_DEVICES"] for s in cuda] == ["0", "1"]

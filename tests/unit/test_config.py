@@ -13,8 +13,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import CONF_DIR
 from runner.backends.cpu import CpuBackend
-from runner.backends.registry import make_backend
-from runner.config import BackendConfig, ConfigError, RunSpec, ScheduleConfig, WorkloadKeys, load_run_spec
+from runner.config import (
+    BackendConfig,
+    ConfigError,
+    NeuronBackendConfig,
+    RunSpec,
+    ScheduleConfig,
+    WorkloadKeys,
+    load_run_spec,
+    unknown_key,
+)
 from runner.measure.build import build_workload
 from tests.helpers import compose_cfg
 
@@ -152,12 +160,31 @@ def test_bad_values_name_the_key(override: str, match: str) -> None:
         build_workload(spec.workload, CpuBackend(spec.backend))
 
 
-def test_backend_cores_is_refused_off_neuron() -> None:
-    spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "backend.cores=0-1"))
-    with pytest.raises(
-        ConfigError, match=r"backend\.cores=0-1 pins NeuronCores \(backend=neuron\); this job runs on cpu:"
-    ):
-        make_backend(spec.backend)
+def test_the_neuron_keys_belong_to_backend_neuron_alone() -> None:
+    neuron = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=neuron", "backend.cores=0-1"))
+    assert isinstance(neuron.backend, NeuronBackendConfig) and neuron.backend.cores == "0-1"
+    assert neuron.backend.unpinned().cores is None
+    cpu = compose_cfg("+workload=rmsnorm_naive", "backend=cpu")
+    assert set(cpu.backend) == {"name", "price_per_hour"}  # so a cpu job's config hash holds no Neuron key
+    assert type(load_run_spec(cpu).backend) is BackendConfig
+    # a key a `+` adds passes Hydra; the schema check names the option that has it
+    only_neuron = r"^backend\.cores is a key of backend=neuron only; this job's backend takes: name, price_per_hour$"
+    with pytest.raises(ConfigError, match=only_neuron):
+        load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "+backend.cores=0"))
+    with pytest.raises(ConfigError, match=r"backend\.name='cpu' is not allowed; choose one of: neuron"):
+        load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=neuron", "backend.name=cpu"))
+    # backend=auto and backend.name=neuron get the Neuron defaults where the backend needs them
+    promoted = NeuronBackendConfig.of(BackendConfig(name="auto", price_per_hour=2.0))
+    assert (promoted.name, promoted.price_per_hour, promoted.cores) == ("neuron", 2.0, None)
+    assert promoted.explorer_timeout_s == NeuronBackendConfig.explorer_timeout_s
+
+
+def test_a_removed_key_says_why_and_what_to_use() -> None:
+    message = str(unknown_key("backend.inflight_requests", ["name", "cores"]))
+    assert message.startswith("backend.inflight_requests was removed: it set NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT")
+    assert "Neuron SDK 2.31" in message and "measure.inflight" in message and "backend.async_runtime" in message
+    with pytest.raises(ConfigError, match=r"^backend\.inflight_requests was removed: "):
+        load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=neuron", "+backend.inflight_requests=4"))
 
 
 def test_missing_workload_lists_the_options() -> None:

@@ -11,7 +11,7 @@ import pytest
 from runner import names
 from runner.backends.cores import format_cores, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, parse_summary_json, session_dirs
-from runner.config import BackendConfig, ConfigError, TrackingConfig
+from runner.config import ConfigError, NeuronBackendConfig, TrackingConfig
 from runner.job import open_run
 from runner.manifest import allowed_environment
 from runner.tracking.run import split_by_budget
@@ -39,7 +39,7 @@ def test_bad_core_specs_show_the_syntax(spec: str) -> None:
 def test_neuron_cores_must_be_one_contiguous_range(spec: str) -> None:
     # the runtime refuses NEURON_RT_VISIBLE_CORES that is not contiguous (reference section 10.1)
     with pytest.raises(ConfigError, match=rf"backend\.cores='{spec}' is not one contiguous range of NeuronCores"):
-        BackendConfig(name="neuron", cores=spec)
+        NeuronBackendConfig(cores=spec)
     assert parse_core_range("3,4,5", "backend.cores") == [3, 4, 5]
 
 

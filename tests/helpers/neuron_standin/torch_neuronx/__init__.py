@@ -14,6 +14,11 @@ from torch_neuronx._record import CALLS, deviates, record
 __all__ = ["CALLS", "neuron"]
 
 
+def _autoload() -> None:
+    """The `torch.backends` entry point PyTorch calls at `import torch`; importing this module did the work."""
+    record("autoload")
+
+
 def _is_neuron(value: Any) -> bool:
     return isinstance(value, (str, torch.device)) and torch.device(value).type == "neuron"
 

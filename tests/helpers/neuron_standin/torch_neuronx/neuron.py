@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import fcntl
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from pathlib import Path
 from torch_neuronx._record import deviates, record
 
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
+# the implicit async mode's variable: Neuron SDK 2.31 and later only warn about it
+INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 STATE_ENV = "NEURON_STANDIN_STATE"
 
 _runtime_started = False
@@ -165,13 +168,15 @@ def start_runtime() -> None:
     _claims.extend(claimed)
     _owned[:] = cores
     _runtime_started = True
+    if INFLIGHT_ENV in os.environ:
+        print(f"NRT: {INFLIGHT_ENV} is deprecated and no longer enables asynchronous execution", file=sys.stderr)
     atexit.register(_release_claims)
     record(
         "runtime_start",
         visible_cores=visible,
         cores=cores,
         async_nrt=os.environ.get("TORCH_NEURONX_ENABLE_ASYNC_NRT"),
-        inflight_requests=os.environ.get("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"),
+        inflight_requests=os.environ.get(INFLIGHT_ENV),
     )
 
 
