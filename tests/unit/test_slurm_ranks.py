@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.execute import slurm_ranks
+from runner.execute.processes import Answer, ChildFailed
 from runner.execute.slurm_ranks import RESULT_FILE, SlurmTask, check_world, lead
-from runner.execute.workers import WorkerFailed
 from tests.helpers import compose_cfg
 
 TASK_0 = SlurmTask(rank=0, world=3, local_rank=0, tasks_per_node=2)
 
 
-def leave(folder: Path, rank: int, outcome: tuple[str, Any]) -> None:
+def leave(folder: Path, rank: int, answer: Answer) -> None:
     (folder / f"rank{rank}").mkdir(parents=True, exist_ok=True)
-    (folder / f"rank{rank}" / RESULT_FILE).write_bytes(pickle.dumps(outcome))
+    (folder / f"rank{rank}" / RESULT_FILE).write_bytes(pickle.dumps(answer))
 
 
 @pytest.fixture
@@ -48,30 +47,31 @@ def rank_0_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("rank_0_measures")
 def test_results_come_back_in_rank_order(tmp_path: Path, spec: RunSpec) -> None:
-    leave(tmp_path, 2, ("ok", "result 2"))
-    leave(tmp_path, 1, ("ok", "result 1"))
+    leave(tmp_path, 2, Answer(value="result 2"))
+    leave(tmp_path, 1, Answer(value="result 1"))
     assert lead(spec, tmp_path, TASK_0) == ["result 0", "result 1", "result 2"]
 
 
 @pytest.mark.usefixtures("rank_0_measures")
 def test_a_rank_silent_past_the_timeout_is_named(tmp_path: Path, spec: RunSpec) -> None:
-    leave(tmp_path, 1, ("ok", "result 1"))
-    with pytest.raises(WorkerFailed, match=r"rank 2 left no result within distributed.timeout_s"):
+    leave(tmp_path, 1, Answer(value="result 1"))
+    with pytest.raises(ChildFailed, match=r"rank 2 left no result within distributed.timeout_s"):
         lead(spec, tmp_path, TASK_0)
 
 
 @pytest.mark.usefixtures("rank_0_breaks")
 def test_the_rank_that_raised_is_named_before_rank_0s_broken_collective(tmp_path: Path, spec: RunSpec) -> None:
-    leave(tmp_path, 2, ("error", "Traceback ...\nRuntimeError: injected failure"))
-    with pytest.raises(WorkerFailed, match=r"^rank 2 raised:\nTraceback") as raised:
+    tb = "Traceback ...\nRuntimeError: injected failure"
+    leave(tmp_path, 2, Answer(error="RuntimeError: injected failure", traceback=tb))
+    with pytest.raises(ChildFailed, match=r"^rank 2 raised:\nTraceback") as raised:
         lead(spec, tmp_path, TASK_0)
     assert "injected failure" in str(raised.value)
 
 
 @pytest.mark.usefixtures("rank_0_breaks")
 def test_a_rank_that_died_is_named_beside_rank_0s_error(tmp_path: Path, spec: RunSpec) -> None:
-    leave(tmp_path, 1, ("ok", "result 1"))  # rank 2 was killed: it left nothing
-    with pytest.raises(WorkerFailed, match=r"rank 0 raised \(rank 2 left no result: it died or hung\)") as raised:
+    leave(tmp_path, 1, Answer(value="result 1"))  # rank 2 was killed: it left nothing
+    with pytest.raises(ChildFailed, match=r"rank 0 raised \(rank 2 left no result: it died or hung\)") as raised:
         lead(spec, tmp_path, TASK_0)
     assert "Connection reset by peer" in str(raised.value)
 
