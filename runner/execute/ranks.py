@@ -3,20 +3,21 @@
 The job's own process only coordinates: it never touches the device (on Neuron the first
 process to start the runtime keeps its cores) and never joins a collective, so it sees a rank
 die or fail at once. Each rank is a spawned process (born ignoring SIGINT: the job stops its
-ranks itself) with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-MASTER_PORT) and its own share of the machine (the slot plan of the parallel launcher); it
-builds the workload, runs the same phases as a job, and sends back its result. In `train_step`
-mode the gradients are averaged over the ranks after each backward (data parallel), so the
-ranks step together and a slow rank makes the others wait in the all-reduce: the straggler is
-the rank with the most compute per step.
+ranks itself) with every variable torchrun sets (`torchrun_env`) and its own share of the
+machine (the slot plan of the parallel launcher); it builds the workload, runs the same phases
+as a job, and sends back its result. In `train_step` mode the gradients are averaged over the
+ranks after each backward (data parallel), so the ranks step together and a slow rank makes the
+others wait in the all-reduce: the straggler is the rank with the most compute per step.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import statistics
-from dataclasses import replace
+import uuid
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -48,6 +49,44 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks of one job meet (rank 0's host and a free port there), and the job's id."""
+
+    address: str
+    port: int
+    run_id: str
+
+
+def torchrun_env(
+    rendezvous: Rendezvous, rank: int, world: int, local_rank: int, local_world: int, node: int
+) -> dict[str, str]:
+    """Every variable torchrun gives a rank (torch/distributed/elastic/agent/server/local_elastic_agent.py).
+
+    One role, one worker group per node (`node` is its group rank), no restarts, and a store
+    rank 0 hosts (no agent's). TorchNeuron's `neuron` process group takes torchrun's path only
+    when LOCAL_RANK and LOCAL_WORLD_SIZE are both set.
+    """
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_world),
+        "GROUP_RANK": str(node),
+        "GROUP_WORLD_SIZE": str(world // local_world),
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": rendezvous.address,
+        "MASTER_PORT": str(rendezvous.port),
+        "TORCHELASTIC_RUN_ID": rendezvous.run_id,
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+    }
+
+
 def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> JobResult:
     """Join the ranks (torchrun's variables are set), measure the job as this rank, leave; its JobResult."""
     backend = make_backend(spec.backend)
@@ -71,11 +110,12 @@ def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[JobRes
     world = len(slots)
     # the slot's environment pins each rank; backend.cores would pin every rank to the job's cores
     spec = replace(spec, backend=replace(spec.backend, cores=None))
-    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(world)}
+    rendezvous = Rendezvous("127.0.0.1", _free_port(), uuid.uuid4().hex)
     ranks: list[Child] = []
     try:
         for rank, slot in enumerate(slots):
-            env = {**rendezvous, "RANK": str(rank), "LOCAL_RANK": str(rank), **dict(slot.env)}
+            own = torchrun_env(rendezvous, rank, world, local_rank=rank, local_world=world, node=0)
+            env = {**own, **dict(slot.env)}
             ranks.append(Child(f"rank {rank}", measure_rank, spec, output_dir, rank, env=env))
             log.info("rank %d of %d: pid %s on %s", rank, world, ranks[-1].pid, slot.name)
         return _collect(ranks)

@@ -5,8 +5,9 @@ starts the job once per task, on every node, and each task is one rank. Task 0 i
 owns the status file and the MLflow run, measures as rank 0, then collects the other ranks'
 results. The other tasks only measure: each leaves its result, or its traceback, in
 `rank<k>/rank_result.pickle` under the job's folder, which the nodes of a Slurm sweep share
-(submitit keeps its own files beside it). The rendezvous is torchrun's variables made from the
-Slurm job by submitit (the allocation's first node; a port chosen from the job id). Each task
+(submitit keeps its own files beside it). Each task gets every variable torchrun sets
+(`runner.execute.ranks.torchrun_env`), with the rendezvous submitit makes from the Slurm job
+(the allocation's first node; a port chosen from the job id). Each task
 takes its share of its node from the backend's slot plan, as the ranks on one host do.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from runner.config import ConfigError, RunSpec
 from runner.execute.processes import Answer, ChildFailed, ChildRaised
-from runner.execute.ranks import measure_rank, rank_folder
+from runner.execute.ranks import Rendezvous, measure_rank, rank_folder, torchrun_env
 from runner.result import JobResult
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class SlurmTask:
     world: int
     local_rank: int
     tasks_per_node: int
+    node: int
+    job_id: str
 
 
 def slurm_task() -> SlurmTask | None:
@@ -49,7 +52,8 @@ def slurm_task() -> SlurmTask | None:
     import submitit
 
     env = submitit.JobEnvironment()
-    return SlurmTask(env.global_rank, env.num_tasks, env.local_rank, env.num_tasks // env.num_nodes)
+    per_node = env.num_tasks // env.num_nodes
+    return SlurmTask(env.global_rank, env.num_tasks, env.local_rank, per_node, env.node, env.job_id)
 
 
 def check_world(task: SlurmTask, ranks: int) -> None:
@@ -65,13 +69,20 @@ def check_world(task: SlurmTask, ranks: int) -> None:
         )
 
 
-def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> JobResult:
-    """Rendezvous, pin this task to its share of its node, and measure it as its rank."""
+def task_env(task: SlurmTask) -> dict[str, str]:
+    """The variables torchrun would give this task, meeting where submitit says the job's ranks meet."""
     from submitit.helpers import TorchDistributedEnvironment
 
+    found = TorchDistributedEnvironment()  # the allocation's first node, a port chosen from the job id
+    rendezvous = Rendezvous(found.master_addr, found.master_port, task.job_id)
+    return torchrun_env(rendezvous, task.rank, task.world, task.local_rank, task.tasks_per_node, task.node)
+
+
+def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> JobResult:
+    """Rendezvous, pin this task to its share of its node, and measure it as its rank."""
     from runner.backends.registry import make_backend
 
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    os.environ.update(task_env(task))
     # the slot pins the task; backend.cores would pin every task of a node to the same cores
     spec = replace(spec, backend=replace(spec.backend, cores=None))
     backend = make_backend(spec.backend)

@@ -18,7 +18,7 @@ from runner.execute.processes import Answer, ChildFailed
 from runner.execute.slurm_ranks import RESULT_FILE, SlurmTask, check_world, lead
 from tests.helpers import compose_cfg
 
-TASK_0 = SlurmTask(rank=0, world=3, local_rank=0, tasks_per_node=2)
+TASK_0 = SlurmTask(rank=0, world=3, local_rank=0, tasks_per_node=2, node=0, job_id="42")
 
 
 def leave(folder: Path, rank: int, answer: Answer) -> None:
@@ -80,3 +80,20 @@ def test_a_slurm_job_must_have_one_task_per_rank() -> None:
     check_world(TASK_0, 3)
     with pytest.raises(ConfigError, match=r"distributed.ranks=2, but the Slurm job has 3 tasks"):
         check_world(TASK_0, 2)
+
+
+def test_a_slurm_task_gets_torchruns_variables_from_its_place_in_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm = {
+        "SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4711", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "trn[1-2]", "SLURM_NODEID": "1", "SLURM_PROCID": "3", "SLURM_LOCALID": "1",
+    }  # fmt: skip
+    for name, value in slurm.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    task = slurm_ranks.slurm_task()
+    assert task == SlurmTask(rank=3, world=4, local_rank=1, tasks_per_node=2, node=1, job_id="4711")
+    env = slurm_ranks.task_env(task)
+    expected = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}
+    assert expected.items() <= env.items()
+    assert env["MASTER_ADDR"] == "trn1" and env["TORCHELASTIC_RUN_ID"] == "4711"
+    assert 20000 <= int(env["MASTER_PORT"]) <= 60000  # submitit's port, chosen from the job id
