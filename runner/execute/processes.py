@@ -142,7 +142,7 @@ class Child:
         return answer.value
 
     def release(self) -> None:
-        """Let a held child end, and give it the grace period to end on its own."""
+        """Let a held child go; give the child (held or not) the grace period to end on its own."""
         if self._release is not None:
             with suppress(OSError):  # already gone
                 self._release.send(None)
