@@ -13,6 +13,7 @@ import inspect
 import os
 import statistics
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ from runner.config import (
     WorkloadSpec,
 )
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, FreshProcess, ProcessFailed, Verdict, in_fresh_process
-from runner.execute.ranks import _free_port
+from runner.execute.ranks import Rendezvous, free_port, torchrun_env
 from runner.measure.build import build_workload
 from runner.measure.loop import timed_step, warm_up
 from runner.measure.phases import profiled_window
@@ -399,12 +400,8 @@ def probe_process_group(host: NeuronHost) -> Verdict:
     if len(host.cores) < 2:
         return Verdict("process_group", assumption, UNKNOWN, "needs 2 NeuronCores")
     pair = host.cores[:2]
-    rendezvous = {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
-        "WORLD_SIZE": "2",
-        "LOCAL_WORLD_SIZE": "2",
-    }
+    # the variables the runner gives its ranks, so the probe joins as a job's ranks do
+    rendezvous = Rendezvous("127.0.0.1", free_port(), uuid.uuid4().hex)
     fix = "distributed.ranks on backend=neuron: each rank joins the `neuron` process group as this probe did"
     with ExitStack() as stack:
         ranks = [
@@ -412,7 +409,7 @@ def probe_process_group(host: NeuronHost) -> Verdict:
                 FreshProcess(
                     _rank_joins,
                     host.timeout_s,
-                    env={**rendezvous, "RANK": str(rank), "LOCAL_RANK": str(rank), VISIBLE_CORES_ENV: str(core)},
+                    env={**torchrun_env(rendezvous, rank, 2, rank, 2, 0), VISIBLE_CORES_ENV: str(core)},
                     name=f"doctor-rank-{rank}",
                 )
             )

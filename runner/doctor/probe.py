@@ -8,15 +8,11 @@ doctor's end.
 
 from __future__ import annotations
 
-import multiprocessing
-import traceback
 from collections.abc import Callable, Mapping
-from contextlib import suppress
 from dataclasses import asdict, dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
-from runner.execute.workers import environment
+from runner.execute.processes import Child, ChildDied, ChildRaised, ChildSilent, stop
 
 PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 
@@ -46,16 +42,6 @@ class ProcessFailed(RuntimeError):
     """A fresh process raised, died or ran past its time; the message says which."""
 
 
-def _call(target: Callable[..., Any], args: tuple[Any, ...], results: Connection, hold: Connection | None) -> None:
-    try:
-        results.send(("ok", target(*args)))
-    except BaseException as err:  # noqa: BLE001  (any failure is the parent's to report)
-        results.send(("error", f"{type(err).__name__}: {err}", traceback.format_exc()))
-        return
-    if hold is not None:  # keep the process (and what it holds) alive until released
-        hold.recv()
-
-
 class FreshProcess:
     """`target(*args)` in a spawned process; with `hold`, the process stays alive until closed."""
 
@@ -67,16 +53,8 @@ class FreshProcess:
         hold: bool = False,
         name: str = "doctor-probe",
     ) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._results, send = context.Pipe(duplex=False)
-        self._release: Connection | None = None
-        keep: Connection | None = None
-        if hold:
-            keep, self._release = context.Pipe(duplex=False)
-        self.process = context.Process(target=_call, args=(target, args, send, keep), name=name)
-        with environment(env or {}):
-            self.process.start()
-        send.close()
+        # not a daemon: a probe may start processes of its own
+        self._child = Child(name, target, *args, env=env, hold=hold, daemon=False)
 
     def result(self, timeout_s: float) -> Any:
         """The target's return value.
@@ -84,27 +62,20 @@ class FreshProcess:
         Raises:
             ProcessFailed: it raised (with its one-line error), died, or ran past `timeout_s`.
         """
-        if not self._results.poll(timeout_s):
-            self.close()
-            raise ProcessFailed(f"no answer within {timeout_s:g} s")
         try:
-            reply = self._results.recv()
-        except EOFError:
-            self.process.join(5)
-            raise ProcessFailed(f"the process died (exit code {self.process.exitcode})") from None
-        if reply[0] == "error":
-            raise ProcessFailed(reply[1])
-        return reply[1]
+            return self._child.result(timeout_s)
+        except ChildSilent:
+            self.close()
+            raise ProcessFailed(f"no answer within {timeout_s:g} s") from None
+        except ChildDied as death:
+            raise ProcessFailed(f"the process died (exit code {death.exitcode})") from None
+        except ChildRaised as error:
+            raise ProcessFailed(error.error) from None
 
     def close(self) -> None:
         """Release a held process and make sure it is gone."""
-        if self._release is not None:
-            with suppress(OSError):  # already gone
-                self._release.send(None)
-        self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        self._child.release()
+        stop([self._child])
 
     def __enter__(self) -> FreshProcess:
         return self

@@ -2,27 +2,23 @@
 
 The job's own process only coordinates: it never touches the device (on Neuron the first
 process to start the runtime keeps its cores) and never joins a collective, so it sees a rank
-die or fail at once. Each rank is a spawned process with torchrun's variables (RANK,
-WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and its own share of the machine (the slot
-plan of the parallel launcher); it builds the workload, runs the same phases as a job, and
-sends back its result. In `train_step` mode the gradients are averaged over the ranks after
-each backward (data parallel), so the ranks step together and a slow rank makes the others
-wait in the all-reduce: the straggler is the rank with the most compute per step.
+die or fail at once. Each rank is a spawned process (born ignoring SIGINT: the job stops its
+ranks itself) with every variable torchrun sets (`torchrun_env`) and its own share of the
+machine (the slot plan of the parallel launcher); it builds the workload, runs the same phases
+as a job, and sends back its result. In `train_step` mode the gradients are averaged over the
+ranks after each backward (data parallel), so the ranks step together and a slow rank makes the
+others wait in the all-reduce: the straggler is the rank with the most compute per step.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
+import os
 import socket
 import statistics
-import time
-import traceback
-from contextlib import suppress
-from dataclasses import replace
+import uuid
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import torch.distributed as dist
@@ -32,7 +28,7 @@ from runner.backends.base import Slot
 from runner.backends.registry import make_backend
 from runner.config import RunSpec
 from runner.execute.in_process import measure_job
-from runner.execute.workers import WorkerFailed, born_ignoring_interrupts, environment
+from runner.execute.processes import Child, ChildDied, ChildRaised, answered, stop
 from runner.measure.build import build_workload
 from runner.measure.collectives import collective_timing
 from runner.measure.roofline import resolve_peak
@@ -40,8 +36,6 @@ from runner.result import JobResult
 from runner.traces import steps_under
 
 log = logging.getLogger(__name__)
-# seconds a rank gets to stop after a terminate before it is killed
-STOP_GRACE_S = 5.0
 
 
 def rank_folder(rank: int) -> str:
@@ -49,10 +43,49 @@ def rank_folder(rank: int) -> str:
     return names.RANK_FOLDER.format(rank=rank)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port free now, for a rendezvous that starts in a moment."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks of one job meet (rank 0's host and a free port there), and the job's id."""
+
+    address: str
+    port: int
+    run_id: str
+
+
+def torchrun_env(
+    rendezvous: Rendezvous, rank: int, world: int, local_rank: int, local_world: int, node: int
+) -> dict[str, str]:
+    """Every variable torchrun gives a rank (torch/distributed/elastic/agent/server/local_elastic_agent.py).
+
+    One role, one worker group per node (`node` is its group rank), no restarts, and a store
+    rank 0 hosts (no agent's). TorchNeuron's `neuron` process group takes torchrun's path only
+    when LOCAL_RANK and LOCAL_WORLD_SIZE are both set.
+    """
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_world),
+        "GROUP_RANK": str(node),
+        "GROUP_WORLD_SIZE": str(world // local_world),
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": rendezvous.address,
+        "MASTER_PORT": str(rendezvous.port),
+        "TORCHELASTIC_RUN_ID": rendezvous.run_id,
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+    }
 
 
 def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> JobResult:
@@ -69,83 +102,53 @@ def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> JobResult:
             dist.destroy_process_group()
 
 
-def _rank_main(spec: RunSpec, output_dir: Path, rank: int, results: Connection) -> None:
-    # born ignoring SIGINT (`born_ignoring_interrupts`): the job stops its ranks itself
-    try:
-        results.send(("ok", measure_rank(spec, output_dir, rank)))
-    except Exception:  # anything: the job reports it, naming this rank
-        results.send(("error", traceback.format_exc()))
-
-
 def run_ranks(spec: RunSpec, output_dir: Path, slots: list[Slot]) -> list[JobResult]:
     """Each rank's JobResult, in rank order; the first rank to fail or die fails the job.
 
     Raises:
-        WorkerFailed: naming the rank that raised, died or hung, after every rank is stopped.
+        ChildFailed: naming the rank that raised, died or hung, after every rank is stopped.
     """
     world = len(slots)
     # the slot's environment pins each rank; backend.cores would pin every rank to the job's cores
     spec = replace(spec, backend=spec.backend.unpinned())
-    context = multiprocessing.get_context("spawn")
-    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(world)}
-    processes: list[BaseProcess] = []
-    pipes: list[Connection] = []
+    rendezvous = Rendezvous("127.0.0.1", free_port(), uuid.uuid4().hex)
+    ranks: list[Child] = []
     try:
         for rank, slot in enumerate(slots):
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_rank_main, args=(spec, output_dir, rank, send), name=f"rank-{rank}", daemon=True
-            )
-            ranks_env = {**rendezvous, "RANK": str(rank), "LOCAL_RANK": str(rank), **dict(slot.env)}
-            with environment(ranks_env), born_ignoring_interrupts():
-                process.start()
-            send.close()
-            log.info("rank %d of %d: pid %s on %s", rank, world, process.pid, slot.name)
-            processes.append(process)
-            pipes.append(receive)
-        return _collect(processes, pipes)
+            own = torchrun_env(rendezvous, rank, world, local_rank=rank, local_world=world, node=0)
+            env = {**own, **dict(slot.env)}
+            ranks.append(Child(f"rank {rank}", measure_rank, spec, output_dir, rank, env=env))
+            log.info("rank %d of %d: pid %s on %s", rank, world, ranks[-1].pid, slot.name)
+        return _collect(ranks)
     finally:
-        _stop(processes)
+        stop(ranks)
 
 
-def _collect(processes: list[BaseProcess], pipes: list[Connection]) -> list[JobResult]:
+def _collect(ranks: list[Child]) -> list[JobResult]:
     results: dict[int, JobResult] = {}
-    waiting = dict(enumerate(pipes))
+    waiting = dict(enumerate(ranks))
     while waiting:
         # no timeout here: a rank stuck in a collective raises after distributed.timeout_s, and
         # the launcher's timeout bounds the whole job
-        ready = set(wait([*waiting.values(), *(processes[r].sentinel for r in waiting)]))
-        messages = {}
-        for rank, pipe in waiting.items():
-            if pipe.poll():
-                with suppress(EOFError):  # it died without a word: its sentinel says how
-                    messages[rank] = pipe.recv()
-        # a rank that died makes the others' collectives fail: name the dead one first
-        for rank in waiting:
-            if rank not in messages and processes[rank].sentinel in ready:
-                processes[rank].join(STOP_GRACE_S)
-                raise WorkerFailed(f"rank {rank} died (exit code {processes[rank].exitcode})")
-        for rank, (kind, payload) in sorted(messages.items()):
-            if kind == "error":
-                others = [r for r in waiting if r != rank and processes[r].is_alive()]
-                running = f" (still running then: rank {', '.join(map(str, others))})" if others else ""
-                raise WorkerFailed(f"rank {rank} raised{running}:\n{payload}")
-            results[rank] = payload
-            del waiting[rank]
-    return [results[rank] for rank in range(len(pipes))]
-
-
-def _stop(processes: list[BaseProcess]) -> None:
-    """Never leave a rank behind: terminate the live ones, kill what ignores that."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join()
+        ready = answered(waiting.values())
+        died: list[ChildDied] = []
+        raised: dict[int, ChildRaised] = {}
+        for rank in [rank for rank, child in waiting.items() if child in ready]:
+            try:
+                results[rank] = waiting[rank].result()
+            except ChildDied as death:
+                died.append(death)
+            except ChildRaised as raising:
+                raised[rank] = raising
+            else:
+                del waiting[rank]
+        if died:  # a rank that died makes the others' collectives fail: name the dead one first
+            raise died[0]
+        for rank, first in sorted(raised.items()):
+            others = [r for r in waiting if r != rank and waiting[r].is_alive()]
+            running = f"still running then: rank {', '.join(map(str, others))}" if others else ""
+            raise ChildRaised(waiting[rank].name, first.answer, running) from None
+    return [results[rank] for rank in range(len(ranks))]
 
 
 def cross_rank(results: list[JobResult]) -> tuple[dict[str, float], dict[str, str]]:

@@ -5,8 +5,9 @@ starts the job once per task, on every node, and each task is one rank. Task 0 i
 owns the status file and the MLflow run, measures as rank 0, then collects the other ranks'
 results. The other tasks only measure: each leaves its result, or its traceback, in
 `rank<k>/rank_result.pickle` under the job's folder, which the nodes of a Slurm sweep share
-(submitit keeps its own files beside it). The rendezvous is torchrun's variables made from the
-Slurm job by submitit (the allocation's first node; a port chosen from the job id). Each task
+(submitit keeps its own files beside it). Each task gets every variable torchrun sets
+(`runner.execute.ranks.torchrun_env`), with the rendezvous submitit makes from the Slurm job
+(the allocation's first node; a port chosen from the job id). Each task
 takes its share of its node from the backend's slot plan, as the ranks on one host do.
 """
 
@@ -16,14 +17,12 @@ import logging
 import os
 import pickle
 import time
-import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from runner.config import ConfigError, RunSpec
-from runner.execute.ranks import measure_rank, rank_folder
-from runner.execute.workers import WorkerFailed
+from runner.execute.processes import Answer, ChildFailed, ChildRaised
+from runner.execute.ranks import Rendezvous, measure_rank, rank_folder, torchrun_env
 from runner.result import JobResult
 
 log = logging.getLogger(__name__)
@@ -42,6 +41,8 @@ class SlurmTask:
     world: int
     local_rank: int
     tasks_per_node: int
+    node: int
+    job_id: str
 
 
 def slurm_task() -> SlurmTask | None:
@@ -51,7 +52,8 @@ def slurm_task() -> SlurmTask | None:
     import submitit
 
     env = submitit.JobEnvironment()
-    return SlurmTask(env.global_rank, env.num_tasks, env.local_rank, env.num_tasks // env.num_nodes)
+    per_node = env.num_tasks // env.num_nodes
+    return SlurmTask(env.global_rank, env.num_tasks, env.local_rank, per_node, env.node, env.job_id)
 
 
 def check_world(task: SlurmTask, ranks: int) -> None:
@@ -67,13 +69,20 @@ def check_world(task: SlurmTask, ranks: int) -> None:
         )
 
 
-def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> JobResult:
-    """Rendezvous, pin this task to its share of its node, and measure it as its rank."""
+def task_env(task: SlurmTask) -> dict[str, str]:
+    """The variables torchrun would give this task, meeting where submitit says the job's ranks meet."""
     from submitit.helpers import TorchDistributedEnvironment
 
+    found = TorchDistributedEnvironment()  # the allocation's first node, a port chosen from the job id
+    rendezvous = Rendezvous(found.master_addr, found.master_port, task.job_id)
+    return torchrun_env(rendezvous, task.rank, task.world, task.local_rank, task.tasks_per_node, task.node)
+
+
+def _measure_task(spec: RunSpec, output_dir: Path, task: SlurmTask) -> JobResult:
+    """Rendezvous, pin this task to its share of its node, and measure it as its rank."""
     from runner.backends.registry import make_backend
 
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    os.environ.update(task_env(task))
     # the slot pins the task; backend.cores would pin every task of a node to the same cores
     spec = replace(spec, backend=spec.backend.unpinned())
     backend = make_backend(spec.backend)
@@ -87,13 +96,13 @@ def follow(spec: RunSpec, output_dir: Path, task: SlurmTask) -> None:
     """A task other than 0: measure as its rank and leave the result, or the traceback, for task 0."""
     try:
         check_world(task, spec.distributed.ranks)  # else task 0 refuses the job: no rendezvous to wait for
-        outcome: tuple[str, Any] = ("ok", _measure_task(spec, output_dir, task))
-    except Exception:  # anything: task 0 reports it, naming this rank
-        outcome = ("error", traceback.format_exc())
+        answer = Answer(value=_measure_task(spec, output_dir, task))
+    except Exception as err:  # anything: task 0 reports it, naming this rank
+        answer = Answer.of_error(err)
     path = output_dir / rank_folder(task.rank) / RESULT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".partial")
-    temporary.write_bytes(pickle.dumps(outcome))
+    temporary.write_bytes(pickle.dumps(answer))
     temporary.replace(path)  # whole or absent: task 0 never reads half a result
 
 
@@ -101,7 +110,7 @@ def lead(spec: RunSpec, output_dir: Path, task: SlurmTask) -> list[JobResult]:
     """Task 0: measure as rank 0, then every rank's JobResult in rank order.
 
     Raises:
-        WorkerFailed: naming the rank that raised, or the ranks that left no result within
+        ChildFailed: naming the rank that raised, or the ranks that left no result within
             distributed.timeout_s (died or hung).
     """
     try:
@@ -110,36 +119,36 @@ def lead(spec: RunSpec, output_dir: Path, task: SlurmTask) -> list[JobResult]:
         reports = _await_reports(output_dir, task.world, LAST_WORDS_S, until_an_error=True)
         _raise_first_error(reports)
         silent = _silent(reports, task.world)
-        hint = f" (rank {silent} left no result: it died or hung)" if silent else ""
-        raise WorkerFailed(f"rank 0 raised{hint}:\n{traceback.format_exc()}") from err
+        hint = f"rank {silent} left no result: it died or hung" if silent else ""
+        raise ChildRaised("rank 0", Answer.of_error(err), hint) from err
     reports = _await_reports(output_dir, task.world, spec.distributed.timeout_s)
     _raise_first_error(reports)
     if silent := _silent(reports, task.world):
-        raise WorkerFailed(f"rank {silent} left no result within distributed.timeout_s (it died or hung)")
-    return [own, *(reports[rank][1] for rank in range(1, task.world))]
+        raise ChildFailed(f"rank {silent} left no result within distributed.timeout_s (it died or hung)")
+    return [own, *(reports[rank].value for rank in range(1, task.world))]
 
 
-def _await_reports(output_dir: Path, world: int, wait_s: float, until_an_error: bool = False) -> dict[int, Any]:
+def _await_reports(output_dir: Path, world: int, wait_s: float, until_an_error: bool = False) -> dict[int, Answer]:
     """What ranks 1.. left, once all have (or one failed, with `until_an_error`), or after `wait_s`."""
     deadline = time.monotonic() + wait_s
-    reports: dict[int, Any] = {}
+    reports: dict[int, Answer] = {}
     while True:
         for rank in range(1, world):
             path = output_dir / rank_folder(rank) / RESULT_FILE
             if rank not in reports and path.is_file():
                 reports[rank] = pickle.loads(path.read_bytes())
-        failed = any(kind == "error" for kind, _ in reports.values())
+        failed = any(answer.error is not None for answer in reports.values())
         if len(reports) == world - 1 or (until_an_error and failed) or time.monotonic() > deadline:
             return reports
         time.sleep(POLL_S)
 
 
-def _raise_first_error(reports: dict[int, Any]) -> None:
-    for rank, (kind, payload) in sorted(reports.items()):
-        if kind == "error":
-            raise WorkerFailed(f"rank {rank} raised:\n{payload}")
+def _raise_first_error(reports: dict[int, Answer]) -> None:
+    for rank, answer in sorted(reports.items()):
+        if answer.error is not None:
+            raise ChildRaised(f"rank {rank}", answer)
 
 
-def _silent(reports: dict[int, Any], world: int) -> str:
+def _silent(reports: dict[int, Answer], world: int) -> str:
     """The ranks that left nothing, as a list to print ("" when none)."""
     return ", ".join(str(rank) for rank in range(1, world) if rank not in reports)

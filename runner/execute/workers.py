@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
-import signal
 import time
-import traceback
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
+from collections.abc import Mapping
+from dataclasses import replace
 from multiprocessing.synchronize import Barrier
 
 from runner.backends.base import Slot
 from runner.backends.registry import make_backend
 from runner.config import RunSpec
+from runner.execute.processes import Child, stop
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory_env
 from runner.measure.loop import SteadyState, steady_state, timed_step, timed_steps, warm_up
@@ -36,98 +31,39 @@ log = logging.getLogger(__name__)
 BARRIER_TIMEOUT_S = 1800
 
 
-class WorkerFailed(RuntimeError):
-    """A worker process raised or died; the message says which and how."""
-
-
-def _worker(spec: RunSpec, results: Connection, start_together: Barrier | None) -> None:
-    # born ignoring SIGINT (`born_ignoring_interrupts`): the job stops its workers itself
+def _worker(spec: RunSpec, start_together: Barrier | None) -> tuple[list[list[float]], float, float]:
+    # born ignoring SIGINT (runner.execute.processes): the job stops its workers itself
     try:
         backend = make_backend(spec.backend)
         workload = build_workload(spec.workload, backend)
         timed_step(workload, backend)  # its first call: compilation, caches
         if start_together is None:
-            results.send(("ok", (steady_state(workload, backend, spec), 0.0, 0.0)))
-            return
+            return steady_state(workload, backend, spec), 0.0, 0.0
         # a copy: warm up, wait for the others, then time its steps while they time theirs
         warm_up(workload, backend, spec)
         start_together.wait(BARRIER_TIMEOUT_S)
         started = time.monotonic()  # one clock for every process on the machine
         samples = [timed_steps(workload, backend, spec, "copy steady state") for _ in range(spec.measure.repeats)]
-        results.send(("ok", (samples, started, time.monotonic())))
-    except Exception:  # anything: the job reports it, this process only carries it over
+        return samples, started, time.monotonic()
+    except Exception:
         if start_together is not None:
             start_together.abort()  # the other copies stop waiting for this one
-        results.send(("error", traceback.format_exc()))
+        raise
 
 
-@contextmanager
-def environment(variables: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (or, for None, remove) variables for the processes started inside the block."""
-    saved = {name: os.environ.get(name) for name in variables}
-    try:
-        _apply(variables)
-        yield
-    finally:
-        _apply(saved)
-
-
-@contextmanager
-def born_ignoring_interrupts() -> Iterator[None]:
-    """Start the processes started inside the block with SIGINT ignored from birth.
-
-    The job stops its children itself. A Ctrl-C to the process group that reached a child
-    while its interpreter started, before its own code could ignore it, killed it with
-    `Fatal Python error: init_import_site` and a traceback. An ignored signal stays ignored
-    across exec, so the child never sees one; this process ignores it only while it forks.
-    """
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _apply(variables: Mapping[str, str | None]) -> None:
-    for name, value in variables.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-
-@dataclass
-class _Running:
-    number: int
-    process: BaseProcess
-    results: Connection
-
-
-def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: Barrier | None) -> _Running:
-    context = multiprocessing.get_context("spawn")
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(
-        target=_worker, args=(spec, send, start_together), name=f"steady-state-{number}", daemon=True
+def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: Barrier | None) -> Child:
+    return Child(
+        f"steady-state worker {number}",
+        _worker,
+        spec,
+        start_together,
+        env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **env},
     )
-    with environment({**keep_freed_memory_env(spec.measure.keep_freed_memory), **env}), born_ignoring_interrupts():
-        process.start()
-    send.close()
-    return _Running(number, process, receive)
 
 
-def _result(worker: _Running) -> tuple[list[list[float]], float, float]:
-    try:
-        kind, payload = worker.results.recv()
-    except EOFError:
-        worker.process.join()
-        raise WorkerFailed(f"steady-state worker {worker.number} died (exit code {worker.process.exitcode})") from None
-    finally:
-        if worker.process.is_alive():  # a stop, or an error in the pipe: never leave a worker behind
-            worker.process.terminate()
-        worker.process.join()
-    if kind == "error":
-        raise WorkerFailed(f"steady-state worker {worker.number} raised:\n{payload}")
-    return payload  # type: ignore[no-any-return]
+def _result(worker: Child) -> tuple[list[list[float]], float, float]:
+    with worker:  # a stop, or an error in the pipe: never leave a worker behind
+        return worker.result()  # type: ignore[no-any-return]
 
 
 def steady_state_in_processes(spec: RunSpec, count: int) -> SteadyState:
@@ -151,7 +87,7 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     spec = replace(spec, backend=spec.backend.unpinned())
     start_together = multiprocessing.get_context("spawn").Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
-    workers: list[_Running] = []
+    workers: list[Child] = []
     try:
         for number, slot in enumerate(slots, 1):
             workers.append(_start(spec, number, dict(slot.env), start_together))
@@ -159,7 +95,4 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
         window_s = max(end for _, _, end in results) - min(start for _, start, _ in results)
         return SteadyState([samples for samples, _, _ in results], window_s)
     finally:
-        for worker in workers:  # a failed or stopped copy: never leave the others behind
-            if worker.process.is_alive():
-                worker.process.terminate()
-            worker.process.join()
+        stop(workers)  # a failed or stopped copy: never leave the others behind

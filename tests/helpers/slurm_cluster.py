@@ -23,7 +23,7 @@ class SlurmUnavailable(RuntimeError):
     """Slurm cannot run here; the message says why."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -37,8 +37,8 @@ SlurmdUser={user}
 AuthType=auth/munge
 AuthInfo=socket={root}/munge.socket
 CredType=cred/munge
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
 SlurmctldPidFile={root}/slurmctld.pid

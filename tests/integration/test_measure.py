@@ -19,7 +19,8 @@ from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
 from runner.config import BackendConfig, ConfigError, load_run_spec
 from runner.execute.in_process import steady_state_source
-from runner.execute.workers import WorkerFailed, _result, _start, steady_state_in_processes
+from runner.execute.processes import ChildFailed
+from runner.execute.workers import _result, _start, steady_state_in_processes
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.phases import Measurement, measure
@@ -171,14 +172,14 @@ def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str
         "+workload=custom", "workload._target_=tests.helpers.faulty.Faulty",
         f"+workload.fault={fault}", "workload.inputs=[[4]]",
     ))  # fmt: skip
-    with pytest.raises(WorkerFailed, match=message):
+    with pytest.raises(ChildFailed, match=message):
         steady_state_in_processes(spec, 1)
 
 
 def test_a_ctrl_c_while_a_worker_starts_leaves_it_running() -> None:
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
     worker = _start(spec, 1, {}, None)
-    os.kill(worker.process.pid, signal.SIGINT)  # what a Ctrl-C to the process group does while it starts
+    os.kill(worker.pid, signal.SIGINT)  # what a Ctrl-C to the process group does while it starts
     samples, _, _ = _result(worker)
     assert len(samples) == 1 and len(samples[0]) == spec.measure.steps
 

@@ -88,7 +88,8 @@ def test_contention_sets_in_where_a_copy_loses_its_best_rate(tracking_uri: str) 
 def test_a_failing_copy_fails_the_job_without_leaving_the_others_waiting() -> None:
     from runner.backends.base import Slot
     from runner.config import load_run_spec
-    from runner.execute.workers import WorkerFailed, steady_state_concurrently
+    from runner.execute.processes import ChildFailed
+    from runner.execute.workers import steady_state_concurrently
     from tests.helpers import compose_cfg
 
     spec = load_run_spec(compose_cfg(
@@ -96,7 +97,7 @@ def test_a_failing_copy_fails_the_job_without_leaving_the_others_waiting() -> No
         "+workload=custom", "workload._target_=tests.helpers.faulty.Faulty",
         "+workload.fault=raise", "workload.inputs=[[4]]",
     ))  # fmt: skip
-    with pytest.raises(WorkerFailed, match="RuntimeError: injected failure"):
+    with pytest.raises(ChildFailed, match="RuntimeError: injected failure"):
         steady_state_concurrently(spec, [Slot("a"), Slot("b")])
 
 

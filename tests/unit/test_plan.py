@@ -33,7 +33,7 @@ def test_ranks_on_this_host_get_a_slot_each_and_time_their_steps_in_their_own_pr
 
 
 def test_task_0_of_a_slurm_job_plans_to_lead_its_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    task = SlurmTask(rank=0, world=2, local_rank=0, tasks_per_node=1)
+    task = SlurmTask(rank=0, world=2, local_rank=0, tasks_per_node=1, node=0, job_id="42")
     monkeypatch.setattr(planning, "slurm_task", lambda: task)
     execution = plan(spec_of("distributed.ranks=2", "measure.processes=0"), tmp_path)
     assert isinstance(execution, SlurmRanks) and execution.task == task

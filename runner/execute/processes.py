@@ -1,0 +1,211 @@
+"""Child processes that run one function and send back its answer: started, collected, stopped.
+
+Every process the runner starts for a piece of a job (a steady-state worker, a copy, a rank)
+or for a doctor's probe is a 'spawn' child: a fresh interpreter that inherits no torch, device
+runtime or thread-pool state from this one. The child calls its function and sends the return
+value, or the error with its traceback, down a pipe; the parent reads that answer or sees the
+child die (the pipe closes without a word), and never leaves a child behind: terminate, then
+kill what outlives the grace period.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+# seconds a child gets to end after a terminate (or a release) before it is killed
+STOP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a function did: the value it returned, or the error it raised (one line and its traceback)."""
+
+    value: Any = None
+    error: str | None = None
+    traceback: str = ""
+
+    @classmethod
+    def of_error(cls, err: BaseException) -> Answer:
+        """The answer of a function that raised `err`."""
+        return cls(error=f"{type(err).__name__}: {err}", traceback="".join(traceback.format_exception(err)))
+
+
+class ChildFailed(RuntimeError):
+    """A child process raised, died or gave no answer in time; the message names it and says how."""
+
+
+class ChildRaised(ChildFailed):
+    """The child's function raised; the message carries its traceback, `error` the error in one line."""
+
+    def __init__(self, name: str, answer: Answer, note: str = "") -> None:
+        super().__init__(f"{name} raised{f' ({note})' if note else ''}:\n{answer.traceback}")
+        self.answer = answer
+        self.error = answer.error or ""
+
+
+class ChildDied(ChildFailed):
+    """The child ended without an answer: a crash, a signal, the out-of-memory killer."""
+
+    def __init__(self, name: str, exitcode: int | None) -> None:
+        super().__init__(f"{name} died (exit code {exitcode})")
+        self.exitcode = exitcode
+
+
+class ChildSilent(ChildFailed):
+    """The child gave no answer within the time it was given; it may still be running."""
+
+    def __init__(self, name: str, timeout_s: float) -> None:
+        super().__init__(f"{name} gave no answer within {timeout_s:g} s")
+        self.timeout_s = timeout_s
+
+
+def _answer(target: Callable[..., Any], args: tuple[Any, ...], answers: Connection, hold: Connection | None) -> None:
+    """The child's main: call the target, send its answer, and, when held, wait to be released."""
+    try:
+        answer = Answer(value=target(*args))
+    except BaseException as err:  # noqa: BLE001  (any failure is the parent's to report)
+        answer = Answer.of_error(err)
+    answers.send(answer)
+    if hold is not None:  # keep the process (and what it holds, a runtime, cores) alive until released
+        with suppress(EOFError):
+            hold.recv()
+
+
+class Child:
+    """`target(*args)` in a spawned process named `name`, with `env` set for it (None removes a variable).
+
+    With `hold`, the child stays alive after answering until `release`d. A daemon child is
+    stopped when this process exits; a child that starts processes of its own must not be one.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        target: Callable[..., Any],
+        *args: Any,
+        env: Mapping[str, str | None] | None = None,
+        hold: bool = False,
+        daemon: bool = True,
+    ) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.name = name
+        self._answers, send = context.Pipe(duplex=False)
+        keep: Connection | None = None
+        self._release: Connection | None = None
+        if hold:
+            keep, self._release = context.Pipe(duplex=False)
+        self._process = context.Process(target=_answer, args=(target, args, send, keep), name=name, daemon=daemon)
+        with _environment(env or {}), _born_ignoring_interrupts():
+            self._process.start()
+        send.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The process id, for the log (and for a signal from outside)."""
+        return self._process.pid
+
+    @property
+    def sentinel(self) -> int:
+        """Ready (for `multiprocessing.connection.wait`) once the process has ended."""
+        return self._process.sentinel
+
+    def is_alive(self) -> bool:
+        """Whether the process still runs."""
+        return self._process.is_alive()
+
+    def result(self, timeout_s: float | None = None) -> Any:
+        """The target's return value, once it comes (waiting at most `timeout_s`, when given).
+
+        Raises:
+            ChildRaised: the target raised.
+            ChildDied: the process ended without an answer.
+            ChildSilent: no answer within `timeout_s` (the child is left running).
+        """
+        if timeout_s is not None and not self._answers.poll(timeout_s):
+            raise ChildSilent(self.name, timeout_s)
+        try:
+            answer: Answer = self._answers.recv()
+        except EOFError:
+            self._process.join(STOP_GRACE_S)
+            raise ChildDied(self.name, self._process.exitcode) from None
+        if answer.error is not None:
+            raise ChildRaised(self.name, answer)
+        return answer.value
+
+    def release(self) -> None:
+        """Let a held child go; give the child (held or not) the grace period to end on its own."""
+        if self._release is not None:
+            with suppress(OSError):  # already gone
+                self._release.send(None)
+        self._process.join(STOP_GRACE_S)
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop([self])
+
+
+def answered(children: Iterable[Child]) -> list[Child]:
+    """Wait until any of the children has an answer or has ended; those that have, in the order given."""
+    children = list(children)
+    ready = set(wait([waitable for child in children for waitable in (child._answers, child.sentinel)]))
+    return [child for child in children if child._answers in ready or child.sentinel in ready]
+
+
+def stop(children: Iterable[Child]) -> None:
+    """Never leave a child behind: terminate the live ones, kill what outlives the grace period."""
+    processes = [child._process for child in children]
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+@contextmanager
+def _environment(variables: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for None, remove) variables for the processes started inside the block."""
+    saved = {name: os.environ.get(name) for name in variables}
+    try:
+        _apply(variables)
+        yield
+    finally:
+        _apply(saved)
+
+
+def _apply(variables: Mapping[str, str | None]) -> None:
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@contextmanager
+def _born_ignoring_interrupts() -> Iterator[None]:
+    """Start the processes started inside the block with SIGINT ignored from birth.
+
+    The parent stops its children itself. A Ctrl-C to the process group that reached a child
+    while its interpreter started, before its own code could ignore it, killed it with
+    `Fatal Python error: init_import_site` and a traceback. An ignored signal stays ignored
+    across exec, so the child never sees one; this process ignores it only while it forks.
+    """
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
