@@ -8,6 +8,7 @@ Plain helpers (all_runs, job_for, serve_mlflow, ...) live in tests/helpers, impo
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -71,15 +72,17 @@ def runner_in_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFix
     """`python -m runner ARGS` called in this process, for bad input, where only the refusal is the point.
 
     Its exit status and output are the process's: the interpreter prints a SystemExit's message on
-    stderr and exits 1. A fresh interpreter per refusal cost seconds each; one subprocess test
-    (tests/system/test_cli.py) still proves a refusal has no traceback in a real process.
+    stderr and exits 1, and the runner masks secrets in all it prints. The environment the runner
+    sets for its jobs (HYDRA_FULL_ERROR, a sweep's id) is restored after. A fresh interpreter per
+    refusal cost seconds each; one subprocess test (tests/system/test_cli.py) still proves a
+    refusal has no traceback in a real process.
     """
     from runner.__main__ import cli
+    from runner.secrets import redact
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         monkeypatch.setattr(sys, "argv", ["runner", *args])
-        monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # cli sets it to 1: the monkeypatch restores what was there
-        handlers, level = logging.root.handlers[:], logging.root.level
+        environ, handlers, level = dict(os.environ), logging.root.handlers[:], logging.root.level
         code: int | str | None = 0
         try:
             cli()
@@ -90,9 +93,11 @@ def runner_in_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFix
                 added.close()
             logging.root.handlers[:] = handlers
             logging.root.setLevel(level)
+            os.environ.clear()
+            os.environ.update(environ)
         out, err = capsys.readouterr()
         if isinstance(code, str):
-            return subprocess.CompletedProcess(args, 1, out, f"{err}{code}\n")
-        return subprocess.CompletedProcess(args, code or 0, out, err)
+            code, err = 1, f"{err}{code}\n"
+        return subprocess.CompletedProcess(args, code or 0, redact(out), redact(err))
 
     return run

@@ -25,7 +25,7 @@ import pytest
 
 from runner import names
 from runner.job import OWNER_FILE, STATUS_FILE
-from tests.helpers import REPO, all_runs
+from tests.helpers import REPO, RunnerInProcess, all_runs
 
 pytestmark = pytest.mark.slow
 TINY = ["workload.hidden=16", "workload.seq_len=2", "measure=quick", "backend=cpu"]
@@ -213,14 +213,15 @@ def test_a_sweep_refuses_an_unusable_store_in_one_line_before_any_job(
 
 
 @pytest.mark.parametrize("scheme", ["http", "postgresql"])
-def test_a_server_nothing_answers_at_is_refused_in_seconds_before_the_job_starts(tmp_path: Path, scheme: str) -> None:
+def test_a_server_nothing_answers_at_is_refused_in_seconds_before_the_job_starts(
+    tmp_path: Path, scheme: str, runner_in_process: RunnerInProcess
+) -> None:
     uri = f"{scheme}://alice:{PASSWORD}@127.0.0.1:1" + ("/db" if scheme == "postgresql" else "")
     for mode, folder in [([], "hydra.run.dir"), (["-m"], "hydra.sweep.dir")]:
         began = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "runner", *mode, "+workload=rmsnorm_naive", *TINY, f"tracking.uri={uri}",
-             f"{folder}={tmp_path}/{folder}"], cwd=REPO, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        done = runner_in_process(
+            *mode, "+workload=rmsnorm_naive", *TINY, f"tracking.uri={uri}", f"{folder}={tmp_path}/{folder}"
+        )
         assert done.returncode == 1 and time.monotonic() - began < 30  # MLflow alone retries for minutes
         shown = uri.replace(PASSWORD, "***")
         assert done.stderr.strip().splitlines() == [
