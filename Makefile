@@ -33,8 +33,13 @@ doctor: setup ## check this host's assumptions (Neuron, CUDA, store, Slurm); rep
 test: setup ## unit and integration tests plus a few CLI smoke runs (minutes; tests/README.md)
 	$(PY) -m pytest -m "unit or integration or smoke"
 
+# test-all runs its files on TEST_WORKERS pytest-xdist workers, each file whole on one worker (its
+# module fixtures and its timing-sensitive tests stay together): most of the time is subprocesses
+# importing torch on one core each, so two workers keep both cores busy (tests/README.md, Times)
+TEST_WORKERS ?= 2
+
 test-all: setup ## every test: unit, integration, system (CLI, launchers, Slurm, stand-in, browser)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-gpu: setup ## run only the CUDA tests
 	$(PY) -m pytest -m gpu

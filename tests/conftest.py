@@ -1,18 +1,24 @@
-"""Fixtures every layer shares: a migrated MLflow store per test, the calibration cache out of $HOME, and each
-test's layer as a marker (unit, integration, system: its folder), so `-m` selects by layer.
+"""Fixtures every layer shares: a migrated MLflow store per test, the calibration cache out of $HOME, the CLI run
+in this process for bad input, and each test's layer as a marker (unit, integration, system: its folder), so `-m`
+selects by layer.
 
 Plain helpers (all_runs, job_for, serve_mlflow, ...) live in tests/helpers, imported by name.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runner.tracking.run import PARENT_RUN_ENV
+from tests.helpers import RunnerInProcess
 
 LAYERS = ("unit", "integration", "system")
 
@@ -59,3 +65,39 @@ def tracking_uri(tmp_path: Path, migrated_store: Path, monkeypatch: pytest.Monke
     yield uri
     while mlflow.active_run() is not None:
         mlflow.end_run()
+
+
+@pytest.fixture
+def runner_in_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> RunnerInProcess:
+    """`python -m runner ARGS` called in this process, for bad input, where only the refusal is the point.
+
+    Its exit status and output are the process's: the interpreter prints a SystemExit's message on
+    stderr and exits 1, and the runner masks secrets in all it prints. The environment the runner
+    sets for its jobs (HYDRA_FULL_ERROR, a sweep's id) is restored after. A fresh interpreter per
+    refusal cost seconds each; one subprocess test (tests/system/test_cli.py) still proves a
+    refusal has no traceback in a real process.
+    """
+    from runner.__main__ import cli
+    from runner.secrets import redact
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        monkeypatch.setattr(sys, "argv", ["runner", *args])
+        environ, handlers, level = dict(os.environ), logging.root.handlers[:], logging.root.level
+        code: int | str | None = 0
+        try:
+            cli()
+        except SystemExit as stop:
+            code = stop.code
+        finally:  # Hydra configured logging for the job: its handlers go, pytest's come back
+            for added in set(logging.root.handlers) - set(handlers):
+                added.close()
+            logging.root.handlers[:] = handlers
+            logging.root.setLevel(level)
+            os.environ.clear()
+            os.environ.update(environ)
+        out, err = capsys.readouterr()
+        if isinstance(code, str):
+            code, err = 1, f"{err}{code}\n"
+        return subprocess.CompletedProcess(args, code or 0, redact(out), redact(err))
+
+    return run

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,15 +22,21 @@ REPO = CONF_DIR.parent
 HELPERS = Path(__file__).resolve().parent
 STANDIN = HELPERS / "neuron_standin"
 TRACES = HELPERS / "data" / "traces"
-__all__ = ["HELPERS", "REPO", "STANDIN", "TRACES", "all_runs", "compose_cfg", "job_for", "serve_mlflow"]
+__all__ = [
+    "HELPERS", "REPO", "STANDIN", "TRACES", "RunnerInProcess", "all_runs", "compose_cfg", "job_for", "serve_mlflow",
+]  # fmt: skip
+# the `runner_in_process` fixture (tests/conftest.py): `python -m runner ARGS` in the pytest process
+RunnerInProcess = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-def all_runs(uri: str | None = None) -> list[Any]:
-    """Every run in every experiment of the store at `uri` (default: the current tracking URI)."""
+def all_runs(uri: str | None = None, experiment: str | None = None) -> list[Any]:
+    """Every run in every experiment (or the one named) of the store at `uri` (default: the current tracking URI)."""
     import mlflow
 
     client = mlflow.MlflowClient(uri)
-    return list(client.search_runs([e.experiment_id for e in client.search_experiments()]))
+    experiments = client.search_experiments()
+    ids = [e.experiment_id for e in experiments if experiment in (None, e.name)]
+    return list(client.search_runs(ids)) if ids else []
 
 
 def job_for(tmp_path: Path, name: str = "test_job") -> JobInfo:

@@ -1,4 +1,5 @@
-"""A few real `python -m runner` subprocess runs: one job, a two-job sweep, bad input."""
+"""The CLI: real `python -m runner` subprocess runs (one job, a two-job sweep, one bad input), and the
+refusals of bad input, run in the pytest process (`runner_in_process`) where only the message is the point."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from pathlib import Path
 import pytest
 
 from runner import CONF_DIR, names
-from tests.helpers import REPO, all_runs
+from tests.helpers import REPO, RunnerInProcess, all_runs
 from tests.system.test_safety import full_disk  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 SMALL = ["workload.hidden=16", "workload.seq_len=2"]
+TYPO = (
+    ["+workload=rmsnrom_naive"],
+    "workload=rmsnrom_naive is not an option; did you mean rmsnorm_naive? choose one of: allreduce",
+)
 
 
 def runner(*args: str) -> subprocess.CompletedProcess[str]:
@@ -51,12 +56,7 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
     ("args", "message"),
     [
         pytest.param(["+workload=triton"], "workload=triton is not an option; choose one of: allreduce", id="workload"),
-        pytest.param(
-            ["+workload=rmsnrom_naive"],
-            "workload=rmsnrom_naive is not an option; did you mean rmsnorm_naive? choose one of: allreduce",
-            id="workload-typo",
-            marks=pytest.mark.smoke,
-        ),
+        pytest.param(*TYPO, id="workload-typo"),
         pytest.param(
             ["+workload=rmsnorm_naive", "backend=tpu"],
             "backend=tpu is not an option; did you mean cpu? choose one of: auto, cpu, cuda, neuron",
@@ -120,9 +120,23 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
     ],
 )
 def test_bad_input_is_one_line_with_no_traceback_and_no_run(
-    args: list[str], message: str, tracking_uri: str, tmp_path: Path
+    args: list[str], message: str, tracking_uri: str, tmp_path: Path, runner_in_process: RunnerInProcess
 ) -> None:
+    done = runner_in_process(f"hydra.run.dir={tmp_path}/outputs/runs/refused", *args)
+    assert_refused(done, message, tmp_path, tracking_uri)
+
+
+@pytest.mark.smoke
+def test_bad_input_in_a_real_process_is_one_line_with_no_traceback_and_no_run(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    """The refusals above run in the pytest process; this one proves the real process's exit and stderr."""
+    args, message = TYPO
     done = runner(f"hydra.run.dir={tmp_path}/outputs/runs/refused", *args)
+    assert_refused(done, message, tmp_path, tracking_uri)
+
+
+def assert_refused(done: subprocess.CompletedProcess[str], message: str, tmp_path: Path, tracking_uri: str) -> None:
     assert done.returncode != 0
     assert message in done.stderr
     assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, done.stderr

@@ -12,12 +12,14 @@ import mlflow
 import pytest
 
 from runner import names
-from tests.helpers import REPO, all_runs
+from tests.helpers import REPO, RunnerInProcess, all_runs
 from tests.integration.test_layers import SIZES
 
 
 @pytest.mark.slow
-def test_a_run_logs_the_table_the_plot_and_the_first_failing_layer(tmp_path: Path, tracking_uri: str) -> None:
+def test_a_run_logs_the_table_the_plot_and_the_first_failing_layer(
+    tmp_path: Path, tracking_uri: str, runner_in_process: RunnerInProcess
+) -> None:
     sizes = [f"+workload.{key}={value}" for key, value in SIZES.items()]
     job = [
         sys.executable, "-m", "runner", "+workload=custom", "workload._target_=tests.helpers.faulty.PerturbedStack",
@@ -38,7 +40,6 @@ def test_a_run_logs_the_table_the_plot_and_the_first_failing_layer(tmp_path: Pat
     assert [info.path for info in client.list_artifacts(run.info.run_id, names.PLOTS_FOLDER)] == [
         f"{names.PLOTS_FOLDER}/{names.LAYER_PLOT_FILE}"
     ]
-    bad = subprocess.run([*job[:-1], "measure.layers=[layers.7]", f"hydra.run.dir={tmp_path / 'bad'}"],
-                         cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    bad = runner_in_process(*job[3:-1], "measure.layers=[layers.7]", f"hydra.run.dir={tmp_path / 'bad'}")
     assert bad.returncode != 0 and "measure.layers: layers.7 not in the workload" in bad.stderr
     assert "Traceback" not in bad.stderr and len(all_runs(tracking_uri)) == 1

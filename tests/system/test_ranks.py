@@ -18,7 +18,7 @@ import pytest
 from runner import names
 from runner.report.reader import trace_files
 from runner.traces import load_profile
-from tests.helpers import REPO, all_runs
+from tests.helpers import REPO, RunnerInProcess, all_runs
 
 pytestmark = pytest.mark.slow
 TINY_DECODER = [
@@ -28,11 +28,15 @@ TINY_DECODER = [
 FAULTY = ["+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "workload.inputs=[[64]]"]
 
 
-def run_ranks(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        sys.executable, "-m", "runner", "backend=cpu", "measure=quick", "workload.mode=train_step",
-        "distributed.ranks=2", "distributed.timeout_s=60", f"hydra.run.dir={tmp_path / 'run'}", *args,
+def ranks_args(tmp_path: Path, *args: str) -> list[str]:
+    return [
+        "backend=cpu", "measure=quick", "workload.mode=train_step", "distributed.ranks=2", "distributed.timeout_s=60",
+        f"hydra.run.dir={tmp_path / 'run'}", *args,
     ]  # fmt: skip
+
+
+def run_ranks(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "runner", *ranks_args(tmp_path, *args)]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
@@ -146,8 +150,8 @@ def test_a_failing_rank_fails_the_job_by_name_and_leaves_no_rank_behind(
     ],
 )
 def test_ranks_refuse_what_they_cannot_do_in_one_line(
-    tmp_path: Path, tracking_uri: str, args: list[str], message: str
+    tmp_path: Path, tracking_uri: str, args: list[str], message: str, runner_in_process: RunnerInProcess
 ) -> None:
-    done = run_ranks(tmp_path, *TINY_DECODER, *args)
+    done = runner_in_process(*ranks_args(tmp_path, *TINY_DECODER, *args))
     assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
     assert all_runs(tracking_uri) == []

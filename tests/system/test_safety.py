@@ -25,7 +25,7 @@ import pytest
 
 from runner import names
 from runner.job import OWNER_FILE, STATUS_FILE
-from tests.helpers import REPO, all_runs, serve_mlflow
+from tests.helpers import REPO, RunnerInProcess, all_runs
 
 pytestmark = pytest.mark.slow
 TINY = ["workload.hidden=16", "workload.seq_len=2", "measure=quick", "backend=cpu"]
@@ -213,14 +213,15 @@ def test_a_sweep_refuses_an_unusable_store_in_one_line_before_any_job(
 
 
 @pytest.mark.parametrize("scheme", ["http", "postgresql"])
-def test_a_server_nothing_answers_at_is_refused_in_seconds_before_the_job_starts(tmp_path: Path, scheme: str) -> None:
+def test_a_server_nothing_answers_at_is_refused_in_seconds_before_the_job_starts(
+    tmp_path: Path, scheme: str, runner_in_process: RunnerInProcess
+) -> None:
     uri = f"{scheme}://alice:{PASSWORD}@127.0.0.1:1" + ("/db" if scheme == "postgresql" else "")
     for mode, folder in [([], "hydra.run.dir"), (["-m"], "hydra.sweep.dir")]:
         began = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "runner", *mode, "+workload=rmsnorm_naive", *TINY, f"tracking.uri={uri}",
-             f"{folder}={tmp_path}/{folder}"], cwd=REPO, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        done = runner_in_process(
+            *mode, "+workload=rmsnorm_naive", *TINY, f"tracking.uri={uri}", f"{folder}={tmp_path}/{folder}"
+        )
         assert done.returncode == 1 and time.monotonic() - began < 30  # MLflow alone retries for minutes
         shown = uri.replace(PASSWORD, "***")
         assert done.stderr.strip().splitlines() == [
@@ -234,27 +235,27 @@ def every_text(root: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
 
 
-def test_a_password_in_the_tracking_uri_is_published_nowhere(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'server.db'}"
-    with serve_mlflow(store, tmp_path / "artifacts") as url:
-        secret_url = url.replace("http://", f"http://alice:{PASSWORD}@")
-        sweep = subprocess.run(
-            [sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", *TINY, f"tracking.uri={secret_url}",
-             f"hydra.sweep.dir={tmp_path}/out/sweep"], cwd=REPO, capture_output=True, text=True,
-        )  # fmt: skip
-        env = {**os.environ, "MLFLOW_TRACKING_URI": secret_url, "NEURON_CC_FLAGS": f"--O1 --password={PASSWORD}"}
-        single = subprocess.run(
-            [sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY, f"hydra.run.dir={tmp_path}/out/run"],
-            cwd=REPO, capture_output=True, text=True, env=env,
-        )  # fmt: skip
-        assert sweep.returncode == 0 and single.returncode == 0, (sweep.stderr[-2000:], single.stderr[-2000:])
-        runs = all_runs(url)
-        assert len(runs) == 3
-        published = json.dumps([[r.info.run_name, r.data.params, r.data.tags] for r in runs])
-        for run in runs:
-            mlflow.artifacts.download_artifacts(
-                run_id=run.info.run_id, dst_path=str(tmp_path / "dl" / run.info.run_id), tracking_uri=url
-            )
+def test_a_password_in_the_tracking_uri_is_published_nowhere(tmp_path: Path, mlflow_server: str) -> None:
+    url, experiment = mlflow_server, "password_in_the_uri"  # the session's server is shared: runs of its own
+    secret_url = url.replace("http://", f"http://alice:{PASSWORD}@")
+    sweep = subprocess.run(
+        [sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", *TINY, f"tracking.uri={secret_url}",
+         f"tracking.experiment={experiment}", f"hydra.sweep.dir={tmp_path}/out/sweep"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    env = {**os.environ, "MLFLOW_TRACKING_URI": secret_url, "NEURON_CC_FLAGS": f"--O1 --password={PASSWORD}"}
+    single = subprocess.run(
+        [sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY, f"tracking.experiment={experiment}",
+         f"hydra.run.dir={tmp_path}/out/run"], cwd=REPO, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert sweep.returncode == 0 and single.returncode == 0, (sweep.stderr[-2000:], single.stderr[-2000:])
+    runs = all_runs(url, experiment)
+    assert len(runs) == 3
+    published = json.dumps([[r.info.run_name, r.data.params, r.data.tags] for r in runs])
+    for run in runs:
+        mlflow.artifacts.download_artifacts(
+            run_id=run.info.run_id, dst_path=str(tmp_path / "dl" / run.info.run_id), tracking_uri=url
+        )
     assert "alice:***@" in published  # masked, not dropped: the user can still tell which server
     terminal = sweep.stdout + sweep.stderr + single.stdout + single.stderr
     assert "alice:***@" in terminal

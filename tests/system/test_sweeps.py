@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
@@ -22,7 +21,7 @@ from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NeuronBackend
 from runner.config import BackendConfig, ConfigError, NeuronBackendConfig
 from runner.sweep import config_hash
-from tests.helpers import REPO, all_runs, serve_mlflow
+from tests.helpers import REPO, all_runs
 
 FAULTY = ["+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "workload.inputs=[[4]]", "measure=quick"]
 
@@ -120,34 +119,29 @@ def test_a_killed_sweep_resumes_without_duplicates(tmp_path: Path, tracking_uri:
 
 @pytest.mark.slow
 def test_four_parallel_workers_lose_no_run(tmp_path: Path, tracking_uri: str) -> None:
-    labels = "+workload.label=" + ",".join("abcdefghijkl")
+    # twice as many jobs as workers: each worker takes a second job when its first ends
+    labels = "+workload.label=" + ",".join("abcdefgh")
     done = sweep(
         tmp_path, labels, "hydra/launcher=parallel", "hydra.launcher.jobs=4", "profiler=none", uri=tracking_uri
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Launching 12 jobs, 4 at a time" in done.stderr + done.stdout
+    assert "Launching 8 jobs, 4 at a time" in done.stderr + done.stdout
     runs = job_runs(tracking_uri)
-    assert len(runs) == 12 and all(r.info.status == "FINISHED" for r in runs)
-    assert {r.data.params["workload.label"] for r in runs} == set("abcdefghijkl")
+    assert len(runs) == 8 and all(r.info.status == "FINISHED" for r in runs)
+    assert {r.data.params["workload.label"] for r in runs} == set("abcdefgh")
     assert {r.data.tags["env.OMP_NUM_THREADS"] for r in runs} == {str(max(1, (os.cpu_count() or 1) // 4))}
-
-
-@pytest.fixture
-def mlflow_server(tmp_path: Path) -> Iterator[str]:
-    """A real `mlflow server` on loopback, over its own SQLite store."""
-    with serve_mlflow(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "server-artifacts") as url:
-        yield url
 
 
 @pytest.mark.slow
 def test_sweep_against_a_tracking_server(tmp_path: Path, mlflow_server: str) -> None:
+    experiment = "sweep_against_a_server"  # the session's server is shared: this test's runs are in their own
     cmd = [sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive,rmsnorm_builtin", "++workload.hidden=16",
-           "measure=quick", "tracking=server", f"tracking.uri={mlflow_server}",
+           "measure=quick", "tracking=server", f"tracking.uri={mlflow_server}", f"tracking.experiment={experiment}",
            f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     client = mlflow.MlflowClient(mlflow_server)
-    runs = all_runs(mlflow_server)
+    runs = all_runs(mlflow_server, experiment)
     children = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) != "true"]
     assert len(runs) == 3 and len(children) == 2
     assert all(r.info.status == "FINISHED" for r in runs)
