@@ -136,7 +136,9 @@ def test_every_phase_metric_is_logged_for_rmsnorm(tmp_path: Path) -> None:
     assert names.PEAK_DEVICE_MB not in metrics  # the CPU has no allocator statistic
     assert names.REPEAT_CV not in metrics
     assert tags[names.TAG_ACCURACY] == "pass"
-    assert 0 < metrics[names.ROOFLINE_BANDWIDTH_FRACTION] <= 1
+    # a cache-resident tiny shape can beat a DRAM calibration (and a busy host lowers it): no upper bound
+    achieved, peak = metrics[names.ROOFLINE_ACHIEVED_GBPS], metrics[names.ROOFLINE_PEAK_GBPS]
+    assert metrics[names.ROOFLINE_BANDWIDTH_FRACTION] == pytest.approx(achieved / peak) and achieved > 0
     assert str(tags[names.TAG_ROOFLINE_PEAK]).startswith("measured:")
 
 
