@@ -21,6 +21,7 @@ import yaml
 
 from runner import CONF_DIR
 from runner.config import ConfigError
+from runner.files import write_whole
 
 PEAKS_FILE = CONF_DIR / "peaks.yaml"
 # Working sets from L2-sized to DRAM-sized: the peak is the best of them.
@@ -115,8 +116,11 @@ def _calibration_key(dtype: str) -> str:
 
 
 def _cached_calibrations() -> dict[str, list[float]]:
-    path = cache_file()
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """The cached calibrations; an unreadable cache is measured again and rewritten, not fatal."""
+    try:
+        return dict(json.loads(cache_file().read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def cpu_peak(dtype: str) -> Peak:
@@ -140,6 +144,5 @@ def keep_best_calibration(dtype: str, bandwidth: float, gflops: float) -> list[f
     cache = _cached_calibrations()
     cached = cache.get(_calibration_key(dtype), [0.0, 0.0])
     best = cache[_calibration_key(dtype)] = [max(bandwidth, cached[0]), max(gflops, cached[1])]
-    cache_file().parent.mkdir(parents=True, exist_ok=True)
-    cache_file().write_text(json.dumps(cache, indent=2))
+    write_whole(cache_file(), json.dumps(cache, indent=2))  # ranks and workers calibrate side by side
     return best

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from runner.files import write_whole
 
 STATUS_FILE = "job_status.json"
 # Set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is
@@ -49,14 +50,7 @@ def write_status(job_dir: Path, **fields: Any) -> None:
     path = job_dir / STATUS_FILE
     status = read_status(job_dir) or {}
     status.update(fields, updated=time.time())
-    job_dir.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        temporary.write_text(json.dumps(status, indent=2))
-        temporary.replace(path)
-    except OSError:  # a full disk: no half-written file left beside the status
-        temporary.unlink(missing_ok=True)
-        raise
+    write_whole(path, json.dumps(status, indent=2))
 
 
 def read_status(job_dir: Path) -> dict[str, Any] | None:

@@ -90,6 +90,21 @@ def test_cpu_calibration_is_measured_once_and_cached(monkeypatch: pytest.MonkeyP
     assert (cpu_peak("float32").bandwidth_gbps, cpu_peak("float32").gflops) == (first.bandwidth_gbps * 2, first.gflops)
 
 
+def test_a_half_written_calibration_cache_is_measured_again_not_fatal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # what a rank read while another rank was writing the cache, before writes went through a rename
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "runner" / "cpu_peaks.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text('{"half')
+    monkeypatch.setattr("runner.backends.peaks.calibrate_cpu", lambda dtype: (10.0, 20.0))
+    peak = cpu_peak("float32")
+    assert (peak.bandwidth_gbps, peak.gflops) == (10.0, 20.0)
+    assert list(json.loads(cache.read_text()).values()) == [[10.0, 20.0]]
+    assert [p.name for p in cache.parent.iterdir()] == ["cpu_peaks.json"]  # no draft left beside it
+
+
 class WrongRMSNorm(NaiveRMSNorm):
     """Forgets the weight: the accuracy check must catch it and not raise."""
 

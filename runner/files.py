@@ -1,0 +1,21 @@
+"""Files written whole or not at all, for files that other processes read while they change."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` through a rename: a reader sees the old file or the new one, never a part.
+
+    A full disk leaves no half-written file beside `path` (the error is raised).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        draft.write_text(text)
+        draft.replace(path)
+    except OSError:
+        draft.unlink(missing_ok=True)
+        raise
