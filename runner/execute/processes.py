@@ -10,9 +10,11 @@ kill what outlives the grace period.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -23,6 +25,8 @@ from typing import Any
 
 # seconds a child gets to end after a terminate (or a release) before it is killed
 STOP_GRACE_S = 5.0
+# prctl(2): the signal the kernel sends this process when the thread that started it ends
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,8 @@ class ChildRaised(ChildFailed):
     """The child's function raised; the message carries its traceback, `error` the error in one line."""
 
     def __init__(self, name: str, answer: Answer, note: str = "") -> None:
-        super().__init__(f"{name} raised{f' ({note})' if note else ''}:\n{answer.traceback}")
+        # the error on the first line: a job's one-line failure is that line
+        super().__init__(f"{name} raised{f' ({note})' if note else ''}: {answer.error}\n{answer.traceback}")
         self.answer = answer
         self.error = answer.error or ""
 
@@ -68,8 +73,25 @@ class ChildSilent(ChildFailed):
         self.timeout_s = timeout_s
 
 
-def _answer(target: Callable[..., Any], args: tuple[Any, ...], answers: Connection, hold: Connection | None) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel kill this child when its parent dies (Linux; elsewhere nothing is asked).
+
+    A parent killed with SIGKILL sends no word: without this its workers ran on for as long as
+    their steps lasted, holding cores and the job's stdout. The signal comes when the parent's
+    starting thread ends, so children are started from the parent's main thread.
+    """
+    if sys.platform != "linux":
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the request took hold
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _answer(
+    target: Callable[..., Any], args: tuple[Any, ...], answers: Connection, hold: Connection | None, parent_pid: int
+) -> None:
     """The child's main: call the target, send its answer, and, when held, wait to be released."""
+    _die_with_parent(parent_pid)
     try:
         answer = Answer(value=target(*args))
     except BaseException as err:  # noqa: BLE001  (any failure is the parent's to report)
@@ -103,7 +125,9 @@ class Child:
         self._release: Connection | None = None
         if hold:
             keep, self._release = context.Pipe(duplex=False)
-        self._process = context.Process(target=_answer, args=(target, args, send, keep), name=name, daemon=daemon)
+        self._process = context.Process(
+            target=_answer, args=(target, args, send, keep, os.getpid()), name=name, daemon=daemon
+        )
         with _environment(env or {}), _born_ignoring_interrupts():
             self._process.start()
         send.close()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from runner.doctor.probe import FreshProcess, ProcessFailed
 from runner.execute import processes
 from runner.execute.processes import Child, ChildDied, ChildRaised, ChildSilent, answered, stop
+from tests.helpers import REPO
 
 
 def environment_seen(*names: str) -> dict[str, str | None]:
@@ -54,7 +57,7 @@ def test_a_child_returns_its_value_with_its_own_environment(monkeypatch: pytest.
 def test_a_child_that_raises_carries_its_traceback_and_its_error_in_one_line() -> None:
     with Child("probe", raises) as child, pytest.raises(ChildRaised) as raised:
         child.result()
-    assert str(raised.value).startswith("probe raised:\nTraceback (most recent call last):")
+    assert str(raised.value).startswith("probe raised: ValueError: bad input\nTraceback (most recent call last):")
     assert "in raises" in str(raised.value) and raised.value.error == "ValueError: bad input"
 
 
@@ -121,3 +124,31 @@ def test_the_doctors_fresh_process_gives_up_on_a_hang(monkeypatch: pytest.Monkey
     monkeypatch.setattr(processes, "STOP_GRACE_S", 0.5)  # how long it waits for the hung process to end
     with FreshProcess(hangs) as fresh, pytest.raises(ProcessFailed, match=r"^no answer within 0.2 s$"):
         fresh.result(timeout_s=0.2)
+
+
+# a parent that starts a hanging child, prints the child's pid, and waits to be killed
+PARENT = """
+import time
+from runner.execute.processes import Child
+from tests.integration.test_processes import hangs
+child = Child("worker", hangs)
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the kernel's parent-death signal is Linux's")
+def test_a_child_dies_with_a_parent_killed_without_a_word() -> None:
+    with subprocess.Popen([sys.executable, "-c", PARENT], cwd=REPO, stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout is not None
+        child_pid = int(parent.stdout.readline())
+        parent.kill()  # SIGKILL: the parent stops nothing itself
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return  # gone (reaped by init once orphaned)
+        time.sleep(0.1)
+    os.kill(child_pid, signal.SIGKILL)
+    pytest.fail(f"the child {child_pid} outlived its killed parent by 10 s")

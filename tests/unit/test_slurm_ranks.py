@@ -63,7 +63,7 @@ def test_a_rank_silent_past_the_timeout_is_named(tmp_path: Path, spec: RunSpec) 
 def test_the_rank_that_raised_is_named_before_rank_0s_broken_collective(tmp_path: Path, spec: RunSpec) -> None:
     tb = "Traceback ...\nRuntimeError: injected failure"
     leave(tmp_path, 2, Answer(error="RuntimeError: injected failure", traceback=tb))
-    with pytest.raises(ChildFailed, match=r"^rank 2 raised:\nTraceback") as raised:
+    with pytest.raises(ChildFailed, match=r"^rank 2 raised: RuntimeError: injected failure\nTraceback") as raised:
         lead(spec, tmp_path, TASK_0)
     assert "injected failure" in str(raised.value)
 
