@@ -179,7 +179,7 @@ def test_worker_processes_each_time_the_steady_state(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fault", "message"),
     [
-        ("raise", r"worker 1 raised:\n(.|\n)*RuntimeError: injected failure"),
+        ("raise", r"worker 1 raised: RuntimeError: injected failure\n(.|\n)*RuntimeError: injected failure"),
         ("kill", r"worker 1 died \(exit code -9\)"),
     ],
 )
