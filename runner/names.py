@@ -150,6 +150,10 @@ TAG_ROOFLINE_PEAK = "roofline.peak"
 # "true" or "false", and why not (runner.measure.stability)
 TAG_TIMING_STABLE = "timing.stable"
 TAG_TIMING_REASONS = "timing.unstable_reasons"
+# the steady state's rounds (runner.execute.rounds): runs with the same id had their workers
+# interleaved round by round (one sweep's, or one gate's), so they pair by round; a run whose
+# workers were its own rounds has an id of its own
+TAG_ROUNDS_ID = "timing.rounds_id"
 
 # --- tags: Neuron ---
 TAG_NEURON_CAPTURE = "neuron.capture"
@@ -167,6 +171,9 @@ MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"
 # the op table (mlflow.log_table: {"columns": [...], "data": [...]}) and the profiler's own printed table
 OP_TABLE_FILE = "key_averages.json"
 OP_TABLE_TEXT_FILE = "key_averages.txt"
+# the steady state's rounds: round (from 1), the job's position in it (from 1), the workers in
+# it, and the job's median step time in ms that round (time/process_median_ms step round - 1)
+ROUNDS_FILE = "rounds.json"
 # measure.layer_accuracy: the per-layer accuracy table, and its plot
 LAYER_TABLE_FILE = "layer_accuracy.json"
 LAYER_PLOT_FILE = "layer_accuracy.png"
