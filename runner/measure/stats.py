@@ -112,6 +112,42 @@ def time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.
     )
 
 
+def paired_time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.0) -> TimeRatio | None:
+    """The ratio of two runs timed in the same rounds, round by round; None with fewer than two rounds.
+
+    `baseline_ms[k]` and `new_ms[k]` are the two runs' medians in round k. A slow stretch of the
+    host that a round shared moves both sides alike and cancels in that round's ratio, which an
+    unpaired test (`time_ratio`) counts as spread. The ratio is the median per-round ratio; the
+    interval and the p-values come from a t-test on the log per-round ratios.
+    """
+    if len(baseline_ms) != len(new_ms):
+        raise ValueError(f"paired rounds: {len(baseline_ms)} baseline and {len(new_ms)} new medians")
+    if len(new_ms) < 2:
+        return None
+    log_ratios = np.log(new_ms) - np.log(baseline_ms)
+    ratio = float(np.exp(np.median(log_ratios)))
+    if log_ratios.var() == 0:  # every round gave the same ratio: nothing to test against
+        return TimeRatio(ratio, ratio, ratio, float(ratio == 1), float(ratio <= 1 + margin), 0.0)
+    from scipy import stats
+
+    with warnings.catch_warnings():  # near-identical ratios: scipy warns of precision, the test still holds
+        warnings.simplefilter("ignore", RuntimeWarning)
+        test = stats.ttest_1samp(log_ratios, 0.0)
+        slower = stats.ttest_1samp(log_ratios, np.log1p(margin), alternative="greater")
+    low, high = test.confidence_interval(1 - SIGNIFICANCE)
+    df = len(log_ratios) - 1
+    se = float(log_ratios.std(ddof=1) / np.sqrt(len(log_ratios)))
+    detectable = (stats.t.ppf(1 - SIGNIFICANCE, df) + stats.t.ppf(POWER, df)) * se
+    return TimeRatio(
+        ratio=ratio,
+        low=float(np.exp(low)),
+        high=float(np.exp(high)),
+        p_value=float(test.pvalue),
+        p_slower=float(slower.pvalue),
+        detectable=float(np.expm1(detectable)),
+    )
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjustment: p-values that keep the family-wise error at the level."""
     order = np.argsort(p_values)
