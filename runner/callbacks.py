@@ -189,11 +189,12 @@ class RunnerCallback(Callback):
         sys.exit(f"error: {error}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Check the sweep directory; create the store, experiment and parent run once.
+        """Check the sweep directory; create the store, experiment and parent run once; time the rounds.
 
         Creating the store here, before any job starts, keeps parallel jobs from racing
         on the first schema migration of a SQLite store. Parent runs of earlier sweeps on
-        this host whose process is gone are closed on the way.
+        this host whose process is gone are closed on the way. Then the jobs' steady state
+        is timed in interleaved rounds (`runner.sweep_rounds`), before any job touches the device.
         """
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
@@ -201,12 +202,18 @@ class RunnerCallback(Callback):
         tracking = self.tracking = _tracking(config)
         check_store(tracking, create=True)
         varied = swept_keys(config)
-        swept = os.environ[names.SWEPT_KEYS_ENV] = ",".join(varied)
+        os.environ[names.SWEPT_KEYS_ENV] = ",".join(varied)
         isolate_if_needed(config, varied)
         stop_on_signals()
         atexit.register(self._close_if_stopped)
-        if not tracking.enabled:
-            return
+        if tracking.enabled:
+            self._open_parent(config, tracking)
+        from runner.sweep_rounds import time_sweep_rounds  # torch loads only past a sweep's checks
+
+        time_sweep_rounds(config, self.sweep_id)
+
+    def _open_parent(self, config: DictConfig, tracking: TrackingConfig) -> None:
+        """Create the sweep's parent run (its jobs' runs are its children); earlier sweeps' dead parents are closed."""
         from mlflow import MlflowClient
 
         from runner.job import close_orphans
@@ -222,7 +229,7 @@ class RunnerCallback(Callback):
             names.TAG_SWEEP_DIR: config.hydra.sweep.dir,
             names.TAG_HOST: platform.node(),
             names.TAG_PID: str(os.getpid()),
-            names.TAG_SWEPT_KEYS: swept,
+            names.TAG_SWEPT_KEYS: os.environ[names.SWEPT_KEYS_ENV],
         }
         shown = [redact(o) for o in config.hydra.overrides.task if not o.lstrip("+").startswith(names.OUTPUT_OVERRIDES)]
         name = " ".join(["sweep", *shown])
@@ -247,6 +254,7 @@ class RunnerCallback(Callback):
         os.environ.pop(PARENT_RUN_ENV, None)
         os.environ.pop(SWEEP_ID_ENV, None)
         os.environ.pop(names.SWEPT_KEYS_ENV, None)
+        os.environ.pop(names.ROUNDS_DIR_ENV, None)
         tracking, sweep_id, self.sweep_id = self.tracking, self.sweep_id, ""
         enabled = tracking is not None and tracking.enabled
         summary = summarise_sweep(self.sweep_dir, sweep_id, tracking.uri if tracking and enabled else None)

@@ -80,7 +80,7 @@ def prepare(spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[s
         ConfigError: the config cannot run here; the message names the key.
     """
     try:
-        return plan(spec, job.output_dir)
+        return plan(spec, job.output_dir, digest)
     except ConfigError:
         raise
     except Exception:

@@ -102,6 +102,17 @@ def derived_metrics(
     return metrics, tags
 
 
+def rounds_table(measurement: Measurement) -> dict[str, list[Any]]:
+    """Each worker's round, its place in the round's order, the round's workers and its median step time."""
+    places = measurement.places
+    return {
+        "round": [place.round for place in places],
+        "position": [place.position for place in places],
+        "workers": [place.workers for place in places],
+        "median_ms": measurement.process_medians(),
+    }
+
+
 def collect_result(
     spec: RunSpec,
     workload: BuiltWorkload,
@@ -129,6 +140,9 @@ def collect_result(
             "a CPU calibration taken on a busy host does: python -m runner.doctor measures it again"
         )
     tables = {}
+    if measurement.places:
+        tags[names.TAG_ROUNDS_ID] = measurement.rounds_id
+        tables[names.ROUNDS_FILE] = rounds_table(measurement)
     if spec.measure.layer_accuracy:
         errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)
         tables[names.LAYER_TABLE_FILE] = layer_table(errors)

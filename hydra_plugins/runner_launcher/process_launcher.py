@@ -97,13 +97,12 @@ class ProcessLauncher(Launcher):
     def _slots(self) -> list["Slot"]:
         """Ask the backend the sweep runs on (auto resolved as a job would) how to share the machine."""
         assert self.config is not None
-        from runner.backends.registry import backend_class
+        from runner.backends.registry import launcher_slots
         from runner.callbacks import UsageError
-        from runner.config import BackendConfig, ConfigError
+        from runner.config import ConfigError
 
         try:
-            backend: BackendConfig = OmegaConf.to_object(self.config.backend)  # type: ignore[assignment]
-            return backend_class(backend.name).plan_slots(backend, self.jobs, self.cores, self.cores_per_job)
+            return launcher_slots(self.config.backend, self.jobs, self.cores, self.cores_per_job)
         except ConfigError as err:
             raise UsageError(str(err)) from None
 

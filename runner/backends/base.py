@@ -161,6 +161,14 @@ class Backend(ABC):
             )
         return self.default_processes if requested is None else requested
 
+    def round_workers(self, requested: int | None) -> int:
+        """The workers a sweep's rounds time a job's steady state in (0: the job times its own).
+
+        The rounds run before any of the sweep's jobs touches the device, so a backend whose
+        job process holds the device has worker rounds there all the same.
+        """
+        return self.worker_processes(requested)
+
     def steadier_measurement(self, spec: RunSpec) -> str:
         """What to rerun an unstable job with: more worker processes where they time its steady state.
 

@@ -208,6 +208,10 @@ class NeuronBackend(Backend):
             )
         return 0
 
+    def round_workers(self, requested: int | None) -> int:
+        """A sweep's rounds run before any job starts the runtime: each worker has the cores to itself in turn."""
+        return Backend.default_processes if requested is None else self.worker_processes(requested)
+
     def steadier_measurement(self, spec: RunSpec) -> str:
         """More repeats: the job's process holds its NeuronCores, so there are no worker processes to add."""
         return more_repeats(spec)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from runner.backends.base import Backend
+from omegaconf import OmegaConf
+
+from runner.backends.base import Backend, Slot
 from runner.backends.cpu import CpuBackend
 from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NeuronBackend
@@ -52,3 +55,15 @@ def make_backend(config: BackendConfig) -> Backend:
         ConfigError: the requested device is not available on this machine.
     """
     return backend_class(config.name)(config)
+
+
+def launcher_slots(backend: Any, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
+    """The shares of the machine the parallel launcher runs `jobs` jobs in, planned by the sweep's backend.
+
+    `backend` is the sweep's composed backend config (auto resolved as a job would resolve it).
+
+    Raises:
+        ConfigError: the machine cannot be shared so; the message names the key.
+    """
+    config: BackendConfig = OmegaConf.to_object(backend)  # type: ignore[assignment]
+    return backend_class(config.name).plan_slots(config, jobs, pool, cores_per_job)

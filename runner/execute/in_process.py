@@ -1,8 +1,8 @@
 """A job measured in the process that calls it: the phases, the capture report, the result.
 
 The job's own process does this when it is the only one measuring, and so does each rank. The
-steady state comes from where `steady_state_source` says: copies timed before this process
-touched the device, worker processes, or this process.
+steady state comes from where `steady_state_source` says: timed before this process touched the
+device (copies, or the sweep's rounds), worker processes, or this process.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from runner.result import JobResult, collect_result
 
 
 def steady_state_source(
-    spec: RunSpec, backend: Backend, workload: BuiltWorkload, copies: SteadyState | None = None
+    spec: RunSpec, backend: Backend, workload: BuiltWorkload, timed: SteadyState | None = None
 ) -> SteadyStateSource:
-    """Who times the steady state: the copies (already timed), `measure.processes` workers, or this process."""
-    if copies is not None:
-        return lambda: copies
+    """Who times the steady state: copies or rounds (already timed), `measure.processes` workers, or this process."""
+    if timed is not None:
+        return lambda: timed
     if processes := backend.worker_processes(spec.measure.processes):
         return partial(steady_state_in_processes, spec, processes)
     return in_this_process(workload, backend, spec)
@@ -40,7 +40,7 @@ def measure_job(
     backend: Backend,
     workload: BuiltWorkload,
     peak: Peak | None,
-    copies: SteadyState | None,
+    timed: SteadyState | None,
 ) -> JobResult:
     """The phases on the workload, the backend's capture report, and the result they make."""
     capture_dir = backend.capture_dir(output_dir)
@@ -49,7 +49,7 @@ def measure_job(
     shutil.rmtree(capture_dir, ignore_errors=True)
     backend.reset_peak_memory()
     neffs_before = backend.compiled_artifact_count()
-    steady_state = steady_state_source(spec, backend, workload, copies)
+    steady_state = steady_state_source(spec, backend, workload, timed)
     measurement = measure(workload, backend, spec, capture_dir, steady_state)
     capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
     if neffs_before is not None:

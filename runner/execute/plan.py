@@ -17,6 +17,7 @@ from runner.backends.registry import make_backend
 from runner.config import ConfigError, RunSpec
 from runner.execute.in_process import measure_job
 from runner.execute.ranks import cross_rank, rank_folder, run_ranks
+from runner.execute.rounds import sweep_rounds
 from runner.execute.slurm_ranks import SlurmTask, check_world, lead, slurm_task
 from runner.execute.workers import steady_state_concurrently
 from runner.measure.build import BuiltWorkload, build_workload
@@ -56,9 +57,9 @@ class InProcess:
     """The job's own process measures the workload it built.
 
     Its steady state is timed in this process, in `measure.processes` fresh worker processes
-    one after another, or (`copies`) by `measure.copies` copies side by side, timed before this
-    process touched the device: on Neuron the first process to start the runtime holds its
-    NeuronCores, so the copies could not get them after.
+    one after another, or was timed before this process touched the device (`timed`): by
+    `measure.copies` copies side by side (on Neuron the first process to start the runtime
+    holds its NeuronCores, so the copies could not get them after), or in its sweep's rounds.
     """
 
     spec: RunSpec
@@ -66,7 +67,7 @@ class InProcess:
     backend: Backend
     workload: BuiltWorkload
     peak: Peak | None
-    copies: SteadyState | None = None
+    timed: SteadyState | None = None
 
     @property
     def placement(self) -> str:
@@ -75,7 +76,7 @@ class InProcess:
 
     def run(self) -> Measured:
         """The job's one result."""
-        return Measured(measure_job(self.spec, self.output_dir, self.backend, self.workload, self.peak, self.copies))
+        return Measured(measure_job(self.spec, self.output_dir, self.backend, self.workload, self.peak, self.timed))
 
 
 @dataclass(frozen=True)
@@ -119,11 +120,11 @@ class SlurmRanks:
 Execution = InProcess | LocalRanks | SlurmRanks
 
 
-def plan(spec: RunSpec, output_dir: Path) -> Execution:
+def plan(spec: RunSpec, output_dir: Path, config_key: str = "") -> Execution:
     """The backend and how the job is measured, refused here if it cannot run.
 
     In-process, the workload is built (and the copies timed first) here; for ranks, each rank
-    builds its own.
+    builds its own. `config_key` (its config hash) finds the steady state its sweep's rounds timed.
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.
@@ -137,14 +138,14 @@ def plan(spec: RunSpec, output_dir: Path) -> Execution:
     if spec.distributed.ranks > 1:
         slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
         return LocalRanks(_rank_spec(spec), output_dir, backend, slots)
-    copies = None
+    timed = sweep_rounds(config_key)
     if spec.measure.copies is not None:
-        copies = steady_state_concurrently(spec, backend.concurrent_slots(spec.measure.copies))
+        timed = steady_state_concurrently(spec, backend.concurrent_slots(spec.measure.copies))
     workload = build_workload(spec.workload, backend)
     if spec.measure.layer_accuracy:
         check_layer_names(workload.eager, spec.measure.layers)
     peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
-    return InProcess(spec, output_dir, backend, workload, peak, copies)
+    return InProcess(spec, output_dir, backend, workload, peak, timed)
 
 
 def _rank_spec(spec: RunSpec) -> RunSpec:

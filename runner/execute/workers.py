@@ -14,9 +14,11 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from multiprocessing.synchronize import Barrier
+from typing import Any
 
 from runner.backends.base import Slot
 from runner.backends.registry import make_backend
@@ -24,7 +26,7 @@ from runner.config import RunSpec
 from runner.execute.processes import Child, stop
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory_env
-from runner.measure.loop import SteadyState, steady_state, timed_step, timed_steps, warm_up
+from runner.measure.loop import RoundPlace, SteadyState, steady_state, timed_step, timed_steps, warm_up
 
 log = logging.getLogger(__name__)
 # how long a copy waits for the others to be ready (their first calls may compile)
@@ -51,14 +53,24 @@ def _worker(spec: RunSpec, start_together: Barrier | None) -> tuple[list[list[fl
         raise
 
 
-def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: Barrier | None) -> Child:
-    return Child(
-        f"steady-state worker {number}",
-        _worker,
-        spec,
-        start_together,
-        env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **env},
-    )
+def _first_call(spec: RunSpec) -> float:
+    """Build the workload and make its first call (compilation fills the caches); its seconds."""
+    backend = make_backend(spec.backend)
+    return timed_step(build_workload(spec.workload, backend), backend)
+
+
+def _start(name: str, target: Callable[..., Any], spec: RunSpec, *args: Any, env: Mapping[str, str]) -> Child:
+    return Child(name, target, spec, *args, env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **env})
+
+
+def start_first_call(spec: RunSpec, name: str) -> Child:
+    """A worker that makes the workload's first call only: `Child.result()` is its seconds."""
+    return _start(f"first-call worker of {name}", _first_call, spec, env={})
+
+
+def start_steady_state(spec: RunSpec, name: str, env: Mapping[str, str]) -> Child:
+    """A worker that times the steady state with `env` set for it: `steps(worker)` is its step times."""
+    return _start(name, _worker, spec, None, env=env)
 
 
 def _result(worker: Child) -> tuple[list[list[float]], float, float]:
@@ -66,13 +78,19 @@ def _result(worker: Child) -> tuple[list[list[float]], float, float]:
         return worker.result()  # type: ignore[no-any-return]
 
 
+def steps(worker: Child) -> list[list[float]]:
+    """A steady-state worker's per-repeat step times in ms, once it answers; it is stopped whatever happens."""
+    return _result(worker)[0]
+
+
 def steady_state_in_processes(spec: RunSpec, count: int) -> SteadyState:
-    """Per worker process, its per-repeat step times in ms; workers run one at a time."""
+    """Per worker process, its per-repeat step times in ms; workers run one at a time, each its own round."""
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
-        runs.append(_result(_start(spec, number, {}, None))[0])
-    return SteadyState(runs)
+        runs.append(steps(start_steady_state(spec, f"steady-state worker {number}", {})))
+    places = [RoundPlace(number, 1, 1) for number in range(1, count + 1)]
+    return SteadyState(runs, places=places, rounds_id=uuid.uuid4().hex)
 
 
 def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
@@ -90,7 +108,7 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     workers: list[Child] = []
     try:
         for number, slot in enumerate(slots, 1):
-            workers.append(_start(spec, number, dict(slot.env), start_together))
+            workers.append(_start(f"copy {number}", _worker, spec, start_together, env=dict(slot.env)))
         results = [_result(worker) for worker in workers]
         window_s = max(end for _, _, end in results) - min(start for _, start, _ in results)
         return SteadyState([samples for samples, _, _ in results], window_s)

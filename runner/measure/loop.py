@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.backends.base import Backend
 from runner.config import RunSpec
@@ -24,6 +24,18 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 2.0
 
 
+@dataclass(frozen=True)
+class RoundPlace:
+    """Where one worker process timed its steps: its round, its place in that round's order, the round's workers."""
+
+    # from 1: the worker's round (a single run's k-th worker is its round k)
+    round: int
+    # from 1: when it started among the round's workers (in a sweep, the round's random order)
+    position: int
+    # the workers of that round: one per job taking part
+    workers: int
+
+
 @dataclass
 class SteadyState:
     """Steady-state step times, wherever they were timed."""
@@ -33,6 +45,10 @@ class SteadyState:
     # measure.copies: seconds from the first copy's first timed step to the last copy's last
     # (what their throughput is measured over); None for processes timed one after another
     copies_window_s: float | None = None
+    # worker processes timed in rounds (runner.execute.rounds): each one's place, in step_ms order
+    places: list[RoundPlace] = field(default_factory=list)
+    # shared by the jobs whose workers were interleaved in the same rounds; they pair by round
+    rounds_id: str | None = None
 
 
 # What `measure()` calls for the steady state, after the job's first call: the caller chooses

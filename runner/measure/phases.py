@@ -26,7 +26,7 @@ from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.host_memory import keep_freed_memory
-from runner.measure.loop import Progress, SteadyStateSource, timed_step
+from runner.measure.loop import Progress, RoundPlace, SteadyStateSource, timed_step
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
 from runner.measure.stats import coefficient_of_variation, describe_steps
@@ -62,6 +62,9 @@ class Measurement:
     # measure.mode=throughput: seconds per block of `inflight` steps between synchronizes
     block_s: list[float] = field(default_factory=list)
     inflight: int = 0
+    # the worker processes' rounds, in step_ms order, and the id the jobs timed with them share
+    places: list[RoundPlace] = field(default_factory=list)
+    rounds_id: str | None = None
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
@@ -194,4 +197,6 @@ def measure(
         copies_window_s=steady.copies_window_s,
         block_s=block_s,
         inflight=spec.measure.inflight if throughput else 0,
+        places=steady.places,
+        rounds_id=steady.rounds_id,
     )

@@ -76,7 +76,7 @@ def instability_reasons(process_medians: list[float], samples_ms: list[float]) -
     reasons = []
     spread = process_spread(process_medians)
     if spread > MAX_PROCESS_SPREAD:
-        reasons.append(f"the {len(process_medians)} worker processes' medians differ by {spread:.0%}")
+        reasons.append(f"the {len(process_medians)} rounds' medians (one worker process each) differ by {spread:.0%}")
     share = outlier_share(samples_ms)
     if share > MAX_OUTLIER_SHARE:
         reasons.append(f"{share:.0%} of steps are far-out slow (beyond Q3 + 3 IQR)")

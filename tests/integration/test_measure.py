@@ -20,14 +20,14 @@ from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_cali
 from runner.config import BackendConfig, ConfigError, load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.execute.processes import ChildFailed
-from runner.execute.workers import _result, _start, steady_state_in_processes
+from runner.execute.workers import start_steady_state, steady_state_in_processes, steps
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
-from runner.result import collect_result, derived_metrics
+from runner.result import collect_result, derived_metrics, rounds_table
 from tests.helpers import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
 
@@ -174,6 +174,10 @@ def test_worker_processes_each_time_the_steady_state(tmp_path: Path) -> None:
     assert metrics[names.STEP_MEDIAN_MS] == pytest.approx(statistics.median(medians))
     assert metrics[names.PROCESS_CV] == pytest.approx(coefficient_of_variation(medians))
     assert tags[names.TAG_TIMING_STABLE] in ("true", "false")
+    # a single run is a sweep of one: each worker is a round of its own, under an id no other run has
+    assert [(p.round, p.position, p.workers) for p in result.places] == [(1, 1, 1), (2, 1, 1)]
+    assert result.rounds_id and len(result.rounds_id) == 32
+    assert rounds_table(result) == {"round": [1, 2], "position": [1, 1], "workers": [1, 1], "median_ms": medians}
 
 
 @pytest.mark.parametrize(
@@ -195,9 +199,9 @@ def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str
 
 def test_a_ctrl_c_while_a_worker_starts_leaves_it_running() -> None:
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
-    worker = _start(spec, 1, {}, None)
+    worker = start_steady_state(spec, "steady-state worker 1", {})
     os.kill(worker.pid, signal.SIGINT)  # what a Ctrl-C to the process group does while it starts
-    samples, _, _ = _result(worker)
+    samples = steps(worker)
     assert len(samples) == 1 and len(samples[0]) == spec.measure.steps
 
 

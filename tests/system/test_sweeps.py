@@ -150,11 +150,12 @@ def test_sweep_against_a_tracking_server(tmp_path: Path, mlflow_server: str) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["basic", "isolated"])
-def test_worker_processes_under_each_launcher(tmp_path: Path, tracking_uri: str, launcher: str) -> None:
+@pytest.mark.parametrize("launcher", ["basic", "isolated", "parallel"])
+def test_each_launcher_times_the_jobs_in_interleaved_rounds(tmp_path: Path, tracking_uri: str, launcher: str) -> None:
     cmd = [
         sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", "++workload.hidden=16", "workload.seed=0,1",
         "measure=quick", "measure.processes=2", f"hydra/launcher={launcher}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        *(["hydra.launcher.jobs=2"] if launcher == "parallel" else []),
     ]  # fmt: skip
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -162,9 +163,21 @@ def test_worker_processes_under_each_launcher(tmp_path: Path, tracking_uri: str,
     client = mlflow.MlflowClient(tracking_uri)
     runs = job_runs(tracking_uri)
     assert len(runs) == 2
+    positions: dict[int, list[int]] = {1: [], 2: []}
     for run in runs:
-        assert len(client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)) == 2
+        history = client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)
+        rounds = json.loads(Path(client.download_artifacts(run.info.run_id, names.ROUNDS_FILE)).read_text())
+        table = [dict(zip(rounds["columns"], row, strict=True)) for row in rounds["data"]]
+        assert [row["round"] for row in table] == [1, 2] and all(row["workers"] == 2 for row in table)
+        medians = [metric.value for metric in sorted(history, key=lambda metric: metric.step)]
+        assert [row["median_ms"] for row in table] == pytest.approx(medians)
+        for row in table:
+            positions[row["round"]].append(row["position"])
         assert run.data.tags[names.TAG_TIMING_STABLE] in ("true", "false")
+    # one worker of each job in every round, in an order recorded per round; both runs pair by round
+    assert all(sorted(order) == [1, 2] for order in positions.values())
+    assert len({run.data.tags[names.TAG_ROUNDS_ID] for run in runs}) == 1
+    assert "rounds: round 2/2" in done.stderr + done.stdout
     assert "speedup (95% CI)" in done.stdout
 
 

@@ -20,7 +20,7 @@ def spec_of(*overrides: str) -> RunSpec:
 
 def test_a_single_process_job_is_measured_in_process_on_the_workload_built_here(tmp_path: Path) -> None:
     execution = plan(spec_of(), tmp_path)
-    assert isinstance(execution, InProcess) and execution.copies is None
+    assert isinstance(execution, InProcess) and execution.timed is None
     assert execution.workload.eager is not None and execution.output_dir == tmp_path
     assert execution.placement == execution.backend.placement()
 

@@ -48,7 +48,7 @@ def test_a_tail_of_slow_steps_is_outliers_not_a_mode() -> None:
 
 def test_worker_processes_that_disagree_are_unstable() -> None:
     reasons = instability_reasons([1.0, 1.0, 1.3], around(1.0, 300))
-    assert reasons == ["the 3 worker processes' medians differ by 30%"]
+    assert reasons == ["the 3 rounds' medians (one worker process each) differ by 30%"]
 
 
 def test_time_ratio_is_welchs_test_on_logs() -> None:

@@ -1,0 +1,111 @@
+"""Before a sweep's first job: its jobs composed as the launcher will compose them, their steady state timed in rounds.
+
+The rounds themselves are `runner.execute.rounds`; this is the Hydra side: which jobs the
+sweeper will run, each one's spec and config hash (the key its rounds are left under), and
+the slots the parallel launcher will give its jobs.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from pathlib import Path
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from runner import names
+from runner.backends.base import Slot
+from runner.backends.registry import launcher_slots, make_backend
+from runner.config import ConfigError, load_run_spec
+from runner.execute.rounds import RoundJob, rounds_of, save_rounds, time_rounds
+from runner.job import finished_run_id
+from runner.secrets import redact
+from runner.sweep import config_hash
+
+log = logging.getLogger(__name__)
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+PROCESS_LAUNCHER = "hydra_plugins.runner_launcher.process_launcher.ProcessLauncher"
+# the sweep folder's subfolder where each job finds its rounds, by config hash
+ROUNDS_FOLDER = "rounds"
+
+
+def job_configs(config: DictConfig) -> list[DictConfig]:
+    """Each job's composed config, hydra node included, in the order the basic sweeper launches them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    loader = GlobalHydra.instance().config_loader()
+    params = config.hydra.sweeper.get("params") or {}
+    given = [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task]
+    overrides = OverridesParser.create(config_loader=loader).parse_overrides(given)
+    jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    configs = []
+    for number, job in enumerate(jobs):
+        job_config = loader.load_sweep_config(config, list(job))
+        with open_dict(job_config):
+            job_config.hydra.job.id = job_config.hydra.job.num = number
+        configs.append(job_config)
+    return configs
+
+
+def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
+    """The job as the rounds time it; None when it times its own steady state (or its own error says why)."""
+    task = copy.deepcopy(job_config)
+    with open_dict(task):
+        del task["hydra"]
+    workload = job_config.hydra.runtime.choices.get("workload") or "custom"
+    name = names.job_name(workload, [redact(o) for o in job_config.hydra.overrides.task], swept)
+    try:
+        spec = load_run_spec(task)
+        count, why = rounds_of(spec, make_backend(spec.backend))
+    except ConfigError:  # refused: the job says so itself when it runs
+        return None
+    if not count:
+        log.info("rounds: %s times its own steady state: %s", name, why)
+        return None
+    key = config_hash(OmegaConf.to_container(task, resolve=True))  # type: ignore[arg-type]
+    if bool(task.get("resume", True)) and spec.tracking.enabled and finished_run_id(spec.tracking, key):
+        return None  # skipped as already FINISHED
+    return RoundJob(name, key, spec, count)
+
+
+def parallel_slots(config: DictConfig) -> list[Slot] | None:
+    """The slots the parallel launcher will run the jobs in; None when they run one at a time."""
+    launcher = config.hydra.launcher
+    if launcher.get("_target_") != PROCESS_LAUNCHER or launcher.get("jobs", 1) == 1:
+        return None
+    return launcher_slots(config.backend, launcher.jobs, launcher.get("cores"), launcher.get("cores_per_job", 1))
+
+
+def time_sweep_rounds(config: DictConfig, sweep_id: str) -> None:
+    """Time the steady state of the sweep's jobs in interleaved rounds and tell the jobs where to find it.
+
+    Left to the jobs when the sweep is not the basic sweeper's grid, when its jobs run on other
+    hosts (the Slurm launcher) or when fewer than two jobs take part: a job then times its own.
+    """
+    launcher = str(config.hydra.launcher.get("_target_", ""))
+    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or "slurm" in launcher.lower():
+        log.info("rounds: none under this sweeper and launcher: each job times its own steady state")
+        return
+    swept = names.swept_keys()
+    saved = HydraConfig.instance().cfg
+    try:
+        jobs = []
+        for job_config in job_configs(config):
+            HydraConfig.instance().set_config(job_config)  # for the job's own ${hydra:...} values
+            if (job := round_job(job_config, swept)) is not None:
+                jobs.append(job)
+    finally:
+        HydraConfig.instance().cfg = saved
+    if len(jobs) < 2:
+        return
+    try:
+        slots = parallel_slots(config)
+    except ConfigError:  # the launcher says so itself
+        return
+    folder = Path(config.hydra.sweep.dir) / ROUNDS_FOLDER
+    save_rounds(folder, time_rounds(jobs, sweep_id, slots))
+    os.environ[names.ROUNDS_DIR_ENV] = str(folder.resolve())
