@@ -33,6 +33,17 @@ def _layers(m: dict[str, float], tags: dict[str, object], tables: dict[str, dict
     return f"layer accuracy: {compared_with}, {verdict} (see {names.LAYER_TABLE_FILE})"
 
 
+def _rounds(rounds: dict[str, list[object]]) -> str:
+    """How the steady state's worker processes ran: the job's own one after another, or interleaved with others'."""
+    count, others = len(rounds["round"]), max(int(str(w)) for w in rounds["workers"]) - 1
+    if not others:
+        return f"rounds: {count}, one fresh worker process each, one after another"
+    return (
+        f"rounds: {count}, each one fresh worker of this job and of {others} other job(s) of the sweep in a "
+        f"random order ({names.ROUNDS_FILE}): the sweep's variants pair round by round"
+    )
+
+
 def job_summary(run_name: str, placement: str, result: JobResult, where: str) -> str:
     """A short block: where it ran, headline numbers, the top ops, warnings, the trace and the run."""
     m, tags, table, trace_dir = result.metrics, result.tags, result.table, result.capture_dir
@@ -42,6 +53,8 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
         f"steady state: median {m[names.STEP_MEDIAN_MS]:.4f} ms/step (p10 {m[names.STEP_P10_MS]:.4f}, "
         f"p90 {m[names.STEP_P90_MS]:.4f}, cv {m[names.STEP_CV]:.2f}); first call {m[names.FIRST_CALL_S]:.3f} s",
     ]
+    if names.ROUNDS_FILE in result.tables:
+        lines.append(_rounds(result.tables[names.ROUNDS_FILE]))
     if names.PROFILER_OVERHEAD_PCT in m:
         lines.append(
             f"profiled step: {m[names.PROFILER_STEP_MS]:.4f} ms "

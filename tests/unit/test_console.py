@@ -97,3 +97,14 @@ def test_a_cpu_calibration_says_so_before_it_starts(
     assert printed_before == [printed_before[0]] and "calibrating this machine's CPU peaks" in printed_before[0]
     peaks.cpu_peak("float32")  # cached: measured once, said once
     assert len(printed_before) == 1 and "calibrating" not in capsys.readouterr().err
+
+
+def test_the_rounds_say_whether_the_workers_ran_alone_or_interleaved_with_the_sweeps(tmp_path: Path) -> None:
+    own = {"round": [1, 2, 3], "position": [1, 1, 1], "workers": [1, 1, 1], "median_ms": [1.0, 1.1, 1.0]}
+    assert "rounds: 3, one fresh worker process each, one after another" in summary(
+        tmp_path, {}, {}, tables={names.ROUNDS_FILE: own}
+    )
+    shared = {**own, "position": [2, 1, 3], "workers": [3, 3, 3]}
+    text = summary(tmp_path, {}, {}, tables={names.ROUNDS_FILE: shared})
+    assert "rounds: 3, each one fresh worker of this job and of 2 other job(s) of the sweep in a random order" in text
+    assert "rounds:" not in summary(tmp_path, {}, {})  # timed in the job's own process: no rounds

@@ -1,0 +1,28 @@
+"""The rounds on real worker processes: a job whose worker fails is left out, the others keep every round."""
+
+from __future__ import annotations
+
+import random
+
+from runner.config import load_run_spec
+from runner.execute.rounds import RoundJob, time_rounds
+from tests.helpers import compose_cfg
+
+QUICK = ["backend=cpu", "tracking=off", "measure=quick", "measure.steps=5"]
+
+
+def test_a_job_whose_worker_fails_is_left_out_and_the_others_keep_their_rounds() -> None:
+    good = load_run_spec(compose_cfg(*QUICK, "+workload=rmsnorm_naive", "workload.hidden=8"))
+    # passes its first call, then raises in the warm-up of its round 1 worker
+    faulty = load_run_spec(compose_cfg(
+        *QUICK, "+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "+workload.fault=raise",
+        "workload.inputs=[[4]]",
+    ))  # fmt: skip
+    jobs = [RoundJob("good", "a", good, 2), RoundJob("faulty", "b", faulty, 2)]
+    timed = time_rounds(jobs, "sweep-1", rng=random.Random(0))
+    assert list(timed) == ["a"]  # the faulty job times its own steady state when it runs
+    steady = timed["a"]
+    assert steady.rounds_id == "sweep-1" and len(steady.step_ms) == 2
+    assert all(len(repeat) == 5 for process in steady.step_ms for repeat in process)
+    # round 1 started both jobs' workers; round 2 only the one still taking part
+    assert [(p.round, p.workers) for p in steady.places] == [(1, 2), (2, 1)]
