@@ -30,9 +30,11 @@ from mlflow.exceptions import MlflowException
 from runner import names
 from runner.config import TrackingConfig
 from runner.job import JobStatus
-from runner.measure.stats import SIGNIFICANCE, mann_whitney_p, time_ratio
+from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
 from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
+from runner.report.pairing import compare_times
 from runner.report.reader import (
+    Rounds,
     dollars_per_million_steps,
     find_sweep,
     is_reused,
@@ -42,7 +44,7 @@ from runner.report.reader import (
     op_table,
     per_op,
     price_per_hour,
-    process_medians,
+    rounds,
     sweep_children,
     trace_files,
 )
@@ -56,6 +58,8 @@ DEFAULT_EXPERIMENT = TrackingConfig.experiment
 DEFAULT_URI = TrackingConfig.uri
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
+# which test the speedup comes from: paired by round, or unpaired
+TEST = "test"
 # a whole MLflow run id (uuid4 hex), as opposed to a prefix of one
 WHOLE_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -152,31 +156,33 @@ def _percent(fraction: float | None) -> float | None:
     return None if fraction is None else fraction * 100
 
 
-def speedup(run: Run, baseline: Run | None, samples: dict[str, list[float]]) -> str:
-    """The baseline's step time over the run's, with its 95% interval, or why there is none.
+def speedup(run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple[str, str]:
+    """The baseline's step time over the run's, with its 95% interval, or why there is none; and its test.
 
     A speedup is printed only with an interval that excludes no change, and never for a run
-    whose timing is unstable: a bare ratio of two medians can be a mode flip.
+    whose timing is unstable: a bare ratio of two medians can be a mode flip. Runs that share
+    rounds are compared round by round, others unpaired (`runner.report.pairing`).
     """
     if baseline is None:
-        return "-"
+        return "-", "-"
     unfinished = next((r for r in (run, baseline) if r.info.status != JobStatus.FINISHED), None)
     if unfinished is not None:
-        return f"not compared: {'run' if unfinished is run else 'baseline'} {unfinished.info.status}"
+        return f"not compared: {'run' if unfinished is run else 'baseline'} {unfinished.info.status}", "-"
     if metric(run, names.STEP_MEDIAN_MS) is None or metric(baseline, names.STEP_MEDIAN_MS) is None:
-        return "-"
+        return "-", "-"
     if run.info.run_id == baseline.info.run_id:
-        return "baseline"
+        return "baseline", "-"
     unstable = [r for r in (baseline, run) if r.data.tags.get(names.TAG_TIMING_STABLE) == "false"]
     if unstable:
-        return f"not compared: {'baseline' if unstable[0] is baseline else 'run'} unstable"
-    estimate = time_ratio(samples[baseline.info.run_id], samples[run.info.run_id])
+        return f"not compared: {'baseline' if unstable[0] is baseline else 'run'} unstable", "-"
+    comparison = compare_times(samples[baseline.info.run_id], samples[run.info.run_id])
+    estimate = comparison.estimate
     if estimate is None:
-        return "not compared: needs measure.processes >= 2 in both runs"
+        return "not compared: needs measure.processes >= 2 in both runs", comparison.test
     interval = f"[{1 / estimate.high:.2f}, {1 / estimate.low:.2f}]"
     if not estimate.significant:
-        return f"no significant difference {interval}"
-    return f"{1 / estimate.ratio:.2f}x {interval}"
+        return f"no significant difference {interval}", comparison.test
+    return f"{1 / estimate.ratio:.2f}x {interval}", comparison.test
 
 
 def comparison_rows(
@@ -186,7 +192,7 @@ def comparison_rows(
 
     With the sweep's `parent`, runs the sweep reused instead of running are marked so.
     """
-    samples = {run.info.run_id: process_medians(client, run) for run in runs}
+    samples = {run.info.run_id: rounds(client, run) for run in runs}
     medians = sorted(m for m in (metric(r, names.STEP_MEDIAN_MS) for r in runs) if m is not None)
     rows = []
     for run in runs:
@@ -195,7 +201,7 @@ def comparison_rows(
         row.update({c.header: str(c.value(run)) for c in COLUMNS})
         if is_reused(run, parent):
             row["status"] += " (reused)"
-        row[SPEEDUP] = speedup(run, baseline, samples)
+        row[SPEEDUP], row[TEST] = speedup(run, baseline, samples)
         row["run id"] = run.info.run_id
         rows.append(row)
     return rows

@@ -3,14 +3,16 @@
 Each compared job (the latest sweep, --sweep or --runs) is paired with the FINISHED baseline
 run of the same configuration (its config hash; a single run against a single baseline pairs as
 is). A job fails the gate only when its step time exceeds the baseline's by more than PCT
-percent with significance: a one-sided Welch test on the log per-process medians, its
-p-values corrected across the jobs with Holm's method, so a sweep of twenty jobs does not
-raise a false alarm twenty times as often.
+percent with significance, its p-values corrected across the jobs with Holm's method, so a
+sweep of twenty jobs does not raise a false alarm twenty times as often. A job and baseline
+timed in the same rounds are tested round by round (a one-sided t-test on the log per-round
+ratios, on the rounds both have); others with a one-sided Welch test on the log per-process
+medians. The `test` column says which.
 
 A job passes as "ok" only when its 95% interval stays within the margin; one whose interval
 reaches past it without significance passes too, marked "could not judge" (the gate fails on
 evidence only: its "caught from" says what the spread lets it catch). The times shown are
-geometric means of the per-process medians, the values the test compares.
+geometric means of the medians the test compares.
 
 Exit status: 0 passed; 1 a regression; 2 the baseline or the runs could not be found; 3 a
 compared job did not finish (FAILED, KILLED, still RUNNING) or no job could be tested, said in
@@ -38,12 +40,14 @@ from runner.compare import (
     selected_runs,
 )
 from runner.job import JobStatus
-from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, time_ratio
-from runner.report.reader import label, process_medians, sweep_children
+from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm
+from runner.report.pairing import compare_times
+from runner.report.reader import Rounds, label, rounds, sweep_children
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
 TIMES_LEGEND = (
-    "baseline ms, job ms: geometric mean of each run's per-process median step times (the values the test compares)"
+    "baseline ms, job ms: geometric mean of each run's per-process median step times (the values the test compares;"
+    " a paired test compares the rounds both runs have, round by round)"
 )
 
 
@@ -55,9 +59,11 @@ class Pair:
     baseline: Run | None
     estimate: TimeRatio | None = None
     p_holm: float = 1.0
-    # per-process medians in ms: the test's data
+    # per-process medians in ms: the test's data (a paired test's: the rounds both runs have)
     job_ms: list[float] = field(default_factory=list)
     baseline_ms: list[float] = field(default_factory=list)
+    # which test: "paired, 5 rounds" or "unpaired, 3+3 workers"
+    test: str = "-"
 
 
 def baseline_runs(client: MlflowClient, experiment_id: str, ref: str) -> list[Run]:
@@ -95,12 +101,14 @@ def judge(client: MlflowClient, pairs: list[Pair], margin: float) -> None:
     """Test every pair that can be tested, then correct the p-values across them (Holm)."""
     tested = []
     for pair in pairs:
-        if pair.job.info.status == JobStatus.FINISHED:
-            pair.job_ms = process_medians(client, pair.job)
+        job = rounds(client, pair.job) if pair.job.info.status == JobStatus.FINISHED else Rounds({}, None)
+        pair.job_ms = job.in_order()
         if pair.baseline is not None and pair.baseline.info.status == JobStatus.FINISHED:
-            pair.baseline_ms = process_medians(client, pair.baseline)
-            pair.estimate = time_ratio(pair.baseline_ms, pair.job_ms, margin)  # None without two medians a side
+            comparison = compare_times(rounds(client, pair.baseline), job, margin)
+            pair.baseline_ms, pair.job_ms = comparison.baseline_ms, comparison.new_ms
+            pair.estimate = comparison.estimate  # None without two medians a side
             if pair.estimate is not None:
+                pair.test = comparison.test
                 tested.append(pair)
     for pair, adjusted in zip(tested, holm([p.estimate.p_slower for p in tested if p.estimate]), strict=True):
         pair.p_holm = adjusted
@@ -165,6 +173,7 @@ def rows(pairs: list[Pair], margin: float) -> list[dict[str, str]]:
             "job ms": typical(pair.job_ms),
             "change (95% CI)": "-" if est is None else
             f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
+            "test": pair.test,
             f"p (> +{margin:.0%}, Holm)": "-" if est is None else f"{pair.p_holm:.3f}",
             "caught from": "-" if est is None else f"+{catchable(est, margin):.1%}",
             "verdict": verdict(pair, margin),

@@ -3,8 +3,8 @@
 A sweep whose runs cover at least three sizes of a workload (`+experiment=rmsnorm_shapes`)
 gets `plots/shape_curves.png` and `crossovers.md` on its parent run. A crossover is claimed
 only between two sizes where each winner is significant by the comparison's own test
-(Welch on log per-process medians, both runs' timing stable): a flip inside the noise is
-not one.
+(paired by round where the two runs share rounds, else Welch on log per-process medians;
+both runs' timing stable): a flip inside the noise is not one.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from mlflow.entities import Run
 
 from runner import names
 from runner.job import JobStatus
-from runner.measure.stats import SIGNIFICANCE, time_ratio
-from runner.report.reader import metric, process_medians, variant
+from runner.measure.stats import SIGNIFICANCE
+from runner.report.pairing import compare_times
+from runner.report.reader import metric, rounds, variant
 
 MIN_SIZES = 3
 
@@ -96,7 +97,7 @@ def faster(client: MlflowClient, a: Run, b: Run) -> str | None:
     """The variant significantly faster of two runs at one size; None when the data cannot say."""
     if "false" in (a.data.tags.get(names.TAG_TIMING_STABLE), b.data.tags.get(names.TAG_TIMING_STABLE)):
         return None
-    estimate = time_ratio(process_medians(client, a), process_medians(client, b))
+    estimate = compare_times(rounds(client, a), rounds(client, b)).estimate
     if estimate is None or estimate.p_value >= SIGNIFICANCE:
         return None
     return variant(b) if estimate.ratio < 1 else variant(a)
@@ -128,5 +129,5 @@ def crossover_report(found: list[Crossover], curves: dict[str, list[Run]]) -> st
     if not found and processes <= {"0", "1"}:  # one steady-state sample per run: nothing to test
         return f"{head} could not test (one sample per run with measure.processes={min(processes)}; needs 2 or more)"
     if not found:
-        return f"{head} none significant (Welch on per-process medians, p < {SIGNIFICANCE})"
+        return f"{head} none significant (paired by round, or Welch on per-process medians; p < {SIGNIFICANCE})"
     return "\n".join([head, *(f"- {c.line()}" for c in found)])

@@ -47,10 +47,29 @@ def dollars_per_million_steps(price: float, step_ms: float) -> float:
     return price / 3600 * step_ms / 1000 * 1e6
 
 
-def process_medians(client: MlflowClient, run: Run) -> list[float]:
-    """The run's per-process median step times in ms, in process order (empty for older runs)."""
+@dataclass(frozen=True)
+class Rounds:
+    """A run's steady-state medians by round, and the id of the rounds they were timed in."""
+
+    # round number (from 1) -> the run's median step time in ms that round
+    medians: dict[int, float]
+    # runs with the same id had their workers interleaved round by round; None for older runs
+    rounds_id: str | None
+
+    def in_order(self) -> list[float]:
+        """The per-process medians in process order (a run's workers are its rounds); empty for older runs."""
+        return [self.medians[number] for number in sorted(self.medians)]
+
+
+def rounds(client: MlflowClient, run: Run) -> Rounds:
+    """The run's medians by round: step k of `time/process_median_ms` is round k + 1."""
     history = client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)
-    return [m.value for m in sorted(history, key=lambda m: m.step)]
+    return Rounds({m.step + 1: m.value for m in history}, run.data.tags.get(names.TAG_ROUNDS_ID))
+
+
+def share_rounds(a: Rounds, b: Rounds) -> bool:
+    """Both runs have rounds, timed in the same rounds (the same `timing.rounds_id`): they pair by round."""
+    return a.rounds_id is not None and a.rounds_id == b.rounds_id and bool(a.medians) and bool(b.medians)
 
 
 def check_op_table_version(run: Run) -> None:

@@ -13,16 +13,24 @@ from runner import names
 from runner.backends.registry import COMPILE_CACHES
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.measure.compile_cache import neff_lookups, use_compile_cache
-from runner.report.curves import Crossover, crossover_report, crossovers, size_curves, too_few_sizes
+from runner.report.curves import Crossover, crossover_report, crossovers, faster, size_curves, too_few_sizes
 from runner.report.scaling import contention_onset, scaling_curves, scaling_report
 from tests.helpers import compose_cfg
 
 
 def logged_run(
-    client: mlflow.MlflowClient, experiment: str, workload: str, size: float, medians: list[float], stable: bool = True
+    client: mlflow.MlflowClient,
+    experiment: str,
+    workload: str,
+    size: float,
+    medians: list[float],
+    stable: bool = True,
+    rounds_id: str | None = None,
 ) -> Run:
     run = client.create_run(experiment, run_name=f"{workload} {size:g}")
     run_id = run.info.run_id
+    if rounds_id is not None:
+        client.set_tag(run_id, names.TAG_ROUNDS_ID, rounds_id)
     client.set_tag(run_id, names.TAG_WORKLOAD, workload)
     client.set_tag(run_id, names.TAG_TIMING_STABLE, str(stable).lower())
     client.set_tag(run_id, names.TAG_OVERRIDES, f"workload={workload} workload.size={size:g}")
@@ -56,6 +64,18 @@ def test_a_crossover_is_claimed_only_between_significant_winners(tracking_uri: s
     found = crossovers(client, curves)
     assert found == [Crossover(before="naive", after="compiled", bytes_low=1e6, bytes_high=8e6)]
     assert crossover_report(found, curves).splitlines()[1] == "- compiled overtakes naive between 1 MB and 8 MB moved"
+
+
+def test_a_winner_at_one_size_is_found_round_by_round_where_the_runs_share_rounds(tracking_uri: str) -> None:
+    """Rounds 2 and 4 three times slower for both variants: paired, compiled is 10% faster; unpaired, no winner."""
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("shapes")
+    naive = [1.00, 3.03, 0.99, 2.97, 1.01]
+    compiled = [m * r for m, r in zip(naive, [0.90, 0.91, 0.89, 0.90, 0.905], strict=True)]
+    for rounds_ids, winner in [(("sweep-1", "sweep-1"), "compiled"), (("sweep-1", "sweep-2"), None)]:
+        a = logged_run(client, experiment, "naive", 1e6, naive, rounds_id=rounds_ids[0])
+        b = logged_run(client, experiment, "compiled", 1e6, compiled, rounds_id=rounds_ids[1])
+        assert faster(client, a, b) == winner
 
 
 def scaling_run(

@@ -19,7 +19,9 @@ from scipy import stats
 
 from runner import compare, gate, names
 from runner.measure.stability import instability_reasons, two_modes
-from runner.measure.stats import holm, time_ratio
+from runner.measure.stats import holm, paired_time_ratio, time_ratio
+from runner.report.pairing import compare_times
+from runner.report.reader import Rounds
 
 rng = np.random.default_rng(0)
 
@@ -64,6 +66,42 @@ def test_time_ratio_is_welchs_test_on_logs() -> None:
     assert time_ratio([1.0], new) is None  # one process: no spread, no test
 
 
+# five rounds, the 2nd and 4th three times slower for both runs (a slow stretch of the host that
+# both runs' workers of that round shared), the new run 10% slower in every round
+SHARED_MODE_BASE = [1.00, 3.03, 0.99, 2.97, 1.01]
+SHARED_MODE_NEW = [b * r for b, r in zip(SHARED_MODE_BASE, [1.10, 1.11, 1.09, 1.10, 1.105], strict=True)]
+
+
+def test_pairing_by_round_catches_what_a_shared_slow_mode_hides_from_welch() -> None:
+    paired = paired_time_ratio(SHARED_MODE_BASE, SHARED_MODE_NEW, margin=0.05)
+    unpaired = time_ratio(SHARED_MODE_BASE, SHARED_MODE_NEW, margin=0.05)
+    assert paired is not None and unpaired is not None
+    assert paired.ratio == pytest.approx(1.10)  # the median per-round ratio
+    assert paired.significant and paired.p_slower < 0.001 and paired.low > 1.05
+    reference = stats.ttest_rel(np.log(SHARED_MODE_NEW), np.log(SHARED_MODE_BASE))
+    assert paired.p_value == pytest.approx(reference.pvalue)
+    assert not unpaired.significant and unpaired.p_slower > 0.4 and unpaired.low < 1 < unpaired.high
+    assert paired_time_ratio([1.0], [1.1]) is None  # one round: no spread, no test
+    with pytest.raises(ValueError, match="paired rounds: 2 baseline and 1 new medians"):
+        paired_time_ratio([1.0, 1.0], [1.1])
+
+
+@pytest.mark.parametrize(
+    ("ids", "test"),
+    [
+        pytest.param(("sweep-1", "sweep-1"), "paired, 5 rounds", id="same-rounds"),
+        pytest.param(("sweep-1", "sweep-2"), "unpaired, 5+5 workers", id="different-rounds"),
+        pytest.param((None, "sweep-1"), "unpaired, 5+5 workers", id="an-older-run"),
+    ],
+)
+def test_runs_pair_only_when_timed_in_the_same_rounds(ids: tuple[str | None, str | None], test: str) -> None:
+    base = Rounds(dict(enumerate(SHARED_MODE_BASE, start=1)), ids[0])
+    new = Rounds(dict(enumerate(SHARED_MODE_NEW, start=1)), ids[1])
+    comparison = compare_times(base, new)
+    assert comparison.test == test and comparison.estimate is not None
+    assert comparison.estimate.significant == test.startswith("paired")
+
+
 def test_holm_adjusts_step_down() -> None:
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5]) == [0.5]
@@ -83,8 +121,12 @@ def synthetic_run(
     stable: bool = True,
     tags: dict[str, str] | None = None,
     status: str = "FINISHED",
+    round_numbers: list[int] | None = None,
 ) -> str:
-    """A job run with these per-process medians, as a job would log them (none: it died first), ended `status`."""
+    """A job run with these per-process medians, as a job would log them (none: it died first), ended `status`.
+
+    The medians are rounds 1, 2, ... unless `round_numbers` says which rounds they are.
+    """
     experiment_id = runner_experiment(client)
     timing = {names.TAG_TIMING_STABLE: "true" if stable else "false"}
     run = client.create_run(
@@ -92,7 +134,8 @@ def synthetic_run(
     )
     now = int(time.time() * 1000)
     if medians:
-        history = [Metric(names.PROCESS_MEDIAN_MS, value, now, step) for step, value in enumerate(medians)]
+        numbers = round_numbers or list(range(1, len(medians) + 1))
+        history = [Metric(names.PROCESS_MEDIAN_MS, v, now, n - 1) for n, v in zip(numbers, medians, strict=True)]
         client.log_batch(
             run.info.run_id, metrics=[*history, Metric(names.STEP_MEDIAN_MS, float(np.median(medians)), now, 0)]
         )
@@ -325,3 +368,50 @@ def test_gate_shows_the_times_its_test_compares(
     gate.main(["--runs", job, "--baseline", base, "--fail-above", "5"])
     legend = "baseline ms, job ms: geometric mean of each run's per-process median step times"
     assert any(line.startswith(legend) for line in capsys.readouterr().out.splitlines())
+
+
+def rounds_of(rounds_id: str) -> dict[str, str]:
+    """The tag of runs timed in the rounds `rounds_id`."""
+    return {names.TAG_ROUNDS_ID: rounds_id}
+
+
+@pytest.mark.parametrize(
+    ("job_rounds", "code", "verdict", "test"),
+    [
+        pytest.param("sweep-1", 1, "REGRESSION: slower by more than 5%", "paired, 5 rounds", id="same-rounds"),
+        pytest.param("sweep-2", 0, "could not judge: its 95% interval reaches", "unpaired, 5+5 workers",
+                     id="different-rounds"),
+    ],
+)  # fmt: skip
+def test_gate_and_compare_pair_runs_timed_in_the_same_rounds(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str], job_rounds: str, code: int, verdict: str,
+    test: str,
+) -> None:  # fmt: skip
+    """A slow stretch both runs shared in rounds 2 and 4 cancels round by round; unpaired it hides the 10%."""
+    base = synthetic_run(client, SHARED_MODE_BASE, "base", tags=rounds_of("sweep-1"))
+    job = synthetic_run(client, SHARED_MODE_NEW, "new", tags=rounds_of(job_rounds))
+    exit_code, (row,), _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "5")
+    assert (exit_code, row["test"]) == (code, test) and row["verdict"].startswith(verdict), row
+    assert compare.main(["--runs", base, job, "--format", "json"]) == 0
+    compared = json.loads(capsys.readouterr().out)["runs"]
+    assert [(r[compare.SPEEDUP].split(" [")[0], r[compare.TEST]) for r in compared] == [
+        ("baseline", "-"),
+        ("0.91x" if test.startswith("paired") else "no significant difference", test),
+    ]
+    assert compare.main(["--runs", base, job, "--format", "markdown"]) == 0
+    assert f"| {test} |" in capsys.readouterr().out
+
+
+def test_a_run_missing_a_round_pairs_on_the_rounds_both_have(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job's round 3 is missing: rounds 1, 2, 4 and 5 pair, each with its own round of the baseline."""
+    base = synthetic_run(client, SHARED_MODE_BASE, "base", tags=rounds_of("sweep-1"))
+    kept = [0, 1, 3, 4]
+    job = synthetic_run(client, [SHARED_MODE_NEW[k] for k in kept], "new", tags=rounds_of("sweep-1"),
+                        round_numbers=[k + 1 for k in kept])  # fmt: skip
+    code, (row,), _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "5")
+    assert (code, row["test"], row["verdict"]) == (1, "paired, 4 rounds", "REGRESSION: slower by more than 5%")
+    assert row["change (95% CI)"].startswith("+10.2% [")  # the median of 1.10, 1.11, 1.10, 1.105
+    common_base = float(stats.gmean([SHARED_MODE_BASE[k] for k in kept]))
+    assert row["baseline ms"] == f"{common_base:.4f}"  # the rounds the test compared
