@@ -45,6 +45,7 @@ from runner.report.reader import (
     per_op,
     price_per_hour,
     rounds,
+    share_rounds,
     sweep_children,
     trace_files,
 )
@@ -159,9 +160,11 @@ def _percent(fraction: float | None) -> float | None:
 def speedup(run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple[str, str]:
     """The baseline's step time over the run's, with its 95% interval, or why there is none; and its test.
 
-    A speedup is printed only with an interval that excludes no change, and never for a run
-    whose timing is unstable: a bare ratio of two medians can be a mode flip. Runs that share
-    rounds are compared round by round, others unpaired (`runner.report.pairing`).
+    A speedup is printed only with an interval that excludes no change, and never between
+    unpaired runs whose timing is unstable: a bare ratio of two medians can be a mode flip.
+    Runs that share rounds are compared round by round (`runner.report.pairing`), unstable or
+    not: a slow stretch that made a round disagree fell on both runs and cancels in its ratio,
+    and the row says the timing was unstable.
     """
     if baseline is None:
         return "-", "-"
@@ -173,16 +176,19 @@ def speedup(run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple
     if run.info.run_id == baseline.info.run_id:
         return "baseline", "-"
     unstable = [r for r in (baseline, run) if r.data.tags.get(names.TAG_TIMING_STABLE) == "false"]
-    if unstable:
+    paired = share_rounds(samples[baseline.info.run_id], samples[run.info.run_id])
+    if unstable and not paired:
         return f"not compared: {'baseline' if unstable[0] is baseline else 'run'} unstable", "-"
     comparison = compare_times(samples[baseline.info.run_id], samples[run.info.run_id])
     estimate = comparison.estimate
     if estimate is None:
-        return "not compared: needs measure.processes >= 2 in both runs", comparison.test
+        need = "2 rounds in common" if paired else "measure.processes >= 2 in both runs"
+        return f"not compared: needs {need}", comparison.test
     interval = f"[{1 / estimate.high:.2f}, {1 / estimate.low:.2f}]"
+    note = " (timing unstable)" if unstable else ""
     if not estimate.significant:
-        return f"no significant difference {interval}", comparison.test
-    return f"{1 / estimate.ratio:.2f}x {interval}", comparison.test
+        return f"no significant difference {interval}{note}", comparison.test
+    return f"{1 / estimate.ratio:.2f}x {interval}{note}", comparison.test
 
 
 def comparison_rows(
@@ -222,7 +228,7 @@ def render(rows: list[dict[str, str]], fmt: str) -> str:
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         lines += ["| " + " | ".join(row[h].replace("|", "\\|") for h in headers) + " |" for row in rows]
         return "\n".join(lines)
-    widths = {h: max(len(h), *(len(row[h]) for row in rows)) for h in headers}
+    widths = {h: max([len(h), *(len(row[h]) for row in rows)]) for h in headers}
     lines = ["  ".join(h.ljust(widths[h]) for h in headers)]
     lines += ["  ".join(row[h].ljust(widths[h]) for h in headers) for row in rows]
     return "\n".join(lines)

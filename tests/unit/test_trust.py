@@ -415,3 +415,16 @@ def test_a_run_missing_a_round_pairs_on_the_rounds_both_have(
     assert row["change (95% CI)"].startswith("+10.2% [")  # the median of 1.10, 1.11, 1.10, 1.105
     common_base = float(stats.gmean([SHARED_MODE_BASE[k] for k in kept]))
     assert row["baseline ms"] == f"{common_base:.4f}"  # the rounds the test compared
+
+
+def test_unstable_runs_that_share_rounds_are_compared_round_by_round_and_say_so(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shared slow rounds make both runs unstable; paired, they still compare, marked; unpaired they do not."""
+    base = synthetic_run(client, SHARED_MODE_BASE, "base", stable=False, tags=rounds_of("sweep-1"))
+    paired = synthetic_run(client, SHARED_MODE_NEW, "paired", stable=False, tags=rounds_of("sweep-1"))
+    apart = synthetic_run(client, SHARED_MODE_NEW, "apart", stable=False, tags=rounds_of("sweep-2"))
+    assert compare.main(["--runs", base, paired, apart, "--format", "json"]) == 0
+    speedups = {r["run"]: r[compare.SPEEDUP] for r in json.loads(capsys.readouterr().out)}
+    assert speedups["paired"].startswith("0.91x [") and speedups["paired"].endswith("(timing unstable)")
+    assert speedups["apart"] == "not compared: baseline unstable"
