@@ -1,6 +1,6 @@
 """The hand-written baseline: the same profile and MLflow logging as one runner job, no framework.
 
-python benchmarks/minimal_profile.py sqlite:///bench.db out_dir
+python benchmarks/minimal_profile.py sqlite:///bench.db out_dir [naive|builtin|compiled] [batch seq_len hidden]
 """
 
 import sys
@@ -11,12 +11,15 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from runner import names
-from workloads.rmsnorm import NaiveRMSNorm
+from workloads.rmsnorm import BuiltinRMSNorm, NaiveRMSNorm
 
 uri, out = sys.argv[1], Path(sys.argv[2])
+variant = sys.argv[3] if len(sys.argv) > 3 else "naive"
+batch, seq_len, hidden = (int(v) for v in sys.argv[4:7]) if len(sys.argv) > 4 else (4, 128, 512)
 torch.manual_seed(0)
-module = NaiveRMSNorm(hidden=512, batch=4, seq_len=128).eval()
-(x,) = module.example_inputs(torch.float32, torch.Generator().manual_seed(0))
+eager = (BuiltinRMSNorm if variant == "builtin" else NaiveRMSNorm)(hidden=hidden, batch=batch, seq_len=seq_len).eval()
+(x,) = eager.example_inputs(torch.float32, torch.Generator().manual_seed(0))
+module = torch.compile(eager) if variant == "compiled" else eager
 
 
 def export(prof: profile) -> None:
@@ -27,7 +30,7 @@ def export(prof: profile) -> None:
 mlflow.set_tracking_uri(uri)
 mlflow.set_experiment("runner")
 with mlflow.start_run(run_name="minimal"), torch.no_grad():
-    mlflow.log_params({"hidden": 512, "batch": 4, "seq_len": 128})
+    mlflow.log_params({"variant": variant, "hidden": hidden, "batch": batch, "seq_len": seq_len})
     module(x)
     with profile(
         activities=[ProfilerActivity.CPU],
