@@ -382,6 +382,24 @@ def test_isolated_launcher_keeps_backend_cores(tmp_path: Path, tracking_uri: str
     assert [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"] == ["0-1", "0-1"]
 
 
+def test_a_neuron_sweep_times_its_jobs_in_rounds_each_worker_with_the_cores_to_itself(
+    tmp_path: Path, tracking_uri: str
+) -> None:
+    """The sweep's process never starts the runtime: each round worker claims the job's core, then the jobs do."""
+    done = run_neuron(tmp_path, "-m", "workload.seed=0,1", "backend=neuron", "backend.cores=0",
+                      "profiler=neuron_system", "measure.processes=null")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    runs = [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) != "true"]
+    assert len(runs) == 2 and len({r.data.tags[names.TAG_ROUNDS_ID] for r in runs}) == 1
+    client = mlflow.MlflowClient(tracking_uri)
+    for run in runs:
+        assert len(client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)) == 3
+    events = [e["event"] for e in calls(tmp_path) if e["event"].startswith("runtime_start")]
+    # two first calls and 2 x 3 round workers, each claiming core 0 in its own process and letting it go at
+    # exit, then the jobs in the sweep's process (one runtime for both, under the basic launcher): no claim failed
+    assert events == ["runtime_start"] * 9
+
+
 def test_roofline_counts_the_one_core_the_work_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("runner.backends.neuron.instance_type", lambda: "trn2.48xlarge")
     backend = NeuronBackend.__new__(NeuronBackend)  # no torch-neuronx in this process: skip __init__
