@@ -4,7 +4,8 @@
 2. warm-up calls;
 3. steady state: `measure.steps` synchronized steps without the profiler (`measure.repeats`
    times), from the source the caller hands over (this process, worker processes, copies);
-4. the profiled window: exactly the steps the profiler schedule needs.
+4. the profiler's own cost on this step, in short sessions of their own (runner.measure.window);
+5. the profiled window: exactly the steps the profiler schedule needs.
 
 Every clock read and every profiler step is preceded by `backend.synchronize()`, because
 device work is asynchronous: without it, device time comes out empty or wrong.
@@ -30,6 +31,7 @@ from runner.measure.loop import Progress, SteadyStateSource, timed_step
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
 from runner.measure.stats import coefficient_of_variation, describe_steps
+from runner.measure.window import ProfilerCost, profiler_cost
 
 log = logging.getLogger(__name__)
 ACTIVE = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -62,6 +64,9 @@ class Measurement:
     # measure.mode=throughput: seconds per block of `inflight` steps between synchronizes
     block_s: list[float] = field(default_factory=list)
     inflight: int = 0
+    # what the profiler adds to a step, measured apart from the window; None: profiler off, or
+    # the backend cannot measure it without a device capture
+    profiler_cost: ProfilerCost | None = None
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
@@ -179,6 +184,8 @@ def measure(
     steady = steady_state()
     throughput = spec.measure.mode == "throughput"
     block_s = queued_blocks(workload, backend, spec) if throughput else []
+    measures_cost = spec.profiler.enabled and backend.measures_profiler_cost
+    cost = profiler_cost(workload, backend, spec.profiler) if measures_cost else None
     table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
     copies = steady.copies_window_s is not None
     return Measurement(
@@ -194,4 +201,5 @@ def measure(
         copies_window_s=steady.copies_window_s,
         block_s=block_s,
         inflight=spec.measure.inflight if throughput else 0,
+        profiler_cost=cost,
     )
