@@ -23,7 +23,7 @@ from runner.measure.profiling import host_options, tee_fd
 
 log = logging.getLogger(__name__)
 MS_PER_S = 1000.0
-# short profiler sessions the cost is measured in: their median drops a stall in one or two of them
+# short profiler sessions the cost is measured in: a stall must hit all of them to count
 COST_SESSIONS = 5
 # unprofiled steps before each session's reference step: the end of a profiler session slows the
 # next step or two (0.1-0.3 ms, then 0.04, against 0.03 ms for a tiny RMSNorm on this project's CPU hosts)
@@ -51,37 +51,36 @@ def profiler_cost(workload: BuiltWorkload, backend: Backend, profiler: ProfilerC
     """Measure what the profiler adds to this workload's step, apart from the window and before it.
 
     Each of `COST_SESSIONS` sessions runs unprofiled steps to settle and one unprofiled reference
-    step, then under the profiler a warm-up step and two recorded ones; the cost is the median over
-    sessions of each recorded step less its session's reference. Not the window's own unprofiled
-    steps against its recorded one: with one recorded step, a stall of that step would pass for the
-    profiler's cost. Here a slow stretch spanning a session cancels in its pair, a stall in one
-    session drops out of the median, and a stall in the window is left for the verdict to see. Run
-    before the window, the sessions also take the process's first profiler start (seconds, and a
-    slower first recorded step) out of it.
+    step, then under the profiler a warm-up step and two recorded ones. A stall only ever adds time,
+    so the fastest of each kind is the one stalls missed: the cost is the fastest first (and
+    second) recorded step less the fastest reference step. Not the window's own unprofiled steps
+    against its recorded one: with one recorded step, a stall of that step would pass for the
+    profiler's cost, while here it is left for the verdict to see. Run before the window, the
+    sessions also take the process's first profiler start (seconds, and a slower first recorded
+    step) out of it.
 
     The sessions record host activity only, with the window's options (shapes, memory, stacks,
     FLOPs) and no trace: on CUDA, whose kernel tracing is left out, the cost is a lower bound.
     Kineto's start and stop lines (two per session) stay off the console, logged at debug level.
     """
-    first, later = [], []
+    reference, first, later = [], [], []
     with tee_fd(show=False) as printed:
         for _ in range(COST_SESSIONS):
             for _ in range(SETTLE_STEPS):
                 timed_step(workload, backend)
-            unprofiled = timed_step(workload, backend)
+            reference.append(timed_step(workload, backend))
             schedule = torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1)
             activities = [torch.profiler.ProfilerActivity.CPU]
             with torch.profiler.profile(activities=activities, schedule=schedule, **host_options(profiler)) as prof:
                 timed_step(workload, backend)
                 prof.step()
-                first.append(timed_step(workload, backend) - unprofiled)
+                first.append(timed_step(workload, backend))
                 prof.step()
-                later.append(timed_step(workload, backend) - unprofiled)
+                later.append(timed_step(workload, backend))
                 prof.step()
     log.debug("the profiler's cost sessions printed: %s", "".join(printed))
-    cost = ProfilerCost(
-        first_ms=max(0.0, statistics.median(first)) * MS_PER_S, later_ms=max(0.0, statistics.median(later)) * MS_PER_S
-    )
+    unprofiled = min(reference)
+    cost = ProfilerCost(max(0.0, min(first) - unprofiled) * MS_PER_S, max(0.0, min(later) - unprofiled) * MS_PER_S)
     log.info(
         "the profiler's own cost: %.4f ms on a cycle's first recorded step, %.4f ms later", cost.first_ms, cost.later_ms
     )
