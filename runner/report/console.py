@@ -48,7 +48,7 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
         )
         lines.append(
             f"profiled step: {m[names.PROFILER_STEP_MS]:.4f} ms "
-            f"({m[names.PROFILER_OVERHEAD_PCT]:+.1f}% over the steady median{cost})"
+            f"({m[names.PROFILER_OVERHEAD_PCT]:+.1f}% against the steady median{cost})"
         )
     if names.RANKS in m:
         lines.append(
