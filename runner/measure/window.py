@@ -66,6 +66,7 @@ def profiler_cost(workload: BuiltWorkload, backend: Backend, profiler: ProfilerC
     FLOPs) and no trace: on CUDA, whose kernel tracing is left out, the cost is a lower bound.
     Kineto's start and stop lines (two per session) stay off the console, logged at debug level.
     """
+    log.info("the profiler's own cost: %d short profiler sessions ...", COST_SESSIONS)
     reference, first, later = [], [], []
     with tee_fd(show=False) as printed:
         for _ in range(COST_SESSIONS):
