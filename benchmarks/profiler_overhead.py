@@ -1,7 +1,7 @@
-"""Profiler overhead per RMSNorm variant: profiled step time against the unprofiled median.
+"""Profiler overhead per RMSNorm variant: profiled step time against the unprofiled median, and the profiler's own cost.
 
 Runs each variant with the reference schedule (1 active step) and with 20 active steps,
-whose median is steadier, and prints profiler/overhead_pct for both.
+whose median is steadier, and prints profiler/overhead_pct and profiler/cost_ms for both.
 
 python benchmarks/profiler_overhead.py
 """
@@ -16,23 +16,30 @@ from runner.config import load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
 from runner.measure.phases import measure
+from runner.result import profiled_window_report
 
 
-def overhead(variant: str, *overrides: str) -> tuple[float, float]:
+def overhead(variant: str, *overrides: str) -> tuple[float, float, float]:
     spec = load_run_spec(compose_config(f"+workload={variant}", "backend=cpu", "tracking=off", *overrides))
     backend = CpuBackend(spec.backend)
     with TemporaryDirectory() as out:
         workload = build_workload(spec.workload, backend)
-        metrics = measure(workload, backend, spec, Path(out), steady_state_source(spec, backend, workload)).metrics()
-    return metrics[names.STEP_MEDIAN_MS], metrics[names.PROFILER_OVERHEAD_PCT]
+        result = measure(workload, backend, spec, Path(out), steady_state_source(spec, backend, workload))
+    metrics = result.metrics()
+    cost, _ = profiled_window_report(spec, result, metrics[names.STEP_MEDIAN_MS])
+    return metrics[names.STEP_MEDIAN_MS], metrics[names.PROFILER_OVERHEAD_PCT], cost[names.PROFILER_COST_MS]
 
 
 def main() -> None:
-    print(f"{'variant':18} {'median ms':>10} {'overhead, 1 active':>19} {'overhead, 20 active':>20}")
+    one_active, twenty_active = (
+        f"{'1 active: overhead':>19} {'cost ms':>8}",
+        f"{'20 active: overhead':>20} {'cost ms':>8}",
+    )
+    print(f"{'variant':18} {'median ms':>10} {one_active} {twenty_active}")
     for variant in ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled"):
-        median, one = overhead(variant)
-        _, twenty = overhead(variant, "schedule.active=20")
-        print(f"{variant:18} {median:10.4f} {one:18.1f}% {twenty:19.1f}%")
+        median, one, one_cost = overhead(variant)
+        _, twenty, twenty_cost = overhead(variant, "schedule.active=20")
+        print(f"{variant:18} {median:10.4f} {one:18.1f}% {one_cost:8.4f} {twenty:19.1f}% {twenty_cost:8.4f}")
 
 
 if __name__ == "__main__":

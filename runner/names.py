@@ -28,6 +28,8 @@ PROFILED_STEP_MS = "time/profiled_step_ms"
 PROFILER_STEP_MS = "profiler/step_ms"
 PROFILER_OVERHEAD_PCT = "profiler/overhead_pct"
 PROFILER_ACTIVE_STEPS = "profiler/active_steps"
+# the profiler's own cost per recorded step of the window, measured apart from it (runner.measure.window)
+PROFILER_COST_MS = "profiler/cost_ms"
 COMPILE_GRAPHS = "compile/graphs"
 # measure.copies: steady states timed side by side, and all copies' steps per second together
 SCALING_COPIES = "scaling/copies"
@@ -150,6 +152,9 @@ TAG_ROOFLINE_PEAK = "roofline.peak"
 # "true" or "false", and why not (runner.measure.stability)
 TAG_TIMING_STABLE = "timing.stable"
 TAG_TIMING_REASONS = "timing.unstable_reasons"
+# whether the profiled window, less the profiler's cost, read the steady state; if not, what it saw and how to widen it
+TAG_WINDOW_REPRESENTATIVE = "profiler.window_representative"
+TAG_WINDOW_REASON = "profiler.window_reason"
 # the steady state's rounds (runner.execute.rounds): runs with the same id had their workers
 # interleaved round by round (one sweep's, or one gate's), so they pair by round; a run whose
 # workers were its own rounds has an id of its own

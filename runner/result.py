@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import resource
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from runner.measure.optable import OpTable, self_time_by_op
 from runner.measure.phases import Measurement
 from runner.measure.roofline import over_peak, roofline_metrics
 from runner.measure.stability import instability_advice, instability_reasons
+from runner.measure.window import judge_window
 from workloads.base import CostModel
 
 MIB = 2**20
@@ -57,6 +59,25 @@ class JobResult:
     tables: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
 
+def profiled_window_report(
+    spec: RunSpec, result: Measurement, median_ms: float
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The profiler's measured cost per recorded step and whether the window read the steady state.
+
+    Nothing where the cost was not measured; no verdict for copies, which share the machine by
+    design, so their steady state is no yardstick for a window timed alone.
+    """
+    if result.profiler_cost is None or not result.profiled_ms:
+        return {}, {}
+    metrics = {names.PROFILER_COST_MS: statistics.fmean(result.profiler_cost.per_recorded_step(spec.schedule))}
+    if not result.table.rows or result.copies is not None:
+        return metrics, {}
+    reason = judge_window(
+        result.profiled_ms, result.profiler_cost, spec.schedule, result.samples(), median_ms, spec.measure.steps
+    )
+    return metrics, {names.TAG_WINDOW_REPRESENTATIVE: "false" if reason else "true", names.TAG_WINDOW_REASON: reason}
+
+
 def derived_metrics(
     spec: RunSpec, workload: BuiltWorkload, backend: Backend, result: Measurement, peak: Peak | None
 ) -> tuple[dict[str, float], dict[str, Any]]:
@@ -74,6 +95,9 @@ def derived_metrics(
     reasons = instability_reasons(result.process_medians(), result.samples())
     tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
     tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
+    window_metrics, window_tags = profiled_window_report(spec, result, metrics[names.STEP_MEDIAN_MS])
+    metrics.update(window_metrics)
+    tags.update(window_tags)
     # after the phases, so compilation stays in the first call; in train_step mode the
     # module and its reference both see the updated weights
     with torch.no_grad():

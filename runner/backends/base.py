@@ -120,6 +120,9 @@ class Backend(ABC):
     manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
     manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)
     manifest_system_packages: ClassVar[tuple[str, ...]] = ()
+    # whether host-only profiler sessions may measure the profiler's own cost (runner.measure.window):
+    # they must start no device capture
+    measures_profiler_cost: ClassVar[bool] = True
     # Config keys this device reads once per process, each with what reads it: a later job in a
     # process that already measured one runs on the first job's values, whatever its config says
     process_keys: ClassVar[dict[str, str]] = {}

@@ -88,6 +88,9 @@ class NeuronBackend(Backend):
     # the job's own process holds its NeuronCores, and the runtime lends a core to one
     # process at a time: fresh worker processes could not run on them
     default_processes = 0
+    # a host-only profiler session would start a runtime capture too: the Neuron profiler maps
+    # Kineto's CPU_OP to the runtime's cpu_util (neuron-profiling.md §1.5), written to ./output
+    measures_profiler_cost = False
     # NRT is "controlled through environment variables at the process level" (the runtime's
     # configuration guide): it and torch-neuronx read these once per process
     process_keys = {

@@ -49,6 +49,8 @@ class SteadyState:
     places: list[RoundPlace] = field(default_factory=list)
     # shared by the jobs whose workers were interleaved in the same rounds; they pair by round
     rounds_id: str | None = None
+    # timed in the job's own process, which is then warm for what follows (throughput, the profiled window)
+    in_job_process: bool = False
 
 
 # What `measure()` calls for the steady state, after the job's first call: the caller chooses
@@ -112,4 +114,4 @@ def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> li
 
 def in_this_process(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> SteadyStateSource:
     """The steady state timed in the job's own process, on the workload it built."""
-    return lambda: SteadyState([steady_state(workload, backend, spec)])
+    return lambda: SteadyState([steady_state(workload, backend, spec)], in_job_process=True)

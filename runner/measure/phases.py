@@ -4,7 +4,8 @@
 2. warm-up calls;
 3. steady state: `measure.steps` synchronized steps without the profiler (`measure.repeats`
    times), from the source the caller hands over (this process, worker processes, copies);
-4. the profiled window: exactly the steps the profiler schedule needs.
+4. the profiler's own cost on this step, in short sessions of their own (runner.measure.window);
+5. the profiled window: exactly the steps the profiler schedule needs.
 
 Every clock read and every profiler step is preceded by `backend.synchronize()`, because
 device work is asynchronous: without it, device time comes out empty or wrong.
@@ -26,10 +27,11 @@ from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.host_memory import keep_freed_memory
-from runner.measure.loop import Progress, RoundPlace, SteadyStateSource, timed_step
+from runner.measure.loop import Progress, RoundPlace, SteadyStateSource, timed_step, warm_up
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
 from runner.measure.stats import coefficient_of_variation, describe_steps
+from runner.measure.window import ProfilerCost, profiler_cost
 
 log = logging.getLogger(__name__)
 ACTIVE = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -65,6 +67,9 @@ class Measurement:
     # the worker processes' rounds, in step_ms order, and the id the jobs timed with them share
     places: list[RoundPlace] = field(default_factory=list)
     rounds_id: str | None = None
+    # what the profiler adds to a step, measured apart from the window; None: profiler off, or
+    # the backend cannot measure it without a device capture
+    profiler_cost: ProfilerCost | None = None
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
@@ -180,8 +185,14 @@ def measure(
     first_call_s = timed_step(workload, backend)
     log.info("first call took %.3f s", first_call_s)
     steady = steady_state()
+    if not steady.in_job_process:
+        # other processes timed the steady state while this one sat idle after its first call: the
+        # profiled window would otherwise read a cold process (threads asleep, caches cold)
+        warm_up(workload, backend, spec)
     throughput = spec.measure.mode == "throughput"
     block_s = queued_blocks(workload, backend, spec) if throughput else []
+    measures_cost = spec.profiler.enabled and backend.measures_profiler_cost
+    cost = profiler_cost(workload, backend, spec.profiler) if measures_cost else None
     table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
     copies = steady.copies_window_s is not None
     return Measurement(
@@ -199,4 +210,5 @@ def measure(
         inflight=spec.measure.inflight if throughput else 0,
         places=steady.places,
         rounds_id=steady.rounds_id,
+        profiler_cost=cost,
     )

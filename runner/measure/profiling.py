@@ -108,6 +108,16 @@ def accumulate_cycles(schedule: ScheduleConfig) -> dict[str, Any]:
     return {"acc_events": True} if schedule.repeat > 1 else {}
 
 
+def host_options(profiler: ProfilerConfig) -> dict[str, Any]:
+    """What the profiler records with each op: the same in the window and in the sessions that measure its cost."""
+    return {
+        "record_shapes": profiler.record_shapes,
+        "profile_memory": profiler.profile_memory,
+        "with_stack": profiler.with_stack,
+        "with_flops": profiler.with_flops,
+    }
+
+
 def build_profiler(
     backend: Backend, profiler: ProfilerConfig, schedule: ScheduleConfig, capture_dir: Path, recorder: CycleRecorder
 ) -> torch.profiler.profile | NullProfiler:
@@ -119,10 +129,7 @@ def build_profiler(
     return torch.profiler.profile(
         activities=backend.activities(),
         schedule=make_schedule(schedule),
-        record_shapes=profiler.record_shapes,
-        profile_memory=profiler.profile_memory,
-        with_stack=profiler.with_stack,
-        with_flops=profiler.with_flops,
+        **host_options(profiler),
         **kwargs,
         **accumulate_cycles(schedule),
     )
@@ -132,8 +139,8 @@ STDOUT_FD, STDERR_FD = 1, 2
 
 
 @contextmanager
-def tee_fd(fd: int = STDERR_FD) -> Iterator[list[str]]:
-    """Copy everything written to file descriptor `fd` into a list while still showing it.
+def tee_fd(fd: int = STDERR_FD, show: bool = True) -> Iterator[list[str]]:
+    """Copy everything written to file descriptor `fd` into a list while still showing it (unless `show` is false).
 
     Device runtimes report problems such as dropped trace events from C code straight to
     fd 2 (stderr), out of Python's reach; this is how the runner gets to read them.
@@ -148,7 +155,8 @@ def tee_fd(fd: int = STDERR_FD) -> Iterator[list[str]]:
 
     def pump() -> None:
         while data := os.read(read_end, 65536):
-            os.write(shown, data)
+            if show:
+                os.write(shown, data)
             chunks.append(data.decode(errors="replace"))
 
     thread = threading.Thread(target=pump, daemon=True)

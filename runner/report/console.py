@@ -56,9 +56,12 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
     if names.ROUNDS_FILE in result.tables:
         lines.append(_rounds(result.tables[names.ROUNDS_FILE]))
     if names.PROFILER_OVERHEAD_PCT in m:
+        cost = (
+            f"; the profiler's own cost {m[names.PROFILER_COST_MS]:.4f} ms/step" if names.PROFILER_COST_MS in m else ""
+        )
         lines.append(
             f"profiled step: {m[names.PROFILER_STEP_MS]:.4f} ms "
-            f"({m[names.PROFILER_OVERHEAD_PCT]:+.1f}% profiler overhead)"
+            f"({m[names.PROFILER_OVERHEAD_PCT]:+.1f}% against the steady median{cost})"
         )
     if names.RANKS in m:
         lines.append(
@@ -91,6 +94,8 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
         for name, ms in list(by_op.items())[:TOP_OPS]:
             share = ms / total if total else 0.0
             lines.append(f"  {ms:10.3f} ms  {share:6.1%}  {name}")
+    if tags.get(names.TAG_WINDOW_REPRESENTATIVE) == "false":
+        lines.append(f"profiled window not representative of the steady state: {tags[names.TAG_WINDOW_REASON]}")
     traces = sorted(trace_dir.rglob("*.json")) if trace_dir.is_dir() else []
     if traces:
         lines.append(f"trace: {traces[-1]}  (open in https://ui.perfetto.dev or chrome://tracing)")

@@ -17,7 +17,7 @@ from runner.backends.base import Backend, CaptureReport
 from runner.backends.cpu import CpuBackend
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
-from runner.config import BackendConfig, ConfigError, load_run_spec
+from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.execute.processes import ChildFailed
 from runner.execute.workers import start_steady_state, steady_state_in_processes, steps
@@ -27,6 +27,7 @@ from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
+from runner.measure.window import judge_window
 from runner.result import collect_result, derived_metrics, rounds_table
 from tests.helpers import compose_cfg
 from workloads.rmsnorm import NaiveRMSNorm
@@ -155,6 +156,18 @@ def test_every_phase_metric_is_logged_for_rmsnorm(tmp_path: Path) -> None:
     achieved, peak = metrics[names.ROOFLINE_ACHIEVED_GBPS], metrics[names.ROOFLINE_PEAK_GBPS]
     assert metrics[names.ROOFLINE_BANDWIDTH_FRACTION] == pytest.approx(achieved / peak) and achieved > 0
     assert str(tags[names.TAG_ROOFLINE_PEAK]).startswith("measured:")
+
+
+def test_a_run_carries_the_profilers_cost_in_ms_and_whether_its_window_read_the_steady_state(tmp_path: Path) -> None:
+    result, metrics, tags = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "workload.seq_len=4")
+    cost = result.profiler_cost
+    assert cost is not None and cost.first_ms > 0  # the profiler's start lands on the first recorded step
+    assert metrics[names.PROFILER_COST_MS] == cost.first_ms  # the default schedule records one step
+    median = metrics[names.STEP_MEDIAN_MS]
+    quick_steps = 20  # measure=quick
+    reason = judge_window(result.profiled_ms, cost, ScheduleConfig(), result.samples(), median, quick_steps)
+    assert tags[names.TAG_WINDOW_REPRESENTATIVE] == ("false" if reason else "true")
+    assert tags[names.TAG_WINDOW_REASON] == reason
 
 
 def test_repeats_log_the_spread_of_medians(tmp_path: Path) -> None:

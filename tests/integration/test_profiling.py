@@ -15,6 +15,7 @@ from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
 from runner.measure.optable import summary_metrics
 from runner.measure.phases import Measurement, measure
+from runner.measure.window import COST_SESSIONS, SETTLE_STEPS
 from tests.helpers import compose_cfg
 from tests.helpers.counting import CountingModule
 
@@ -78,7 +79,10 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
         "schedule.skip_first=1",
     )
     unprofiled = (spec.measure.warmup + spec.measure.steps) * spec.measure.repeats
-    assert CountingModule.calls == 1 + unprofiled + spec.schedule.total_steps  # first call, steady state, schedule
+    # each session of the profiler's cost: settling steps, the reference, a warm-up and two recorded steps
+    cost = COST_SESSIONS * (SETTLE_STEPS + 4)
+    # first call, steady state, the profiler's cost, schedule
+    assert CountingModule.calls == 1 + unprofiled + cost + spec.schedule.total_steps
     assert result.table.active_steps == 4
     assert calls_per_step(result)["aten::mul"] == 1  # accumulated over both cycles, per active step
     traces = sorted((tmp_path / "trace").rglob(names.TRACE_FILE))
@@ -98,6 +102,7 @@ def test_profiler_off_runs_the_steps_without_recording(tmp_path: Path) -> None:
     )
     assert CountingModule.calls == 1 + 1 + 20 + 4  # first call, quick warm-up and steps, the schedule
     assert result.table.rows == [] and summary_metrics(result.table) == {}
+    assert result.profiler_cost is None  # no profiler, no cost to measure
     assert not (tmp_path / "trace").exists()
 
 

@@ -44,6 +44,8 @@ def test_run_lands_with_params_tags_metrics_and_artifacts(tmp_path: Path) -> Non
     assert run.data.tags["runner.version.torch"]
     assert run.data.tags[names.TAG_TOP_OP].startswith("aten::")
     assert run.data.metrics[names.PROFILED_STEP_MS] == pytest.approx(metrics[names.PROFILED_STEP_MS])
+    assert run.data.metrics[names.PROFILER_COST_MS] == pytest.approx(metrics[names.PROFILER_COST_MS])
+    assert run.data.tags[names.TAG_WINDOW_REPRESENTATIVE] in ("true", "false")
     assert names.DEVICE_SELF_TOTAL_MS not in run.data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {names.OP_TABLE_FILE, names.OP_TABLE_TEXT_FILE, names.TRACE_FOLDER, names.CONFIG_FILE} <= artifacts

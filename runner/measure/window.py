@@ -1,0 +1,143 @@
+"""Does the profiled window represent the steady state? The profiler's own cost, measured, and the verdict.
+
+The window is a few steps (one by default), so a step the host stalled becomes the op table. A
+profiled step is slower than a steady one for two reasons, the profiler's own work and the host;
+`profiler_cost` measures the first apart from the window, so `judge_window` can tell a stall
+from the profiler's cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from runner.backends.base import Backend
+from runner.config import ProfilerConfig, ScheduleConfig
+from runner.measure.build import BuiltWorkload
+from runner.measure.loop import timed_step
+from runner.measure.profiling import host_options, tee_fd
+
+log = logging.getLogger(__name__)
+MS_PER_S = 1000.0
+# short profiler sessions the cost is measured in: a stall must hit all of them to count
+COST_SESSIONS = 5
+# unprofiled steps before each session's reference step: the end of a profiler session slows the
+# next step or two (0.1-0.3 ms, then 0.04, against 0.03 ms for a tiny RMSNorm on this project's CPU hosts)
+SETTLE_STEPS = 2
+# the window represents the steady state when its mean step is within this factor of the steady
+# median plus the profiler's cost; also the factor that makes a steady step a slow one
+TOLERANCE = 2.0
+
+
+@dataclass(frozen=True)
+class ProfilerCost:
+    """The profiler's own cost on one step of this workload, in ms."""
+
+    # a cycle's first recorded step: the profiler's start lands on it (0.11-0.17 ms for a tiny
+    # RMSNorm on this project's CPU hosts)
+    first_ms: float
+    # each later recorded step of the cycle: the cost of its recorded ops (0.03-0.05 ms for those 18)
+    later_ms: float
+
+    def per_recorded_step(self, schedule: ScheduleConfig) -> list[float]:
+        """The cost of each recorded step of the window, in the order they ran."""
+        return [self.first_ms if i % schedule.active == 0 else self.later_ms for i in range(schedule.active_steps)]
+
+
+def profiler_cost(workload: BuiltWorkload, backend: Backend, profiler: ProfilerConfig) -> ProfilerCost:
+    """Measure what the profiler adds to this workload's step, apart from the window and before it.
+
+    Each of `COST_SESSIONS` sessions runs unprofiled steps to settle and one unprofiled reference
+    step, then under the profiler a warm-up step and two recorded ones. A stall only ever adds time,
+    so the fastest of each kind is the one stalls missed: the cost is the fastest first (and
+    second) recorded step less the fastest reference step. Not the window's own unprofiled steps
+    against its recorded one: with one recorded step, a stall of that step would pass for the
+    profiler's cost, while here it is left for the verdict to see. Run before the window, the
+    sessions also take the process's first profiler start (seconds, and a slower first recorded
+    step) out of it. Where most steps stall (`timing.stable=false` says so), all five first
+    recorded steps may have stalled and the cost reads high: 59 ms for a 0.2 ms step whose steady
+    state was 73% 60 ms steps, on this project's 2-core host under a load of 5.
+
+    The sessions record host activity only, with the window's options (shapes, memory, stacks,
+    FLOPs) and no trace: on CUDA, whose kernel tracing is left out, the cost is a lower bound.
+    Kineto's start and stop lines (two per session) stay off the console, logged at debug level.
+    """
+    log.info("the profiler's own cost: %d short profiler sessions ...", COST_SESSIONS)
+    reference, first, later = [], [], []
+    with tee_fd(show=False) as printed:
+        for _ in range(COST_SESSIONS):
+            for _ in range(SETTLE_STEPS):
+                timed_step(workload, backend)
+            reference.append(timed_step(workload, backend))
+            schedule = torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1)
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            with torch.profiler.profile(activities=activities, schedule=schedule, **host_options(profiler)) as prof:
+                timed_step(workload, backend)
+                prof.step()
+                first.append(timed_step(workload, backend))
+                prof.step()
+                later.append(timed_step(workload, backend))
+                prof.step()
+    log.debug("the profiler's cost sessions printed: %s", "".join(printed))
+    unprofiled = min(reference)
+    cost = ProfilerCost(max(0.0, min(first) - unprofiled) * MS_PER_S, max(0.0, min(later) - unprofiled) * MS_PER_S)
+    log.info(
+        "the profiler's own cost: %.4f ms on a cycle's first recorded step, %.4f ms later", cost.first_ms, cost.later_ms
+    )
+    return cost
+
+
+def judge_window(
+    profiled_ms: list[float],
+    cost: ProfilerCost,
+    schedule: ScheduleConfig,
+    steady_ms: list[float],
+    steady_median_ms: float,
+    max_steps: int,
+) -> str | None:
+    """Why the profiled steps, less the profiler's cost, are not what the steady state predicts; None if they are.
+
+    The reason says what was seen and how to widen the window. The op table sums the recorded
+    steps, so their mean is what it reads. It represents the steady state when that mean is at
+    most `TOLERANCE` times the steady median plus the mean cost, and at least the steady median
+    over `TOLERANCE`. Why 2: the stalls this is for are 10-100x (42x in a busy host's `make run`),
+    a quiet steady state's p90 is about 1.4x its median, and the cost, measured on other steps,
+    varies from session to session by about its own size. The lower bound keeps the cost in: the
+    profiler never makes a step faster, and subtracting a cost that dwarfs a tiny step would flag
+    its noise.
+    """
+    costs = cost.per_recorded_step(schedule)
+    mean_cost, mean_step = statistics.fmean(costs), statistics.fmean(profiled_ms)
+    expected = steady_median_ms + mean_cost
+    if steady_median_ms / TOLERANCE <= mean_step <= TOLERANCE * expected:
+        return None
+    seen = (
+        f"its {len(profiled_ms)} profiled step(s) averaged {mean_step:.4f} ms where the steady state predicts "
+        f"{expected:.4f} ms (median {steady_median_ms:.4f} + the profiler's measured cost {mean_cost:.4f}), "
+        f"{mean_step / expected:.1f}x"
+    )
+    excess = abs(sum(profiled_ms) - sum(costs) - len(profiled_ms) * steady_median_ms)
+    wider = wider_window(excess, cost, steady_ms, steady_median_ms, max_steps, len(profiled_ms))
+    return f"{seen}; widen it: {wider}"
+
+
+def wider_window(
+    excess_ms: float, cost: ProfilerCost, steady_ms: list[float], steady_median_ms: float, max_steps: int, recorded: int
+) -> str:
+    """`schedule.active` and `schedule.repeat` for a window this far off to have read the steady state.
+
+    Recorded steps: enough that the window's excess over the steady state, in one of them, moves
+    their mean less than the tolerance (at most `measure.steps`, the steady state's own count). Per
+    cycle: few enough that a cycle misses the steady state's own slow steps (over `TOLERANCE` times
+    its median) at least half the time, so a stalled cycle stands out among the op table's
+    per-cycle samples (`cycle_self_ms`); the rest are cycles.
+    """
+    typical = steady_median_ms + cost.later_ms
+    steps = max(recorded + 1, min(math.ceil(excess_ms / ((TOLERANCE - 1) * typical)), max_steps))
+    slow_share = sum(ms > TOLERANCE * steady_median_ms for ms in steady_ms) / len(steady_ms)
+    active = steps if slow_share == 0 else max(1, min(steps, math.floor(math.log(2) / -math.log1p(-slow_share))))
+    return f"schedule.active={active} schedule.repeat={math.ceil(steps / active)}"
