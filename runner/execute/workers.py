@@ -14,12 +14,11 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from multiprocessing.synchronize import Barrier
 
-from runner.backends.base import Slot
-from runner.backends.registry import make_backend
+from runner.backends.base import WHOLE_MACHINE, Placement, Slot
+from runner.backends.registry import backend_class, make_backend
 from runner.config import RunSpec
 from runner.execute.processes import Child, stop
 from runner.measure.build import build_workload
@@ -31,9 +30,13 @@ log = logging.getLogger(__name__)
 BARRIER_TIMEOUT_S = 1800
 
 
-def _worker(spec: RunSpec, start_together: Barrier | None) -> tuple[list[list[float]], float, float]:
+def _worker(
+    spec: RunSpec, start_together: Barrier | None, placement: Placement | None
+) -> tuple[list[list[float]], float, float]:
     # born ignoring SIGINT (runner.execute.processes): the job stops its workers itself
     try:
+        if placement is not None:
+            placement.take()  # before the workload's first call starts torch's threads
         backend = make_backend(spec.backend)
         workload = build_workload(spec.workload, backend)
         timed_step(workload, backend)  # its first call: compilation, caches
@@ -51,13 +54,14 @@ def _worker(spec: RunSpec, start_together: Barrier | None) -> tuple[list[list[fl
         raise
 
 
-def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: Barrier | None) -> Child:
+def _start(spec: RunSpec, number: int, slot: Slot, start_together: Barrier | None) -> Child:
     return Child(
         f"steady-state worker {number}",
         _worker,
         spec,
         start_together,
-        env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **env},
+        backend_class(spec.backend.name).worker_placement(spec.backend, number, slot),
+        env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **dict(slot.env)},
     )
 
 
@@ -66,12 +70,17 @@ def _result(worker: Child) -> tuple[list[list[float]], float, float]:
         return worker.result()  # type: ignore[no-any-return]
 
 
+def worker_steps(spec: RunSpec, number: int) -> list[list[float]]:
+    """Steady-state worker `number` (from 1; it decides the worker's cores): its per-repeat step times in ms."""
+    return _result(_start(spec, number, WHOLE_MACHINE, None))[0]
+
+
 def steady_state_in_processes(spec: RunSpec, count: int) -> SteadyState:
     """Per worker process, its per-repeat step times in ms; workers run one at a time."""
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
-        runs.append(_result(_start(spec, number, {}, None))[0])
+        runs.append(worker_steps(spec, number))
     return SteadyState(runs)
 
 
@@ -90,7 +99,7 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     workers: list[Child] = []
     try:
         for number, slot in enumerate(slots, 1):
-            workers.append(_start(spec, number, dict(slot.env), start_together))
+            workers.append(_start(spec, number, slot, start_together))
         results = [_result(worker) for worker in workers]
         window_s = max(end for _, _, end in results) - min(start for _, start, _ in results)
         return SteadyState([samples for samples, _, _ in results], window_s)
