@@ -35,6 +35,8 @@ MEASURE_MODES = ("latency", "throughput")
 # measure.compile_cache: the state the job's compile caches start in
 CACHE_STATES = ("cold", "warm")
 OPTIMIZERS = ("sgd", "adamw")
+# backend.cpu_placement: where a CPU job's steady-state workers and copies run (runner.backends.cpu)
+CPU_PLACEMENTS = ("one_core", "slot_cores", "unpinned")
 # Tracking URI schemes MLflow 3 accepts (a database dialect may follow '+': postgresql+psycopg2);
 # it refuses the old ./mlruns file store.
 TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
@@ -70,9 +72,15 @@ class BackendConfig:
     name: str = "auto"
     # hourly price of the device, for cost per million steps in comparisons; no prices are built in
     price_per_hour: float | None = None
+    # on the CPU, where each steady-state worker and copy runs: one_core pins it to one core of
+    # its share, with one torch thread; slot_cores to all its share's cores, a thread per core;
+    # unpinned leaves it where the OS schedules it, with its share's threads
+    # (benchmarks/cpu_placement.py measures them)
+    cpu_placement: str = "one_core"
 
     def __post_init__(self) -> None:
         _allowed("backend.name", self.name, BACKENDS)
+        _allowed("backend.cpu_placement", self.cpu_placement, CPU_PLACEMENTS)
         if self.price_per_hour is not None:
             _at_least("backend.price_per_hour", self.price_per_hour, 0)
 

@@ -171,6 +171,9 @@ TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
 # --- manifest keys (environment.json), read back by tests ---
 MANIFEST_NEURON_CORE_COUNT = "neuron.core_count"
 MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"
+# backend.cpu_placement, and per steady-state worker (or copy) in order: {"cores": [...] or null, "threads": n}
+MANIFEST_CPU_PLACEMENT = "cpu.placement"
+MANIFEST_CPU_WORKERS = "cpu.workers"
 
 # --- artifacts of a job's run ---
 # the op table (mlflow.log_table: {"columns": [...], "data": [...]}) and the profiler's own printed table

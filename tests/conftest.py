@@ -31,6 +31,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(layer)
 
 
+@pytest.fixture(autouse=True)
+def torch_threads() -> Iterator[None]:
+    """Torch's thread count as it was before each test: a job measured in this process sets its workers'."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    yield
+    if torch is not None and threads is not None:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def migrated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An MLflow SQLite store with its schema migrated once per session (migration takes seconds)."""

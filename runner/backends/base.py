@@ -33,6 +33,29 @@ class Slot:
     env: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a worker process runs: the cores it is pinned to (None: where the OS puts it) and torch's threads."""
+
+    cores: tuple[int, ...] | None
+    threads: int
+
+    def take(self) -> None:
+        """Pin this process and set torch's thread count, from inside it.
+
+        A worker started from a server process inherits that server's cores and thread pool,
+        not its job's, and environment variables reach it too late; so the worker takes its
+        placement itself, first.
+        """
+        if self.cores is not None:
+            os.sched_setaffinity(0, self.cores)
+        torch.set_num_threads(self.threads)
+
+    def facts(self) -> dict[str, Any]:
+        """The placement for the environment manifest."""
+        return {"cores": None if self.cores is None else list(self.cores), "threads": self.threads}
+
+
 # what one job gets when jobs run one at a time: the machine as a single run would see it
 WHOLE_MACHINE = Slot("the whole machine")
 # what the console suggests when a run's timing is unstable: at least this many worker processes or repeats
@@ -208,6 +231,21 @@ class Backend(ABC):
     def copy_slots(self, copies: int) -> list[Slot]:
         """The shares copies can run on: the machine split as for concurrent jobs."""
         return self.split_machine(self.config, copies, None, 1)
+
+    @classmethod
+    def worker_placement(cls, config: BackendConfig, number: int, slot: Slot = WHOLE_MACHINE) -> Placement | None:
+        """Where steady-state worker `number` (from 1), or the copy on `slot`, runs; None: as it starts.
+
+        Decided in the job's process, before the device is touched, and taken by the worker.
+        """
+        return None
+
+    def match_workers(self) -> None:  # noqa: B027  (a no-op default, by design)
+        """Run this process's own steps (first call, profiled window) as its workers run theirs."""
+
+    def placement_facts(self, spec: RunSpec) -> dict[str, Any]:
+        """The placement of the job's steady-state workers or copies, for the environment manifest."""
+        return {}
 
     @property
     @abstractmethod

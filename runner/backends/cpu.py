@@ -1,4 +1,10 @@
-"""backend=cpu: the host CPU. Nothing to synchronise; peaks come from a calibration."""
+"""backend=cpu: the host CPU. Nothing to synchronise; peaks come from a calibration.
+
+Each steady-state worker and copy is placed as `backend.cpu_placement` says: on a busy 2-core
+host a worker with torch's default two threads sat in a stall mode (steps over 10x the median)
+while another process held a core; with one thread pinned to one core no worker did, and a
+third as many steps stalled (benchmarks/cpu_placement.py, docs/measurement.md).
+"""
 
 from __future__ import annotations
 
@@ -9,20 +15,36 @@ from typing import Any, ClassVar
 
 import torch
 
-from runner.backends.base import Backend, Slot
+from runner import names
+from runner.backends.base import WHOLE_MACHINE, Backend, Placement, Slot
+from runner.backends.cores import format_cores, parse_cores
 from runner.backends.peaks import Peak, cpu_peak
 from runner.config import BackendConfig, RunSpec
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# the cores of a CPU slot: a job started on it places its workers there
+CORES_VARIABLE = "RUNNER_CPU_CORES"
+
+
+def own_cores() -> list[int]:
+    """The cores this process's jobs may use: its slot's, else those the OS lets it run on."""
+    if spec := os.environ.get(CORES_VARIABLE):
+        return parse_cores(spec, CORES_VARIABLE)
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
 
 
 class CpuBackend(Backend):
     """Host CPU: CPU activity only, a Chrome trace per profiler cycle."""
 
     name = "cpu"
-    manifest_env_prefixes = ("OMP_NUM_THREADS",)
-    # torch reads OMP_NUM_THREADS once, when it loads, but no config key sets it (a launcher's slot does)
-    process_keys: ClassVar[dict[str, str]] = {}
+    manifest_env_prefixes = ("OMP_NUM_THREADS", CORES_VARIABLE)
+    # a job's process takes its workers' torch threads (`match_workers`), which a later job in it
+    # starts from; OMP_NUM_THREADS, read once when torch loads, no config key sets (a launcher's slot does)
+    process_keys: ClassVar[dict[str, str]] = {
+        "backend.cpu_placement": "torch's threads in this process are that job's workers'",
+    }
 
     @classmethod
     def available(cls) -> bool:
@@ -31,16 +53,25 @@ class CpuBackend(Backend):
 
     @classmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
-        """`cpu_count / jobs` threads per job (one job per core when jobs=0)."""
-        cpus = os.cpu_count() or 1
-        count = jobs or cpus
-        threads = str(max(1, cpus // count))
-        env = tuple((variable, threads) for variable in THREAD_VARIABLES)
-        return [Slot(f"CPU slot {i} ({threads} threads)", env) for i in range(count)]
+        """`cores / jobs` cores per job, each job's its own, and as many threads (one job per core when jobs=0).
+
+        More jobs than cores share them in turn.
+        """
+        cores = own_cores()
+        count = jobs or len(cores)
+        per = max(1, len(cores) // count)
+        groups = [format_cores(sorted({cores[(i * per + k) % len(cores)] for k in range(per)})) for i in range(count)]
+        return [
+            Slot(
+                f"CPU slot {i} (cores {group}, {per} threads)",
+                (*((variable, str(per)) for variable in THREAD_VARIABLES), (CORES_VARIABLE, group)),
+            )
+            for i, group in enumerate(groups)
+        ]
 
     def copy_slots(self, copies: int) -> list[Slot]:
         """The machine split between the copies, saying so when there are more copies than cores."""
-        cpus = os.cpu_count() or 1
+        cpus = len(own_cores())
         if copies > cpus:
             print(
                 f"measure.copies={copies} on {cpus} CPU core(s): the copies oversubscribe the host's cores, so "
@@ -51,13 +82,51 @@ class CpuBackend(Backend):
         return super().copy_slots(copies)
 
     def steadier_measurement(self, spec: RunSpec) -> str:
-        """Also fewer threads: a job whose threads outnumber the idle cores waits for them."""
-        return f"{super().steadier_measurement(spec)} or with fewer threads per job (OMP_NUM_THREADS)"
+        """Also one thread per worker, unless it has one: a worker whose threads outnumber the idle cores waits."""
+        advice = super().steadier_measurement(spec)
+        if self.config.cpu_placement == "one_core":
+            return advice
+        return f"{advice} or with backend.cpu_placement=one_core (one thread per worker, pinned to a core)"
 
     def take_slot(self, slot: Slot) -> None:
         """The slot's thread count: torch read OMP_NUM_THREADS when it loaded, before this."""
         super().take_slot(slot)
         torch.set_num_threads(int(dict(slot.env)[THREAD_VARIABLES[0]]))
+
+    @classmethod
+    def worker_placement(cls, config: BackendConfig, number: int, slot: Slot = WHOLE_MACHINE) -> Placement:
+        """`backend.cpu_placement` on the slot's cores (the job's own without one).
+
+        one_core: worker k on the k-th core in turn, so the workers of one round share a core
+        and a busy core shows as a round that disagrees; unpinned where the OS pins nothing.
+        """
+        env = dict(slot.env)
+        cores = parse_cores(env[CORES_VARIABLE], CORES_VARIABLE) if CORES_VARIABLE in env else own_cores()
+        if config.cpu_placement == "unpinned" or not hasattr(os, "sched_setaffinity"):
+            return Placement(None, int(env.get(THREAD_VARIABLES[0], torch.get_num_threads())))
+        if config.cpu_placement == "one_core":
+            return Placement((cores[(number - 1) % len(cores)],), 1)
+        return Placement(tuple(cores), len(cores))
+
+    def match_workers(self) -> None:
+        """Its workers' thread count (not their core): the profiled window is then compared with like steps."""
+        if self.config.cpu_placement != "unpinned":
+            torch.set_num_threads(self.worker_placement(self.config, 1).threads)
+
+    def placement_facts(self, spec: RunSpec) -> dict[str, Any]:
+        """backend.cpu_placement, and each worker's or copy's cores and threads (none for ranks)."""
+        if spec.distributed.ranks > 1:
+            placements = []
+        elif spec.measure.copies is not None:
+            slots = self.split_machine(self.config, spec.measure.copies, None, 1)  # copy_slots's, without its warning
+            placements = [self.worker_placement(self.config, number, slot) for number, slot in enumerate(slots, 1)]
+        else:
+            count = self.worker_processes(spec.measure.processes)
+            placements = [self.worker_placement(self.config, number) for number in range(1, count + 1)]
+        return {
+            names.MANIFEST_CPU_PLACEMENT: self.config.cpu_placement,
+            names.MANIFEST_CPU_WORKERS: [placement.facts() for placement in placements],
+        }
 
     @property
     def device(self) -> torch.device:
@@ -69,8 +138,9 @@ class CpuBackend(Backend):
         return platform.processor() or platform.machine()
 
     def placement(self) -> str:
-        """The threads torch uses, which a parallel launcher sets per job."""
-        return f"{self.device_name()}, {torch.get_num_threads()} threads"
+        """The threads torch uses, which a parallel launcher sets per job, and where its workers run."""
+        threads = torch.get_num_threads()
+        return f"{self.device_name()}, {threads} thread{'s' * (threads != 1)}, workers {self.config.cpu_placement}"
 
     def manifest(self) -> dict[str, Any]:
         """CPU count, machine and torch's thread count."""

@@ -141,6 +141,7 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "") -> Execution:
     timed = sweep_rounds(config_key)
     if spec.measure.copies is not None:
         timed = steady_state_concurrently(spec, backend.concurrent_slots(spec.measure.copies))
+    backend.match_workers()
     workload = build_workload(spec.workload, backend)
     if spec.measure.layer_accuracy:
         check_layer_names(workload.eager, spec.measure.layers)

@@ -112,7 +112,7 @@ def _round(
         for job in order:
             spec, name = jobs[job].spec, f"round {number} worker of {jobs[job].name}"
             if not slots:
-                results.append((job, _steps_or_failure(start_steady_state(spec, name, {}))))
+                results.append((job, _steps_or_failure(start_steady_state(spec, name, number))))
                 continue
             while not free:
                 for worker in answered(running):
@@ -122,7 +122,7 @@ def _round(
             slot = free.pop(0)
             # the slot's environment places the worker; backend.cores would pin it back to the job's cores
             unpinned = replace(spec, backend=spec.backend.unpinned())
-            running[start_steady_state(unpinned, f"{name} [{slot.name}]", dict(slot.env))] = (job, slot)
+            running[start_steady_state(unpinned, f"{name} [{slot.name}]", number, slot)] = (job, slot)
         for worker, (job, _) in running.items():
             results.append((job, _steps_or_failure(worker)))
     finally:

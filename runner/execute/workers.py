@@ -15,13 +15,13 @@ import logging
 import multiprocessing
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
-from runner.backends.base import Slot
-from runner.backends.registry import make_backend
+from runner.backends.base import WHOLE_MACHINE, Placement, Slot
+from runner.backends.registry import backend_class, make_backend
 from runner.config import RunSpec
 from runner.execute.processes import Child, stop
 from runner.measure.build import build_workload
@@ -33,9 +33,13 @@ log = logging.getLogger(__name__)
 BARRIER_TIMEOUT_S = 1800
 
 
-def _worker(spec: RunSpec, start_together: Barrier | None) -> tuple[list[list[float]], float, float]:
+def _worker(
+    spec: RunSpec, start_together: Barrier | None, placement: Placement | None
+) -> tuple[list[list[float]], float, float]:
     # born ignoring SIGINT (runner.execute.processes): the job stops its workers itself
     try:
+        if placement is not None:
+            placement.take()  # before the workload's first call starts torch's threads
         backend = make_backend(spec.backend)
         workload = build_workload(spec.workload, backend)
         timed_step(workload, backend)  # its first call: compilation, caches
@@ -59,18 +63,25 @@ def _first_call(spec: RunSpec) -> float:
     return timed_step(build_workload(spec.workload, backend), backend)
 
 
-def _start(name: str, target: Callable[..., Any], spec: RunSpec, *args: Any, env: Mapping[str, str]) -> Child:
-    return Child(name, target, spec, *args, env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **env})
+def _placement(spec: RunSpec, number: int, slot: Slot) -> Placement | None:
+    """Where worker `number` (from 1) of this spec runs on its share of the machine, as its backend decides."""
+    return backend_class(spec.backend.name).worker_placement(spec.backend, number, slot)
+
+
+def _start(name: str, target: Callable[..., Any], spec: RunSpec, *args: Any, slot: Slot = WHOLE_MACHINE) -> Child:
+    return Child(
+        name, target, spec, *args, env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **dict(slot.env)}
+    )
 
 
 def start_first_call(spec: RunSpec, name: str) -> Child:
     """A worker that makes the workload's first call only: `Child.result()` is its seconds."""
-    return _start(f"first-call worker of {name}", _first_call, spec, env={})
+    return _start(f"first-call worker of {name}", _first_call, spec)
 
 
-def start_steady_state(spec: RunSpec, name: str, env: Mapping[str, str]) -> Child:
-    """A worker that times the steady state with `env` set for it: `steps(worker)` is its step times."""
-    return _start(name, _worker, spec, None, env=env)
+def start_steady_state(spec: RunSpec, name: str, number: int, slot: Slot = WHOLE_MACHINE) -> Child:
+    """Steady-state worker `number` (from 1; with `slot`, it decides the worker's cores): `steps(worker)` reads it."""
+    return _start(name, _worker, spec, None, _placement(spec, number, slot), slot=slot)
 
 
 def _result(worker: Child) -> tuple[list[list[float]], float, float]:
@@ -88,7 +99,7 @@ def steady_state_in_processes(spec: RunSpec, count: int) -> SteadyState:
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
-        runs.append(steps(start_steady_state(spec, f"steady-state worker {number}", {})))
+        runs.append(steps(start_steady_state(spec, f"steady-state worker {number}", number)))
     places = [RoundPlace(number, 1, 1) for number in range(1, count + 1)]
     return SteadyState(runs, places=places, rounds_id=uuid.uuid4().hex)
 
@@ -108,7 +119,9 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     workers: list[Child] = []
     try:
         for number, slot in enumerate(slots, 1):
-            workers.append(_start(f"copy {number}", _worker, spec, start_together, env=dict(slot.env)))
+            workers.append(
+                _start(f"copy {number}", _worker, spec, start_together, _placement(spec, number, slot), slot=slot)
+            )
         results = [_result(worker) for worker in workers]
         window_s = max(end for _, _, end in results) - min(start for _, start, _ in results)
         return SteadyState([samples for samples, _, _ in results], window_s)

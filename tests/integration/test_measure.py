@@ -212,7 +212,7 @@ def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str
 
 def test_a_ctrl_c_while_a_worker_starts_leaves_it_running() -> None:
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
-    worker = start_steady_state(spec, "steady-state worker 1", {})
+    worker = start_steady_state(spec, "steady-state worker 1", 1)
     os.kill(worker.pid, signal.SIGINT)  # what a Ctrl-C to the process group does while it starts
     samples = steps(worker)
     assert len(samples) == 1 and len(samples[0]) == spec.measure.steps
@@ -240,9 +240,14 @@ def test_instability_advice_is_what_the_runner_accepts(backend: Backend, overrid
     advice = instability_advice(spec, backend)
     (override,) = re.findall(r"\((measure\.\w+=\d+)\)", advice)
     assert override == advised
-    assert ("OMP_NUM_THREADS" in advice) == (backend.name == "cpu")
+    assert "backend.cpu_placement" not in advice  # the default places each CPU worker on one thread already
     rerun = load_run_spec(compose_cfg("+workload=rmsnorm_naive", *overrides, override))
     assert backend.worker_processes(rerun.measure.processes, rerun.distributed.ranks) >= 0  # the rule that refuses
+
+
+def test_unpinned_cpu_workers_are_advised_one_core() -> None:
+    spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "backend.cpu_placement=unpinned"))
+    assert "backend.cpu_placement=one_core" in instability_advice(spec, CpuBackend(spec.backend))
 
 
 def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:

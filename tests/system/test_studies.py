@@ -48,7 +48,8 @@ def test_the_scaling_study_runs_copies_side_by_side(tmp_path: Path, tracking_uri
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "steady state: 2 copies at once (CPU slot 0 (1 threads); CPU slot 1 (1 threads))" in done.stdout
+    slots = "CPU slot 0 (cores 0, 1 threads); CPU slot 1 (cores 1, 1 threads)"
+    assert f"steady state: 2 copies at once ({slots})" in done.stdout
     runs = all_runs(tracking_uri)
     parent = next(r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true")
     two = next(r for r in runs if r.data.metrics.get(names.SCALING_COPIES) == 2)

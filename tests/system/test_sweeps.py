@@ -65,9 +65,10 @@ def test_parallel_slots_split_the_machine(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     cuda = CudaBackend.plan_slots(BackendConfig(name="cuda"), 0, None, 1)
     assert [dict(s.env)["CUDA_VISIBLE_DEVICES"] for s in cuda] == ["0", "1"]
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     cpu = CpuBackend.plan_slots(BackendConfig(name="cpu"), 4, None, 1)
     assert len(cpu) == 4 and all(dict(s.env)["OMP_NUM_THREADS"] == "4" for s in cpu)
+    assert [dict(s.env)["RUNNER_CPU_CORES"] for s in cpu] == ["0-3", "4-7", "8-11", "12-15"]  # each its own
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
+from runner import names
 from runner.backends.cpu import CpuBackend
 from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
@@ -53,3 +55,25 @@ def test_the_manifest_records_every_backends_variables_and_packages() -> None:
     for cls in (CpuBackend, CudaBackend, NeuronBackend):
         assert set(cls.manifest_packages) <= set(manifest["packages"])
         assert set(cls.manifest_system_packages) <= set(manifest["system_packages"])
+
+
+@pytest.mark.parametrize(
+    ("placement", "overrides", "workers"),
+    [
+        pytest.param("one_core", [], [([0], 1), ([1], 1), ([0], 1)], id="one-core-in-turn"),
+        pytest.param("slot_cores", [], [([0, 1], 2)] * 3, id="slot-cores"),
+        pytest.param("unpinned", [], [(None, 3)] * 3, id="unpinned-with-the-jobs-threads"),
+        pytest.param("one_core", ["measure.copies=2"], [([0], 1), ([1], 1)], id="copies"),
+        pytest.param("one_core", ["distributed.ranks=2"], [], id="ranks-time-their-own"),
+    ],
+)
+def test_the_manifest_names_each_workers_cores_and_threads(
+    placement: str, overrides: list[str], workers: list[tuple[list[int] | None, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)  # the job's own
+    spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", f"backend.cpu_placement={placement}",
+                                     *overrides))  # fmt: skip
+    facts = CpuBackend(spec.backend).placement_facts(spec)
+    assert facts[names.MANIFEST_CPU_PLACEMENT] == placement
+    assert facts[names.MANIFEST_CPU_WORKERS] == [{"cores": cores, "threads": threads} for cores, threads in workers]

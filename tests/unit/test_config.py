@@ -152,6 +152,11 @@ def test_runner_keys_default_from_one_dataclass_and_no_workload_file_repeats_a_d
         pytest.param("workload.eps=inf", r"workload\.eps=inf is not a finite number", id="kwarg-inf"),
         pytest.param("distributed.timeout_s=inf", r"distributed\.timeout_s=inf is not a finite", id="timeout-inf"),
         pytest.param("backend.price_per_hour=-5", r"backend\.price_per_hour must be >= 0, got -5", id="price"),
+        pytest.param(
+            "backend.cpu_placement=pinned",
+            r"^backend\.cpu_placement='pinned' is not allowed; choose one of: one_core, slot_cores, unpinned$",
+            id="cpu-placement",
+        ),
     ],
 )
 def test_bad_values_name_the_key(override: str, match: str) -> None:
@@ -165,10 +170,14 @@ def test_the_neuron_keys_belong_to_backend_neuron_alone() -> None:
     assert isinstance(neuron.backend, NeuronBackendConfig) and neuron.backend.cores == "0-1"
     assert neuron.backend.unpinned().cores is None
     cpu = compose_cfg("+workload=rmsnorm_naive", "backend=cpu")
-    assert set(cpu.backend) == {"name", "price_per_hour"}  # so a cpu job's config hash holds no Neuron key
+    # so a cpu job's config hash holds no Neuron key
+    assert set(cpu.backend) == {"name", "price_per_hour", "cpu_placement"}
     assert type(load_run_spec(cpu).backend) is BackendConfig
     # a key a `+` adds passes Hydra; the schema check names the option that has it
-    only_neuron = r"^backend\.cores is a key of backend=neuron only; this job's backend takes: name, price_per_hour$"
+    only_neuron = (
+        r"^backend\.cores is a key of backend=neuron only; "
+        r"this job's backend takes: name, price_per_hour, cpu_placement$"
+    )
     with pytest.raises(ConfigError, match=only_neuron):
         load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "+backend.cores=0"))
     with pytest.raises(ConfigError, match=r"backend\.name='cpu' is not allowed; choose one of: neuron"):
