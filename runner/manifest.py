@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any
 
 from runner.backends.registry import MANIFEST_ENV_PREFIXES, MANIFEST_PACKAGES, MANIFEST_SYSTEM_PACKAGES
+from runner.execute.workers import WorkerStart
 from runner.secrets import redact
 
 ALLOWED_PREFIXES = (
@@ -65,13 +66,16 @@ def system_package_versions() -> dict[str, str | None]:
     return versions
 
 
-def build_manifest(device_facts: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """Everything needed to tell two runs' environments apart, safe to publish."""
+def build_manifest(
+    device_facts: Mapping[str, Any], workers: WorkerStart, environ: Mapping[str, str] = os.environ
+) -> dict[str, Any]:
+    """Everything needed to tell two runs' environments apart, safe to publish, and how its workers start."""
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(),
         "system_packages": system_package_versions(),
         "device": dict(device_facts),
+        "workers": {"start_method": workers.method, "why": workers.why},
         "environment": allowed_environment(environ),
     }

@@ -88,6 +88,10 @@ class NeuronBackend(Backend):
     # the job's own process holds its NeuronCores, and the runtime lends a core to one
     # process at a time: fresh worker processes could not run on them
     default_processes = 0
+    # `import torch` loads torch-neuronx, which registers the device and its profiler and starts
+    # no runtime (that waits for first use); a process forked before its parent started the
+    # runtime may start one of its own (reference: sections 5.1, 10.6): the fork server only imports
+    fork_server = True
     # NRT is "controlled through environment variables at the process level" (the runtime's
     # configuration guide): it and torch-neuronx read these once per process
     process_keys = {

@@ -30,7 +30,7 @@ def steady_state_source(
     if copies is not None:
         return lambda: copies
     if processes := backend.worker_processes(spec.measure.processes):
-        return partial(steady_state_in_processes, spec, processes)
+        return partial(steady_state_in_processes, spec, backend, processes)
     return in_this_process(workload, backend, spec)
 
 

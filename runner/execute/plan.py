@@ -139,7 +139,7 @@ def plan(spec: RunSpec, output_dir: Path) -> Execution:
         return LocalRanks(_rank_spec(spec), output_dir, backend, slots)
     copies = None
     if spec.measure.copies is not None:
-        copies = steady_state_concurrently(spec, backend.concurrent_slots(spec.measure.copies))
+        copies = steady_state_concurrently(spec, backend, backend.concurrent_slots(spec.measure.copies))
     workload = build_workload(spec.workload, backend)
     if spec.measure.layer_accuracy:
         check_layer_names(workload.eager, spec.measure.layers)

@@ -13,27 +13,65 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import sys
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing.synchronize import Barrier
 
-from runner.backends.base import Slot
+import torch
+
+from runner.backends.base import Backend, Slot
 from runner.backends.registry import make_backend
 from runner.config import RunSpec
-from runner.execute.processes import Child, stop
+from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, stop
 from runner.measure.build import build_workload
-from runner.measure.host_memory import keep_freed_memory_env
+from runner.measure.host_memory import keep_freed_memory
 from runner.measure.loop import SteadyState, steady_state, timed_step, timed_steps, warm_up
 
 log = logging.getLogger(__name__)
 # how long a copy waits for the others to be ready (their first calls may compile)
 BARRIER_TIMEOUT_S = 1800
+# the variable torch takes its thread count from when it loads
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """How a job's workers and copies start (runner.execute.processes), and why: for the manifest."""
+
+    method: StartMethod
+    why: str
+
+
+def worker_start(backend: Backend) -> WorkerStart:
+    """A fork of the fork server where the backend and the platform allow it, else a new interpreter."""
+    if not backend.fork_server:
+        return WorkerStart("spawn", f"backend={backend.name} does not allow forking its workers")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return WorkerStart("spawn", f"multiprocessing has no fork server on {sys.platform}")
+    return WorkerStart("forkserver", f"forked from a server that imported {', '.join(FORK_SERVER_PRELOAD)}")
+
+
+def _set_what_start_reads(spec: RunSpec) -> None:
+    """Set what a new interpreter takes from its environment as it starts, in a worker forked after that.
+
+    A forked worker inherits the allocator mode and thread count the fork server started with,
+    from the job's environment: glibc reads MALLOC_* as a process starts, and torch reads
+    OMP_NUM_THREADS as it loads, so the worker's own (its slot's threads) are set here. A
+    spawned worker is set the same way, so both start methods run in the same mode.
+    """
+    if spec.measure.keep_freed_memory:
+        keep_freed_memory()
+    if (threads := os.environ.get(THREADS_ENV, "")).isdigit():
+        torch.set_num_threads(int(threads))
 
 
 def _worker(spec: RunSpec, start_together: Barrier | None) -> tuple[list[list[float]], float, float]:
     # born ignoring SIGINT (runner.execute.processes): the job stops its workers itself
     try:
+        _set_what_start_reads(spec)
         backend = make_backend(spec.backend)
         workload = build_workload(spec.workload, backend)
         timed_step(workload, backend)  # its first call: compilation, caches
@@ -51,14 +89,10 @@ def _worker(spec: RunSpec, start_together: Barrier | None) -> tuple[list[list[fl
         raise
 
 
-def _start(spec: RunSpec, number: int, env: Mapping[str, str], start_together: Barrier | None) -> Child:
-    return Child(
-        f"steady-state worker {number}",
-        _worker,
-        spec,
-        start_together,
-        env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **env},
-    )
+def _start(
+    spec: RunSpec, number: int, env: Mapping[str, str], start_together: Barrier | None, method: StartMethod
+) -> Child:
+    return Child(f"steady-state worker {number}", _worker, spec, start_together, env=env, start_method=method)
 
 
 def _result(worker: Child) -> tuple[list[list[float]], float, float]:
@@ -66,16 +100,17 @@ def _result(worker: Child) -> tuple[list[list[float]], float, float]:
         return worker.result()  # type: ignore[no-any-return]
 
 
-def steady_state_in_processes(spec: RunSpec, count: int) -> SteadyState:
+def steady_state_in_processes(spec: RunSpec, backend: Backend, count: int) -> SteadyState:
     """Per worker process, its per-repeat step times in ms; workers run one at a time."""
+    method = worker_start(backend).method
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
-        runs.append(_result(_start(spec, number, {}, None))[0])
+        runs.append(_result(_start(spec, number, {}, None, method))[0])
     return SteadyState(runs)
 
 
-def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
+def steady_state_concurrently(spec: RunSpec, backend: Backend, slots: list[Slot]) -> SteadyState:
     """The copies' step times and the seconds all their timed steps spanned.
 
     One worker per slot, each started with its slot's environment (its NeuronCores, GPU or CPU
@@ -85,12 +120,13 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     """
     # the slot's environment pins each copy; backend.cores would pin every copy back to the job's cores
     spec = replace(spec, backend=spec.backend.unpinned())
-    start_together = multiprocessing.get_context("spawn").Barrier(len(slots))
+    method = worker_start(backend).method
+    start_together = multiprocessing.get_context(method).Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
     workers: list[Child] = []
     try:
         for number, slot in enumerate(slots, 1):
-            workers.append(_start(spec, number, dict(slot.env), start_together))
+            workers.append(_start(spec, number, dict(slot.env), start_together, method))
         results = [_result(worker) for worker in workers]
         window_s = max(end for _, _, end in results) - min(start for _, start, _ in results)
         return SteadyState([samples for samples, _, _ in results], window_s)
