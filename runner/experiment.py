@@ -18,7 +18,6 @@ from omegaconf import OmegaConf
 from runner import CONF_DIR, names
 from runner.config import ConfigError, JobInfo, RunSpec
 from runner.execute.plan import Execution, plan
-from runner.execute.workers import worker_start
 from runner.job import JobLife, close_dead_runs, finished_run_id
 from runner.manifest import build_manifest
 from runner.report.console import job_summary
@@ -118,7 +117,7 @@ def run_experiment(
         execution = prepare(spec, job, life, published_config, digest)
     if spec.tracking.enabled and not resume:  # (a resumed job closed them above)
         close_dead_runs(spec.tracking, digest)
-    manifest = build_manifest(execution.backend.manifest(), worker_start(execution.backend))
+    manifest = build_manifest(execution.backend)
     log.info("%s on %s (%s)", job.run_name, execution.backend.name, execution.placement)
     with life.run(spec.tracking) as run:
         run.log_params(job_params(published_config, job))

@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 # how a child starts: a new interpreter, or a fork of the fork server
 StartMethod = Literal["spawn", "forkserver"]
-# what the fork server imports, by name, so that its children need not: the runner's own code
-# stays out of this torch-free module; a name that fails to import is skipped (the child imports it)
+# what the fork server imports so that its children need not (named, not imported: this module
+# stays torch-free); a name the server fails to import is skipped, and a child imports it itself
 FORK_SERVER_PRELOAD = ("torch", "runner.execute.workers", "workloads")
 
 # seconds a child gets to end after a terminate (or a release) before it is killed

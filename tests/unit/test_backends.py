@@ -13,7 +13,6 @@ from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
 from runner.backends.registry import BACKEND_CLASSES, COMPILE_CACHES
 from runner.config import BackendConfig, load_run_spec
 from runner.execute import ranks
-from runner.execute.workers import worker_start
 from runner.manifest import build_manifest
 from runner.measure.compile_cache import use_compile_cache
 from tests.helpers import compose_cfg
@@ -49,7 +48,7 @@ def test_the_cache_study_moves_every_backends_compile_caches(tmp_path: Path, mon
 
 def test_the_manifest_records_every_backends_variables_and_packages() -> None:
     environ = {"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": "1", "NEURON_RT_VISIBLE_CORES": "0-1", "HOME": "/root"}
-    manifest = build_manifest({}, worker_start(CpuBackend(BackendConfig(name="cpu"))), environ)
+    manifest = build_manifest(CpuBackend(BackendConfig(name="cpu")), environ)
     assert manifest["environment"] == {key: value for key, value in environ.items() if key != "HOME"}
     for cls in (CpuBackend, CudaBackend, NeuronBackend):
         assert set(cls.manifest_packages) <= set(manifest["packages"])
@@ -58,10 +57,10 @@ def test_the_manifest_records_every_backends_variables_and_packages() -> None:
 
 def test_the_manifest_says_how_workers_start_and_why_they_are_spawned(monkeypatch: pytest.MonkeyPatch) -> None:
     backend = CpuBackend(BackendConfig(name="cpu"))
-    forked = build_manifest({}, worker_start(backend), {})["workers"]
+    forked = build_manifest(backend, {})["workers"]
     assert forked == {"start_method": "forkserver", "why": "forked from a server that imported " + ", ".join(
         ["torch", "runner.execute.workers", "workloads"]
     )}  # fmt: skip
     monkeypatch.setattr(CpuBackend, "fork_server", False)
-    spawned = build_manifest({}, worker_start(backend), {})["workers"]
+    spawned = build_manifest(backend, {})["workers"]
     assert spawned == {"start_method": "spawn", "why": "backend=cpu does not allow forking its workers"}
