@@ -1,6 +1,12 @@
 """What a job costs beyond its measurement, and what measure.processes adds to it.
 
-Runs rmsnorm_naive (4x128x512, backend=cpu) with measure.processes=0 (steady state in the
+First, a worker process's start by each start method, side by side (runner.execute.processes):
+in interleaved rounds (the order reversed every other round), (a) from `Child()` to the first
+line of its target, and (b) a whole default worker (its build, first call, 5 warm-up calls and
+200 timed steps of rmsnorm_naive at the default shape, backend=cpu), from `Child()` to its
+answer. Prints the median, min and max of each, and forkserver's saving.
+
+Then rmsnorm_naive (4x128x512, backend=cpu) with measure.processes=0 (steady state in the
 job's own process), 1, 3 (the CPU default) and 5, in interleaved rounds (the order reversed
 every other round), each into the same pre-migrated SQLite store after one untimed job that
 fills the caches (CPU calibration, page cache). Prints per setting the medians of the whole
@@ -8,28 +14,80 @@ command's wall time, time/job_s, time/measured_s and time/process_cv, the runner
 inside the job (job_s - measured_s) and outside it (wall - job_s: interpreter, imports,
 Hydra), the extra wall time against processes=0, and the runs' timing.stable verdicts.
 
-python benchmarks/processes_cost.py [rounds]
+python benchmarks/processes_cost.py [rounds] [--starts N]   (rounds=0: the start comparison only)
+
+The workers import this script as their main module, as a spawned child does: it imports at
+the top only what a runner worker imports (torch and the runner), the rest inside functions.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
-
-from gating import new_store, progress, run_job  # benchmarks/gating.py, beside this script
-from mlflow.entities import Run
+from typing import TYPE_CHECKING
 
 from runner import names
+from runner.compose import compose_config
+from runner.config import RunSpec, load_run_spec
+from runner.execute.processes import Child, StartMethod
+from runner.execute.workers import _result, _start
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 SETTINGS = (0, 1, 3, 5)
 OVERRIDES = ["+workload=rmsnorm_naive", "backend=cpu"]
+START_METHODS: tuple[StartMethod, ...] = ("spawn", "forkserver")
+
+
+def first_line() -> float:
+    """A target that only says when it began (CLOCK_MONOTONIC: one clock for every process)."""
+    return time.monotonic()
+
+
+def start_s(method: StartMethod) -> float:
+    """Seconds from `Child()` to the first line of its target."""
+    started = time.monotonic()
+    with Child("start", first_line, start_method=method) as child:
+        return float(child.result()) - started
+
+
+def whole_worker_s(spec: RunSpec, method: StartMethod) -> float:
+    """Seconds from `Child()` to the answer of a default worker: build, first call, warm-up, 200 steps."""
+    started = time.monotonic()
+    _result(_start(spec, 1, {}, None, method))
+    return time.monotonic() - started
+
+
+def compare_starts(rounds: int) -> None:
+    """Spawn against forkserver, interleaved, after one untimed worker of each (the page cache, the server)."""
+    spec = load_run_spec(compose_config("+workload=rmsnorm_naive", "backend=cpu", "tracking=off"))
+    for method in START_METHODS:
+        whole_worker_s(spec, method)
+    seconds: dict[tuple[str, StartMethod], list[float]] = {}
+    for i in range(rounds):
+        for method in START_METHODS if i % 2 == 0 else START_METHODS[::-1]:
+            seconds.setdefault(("start", method), []).append(start_s(method))
+            seconds.setdefault(("worker", method), []).append(whole_worker_s(spec, method))
+        print(f"start round {i + 1}/{rounds} done", file=sys.stderr, flush=True)
+    print(f"{'measured':>30} {'method':>10} {'median s':>9} {'min s':>7} {'max s':>7}")
+    for what, label in (("start", "Child() to target's first line"), ("worker", "a whole default worker")):
+        for method in START_METHODS:
+            values = seconds[(what, method)]
+            print(f"{label:>30} {method:>10} {statistics.median(values):9.3f} {min(values):7.3f} {max(values):7.3f}")
+        saved = statistics.median(seconds[(what, "spawn")]) - statistics.median(seconds[(what, "forkserver")])
+        print(f"{'':>30} {'saved':>10} {saved:9.3f}")
+    print(f"medians over {rounds} interleaved round(s)")
 
 
 def timed_job(uri: str, out: Path, overrides: list[str]) -> tuple[Run, float]:
     """One runner job: its MLflow run and the command's wall time in seconds."""
+    from gating import run_job  # benchmarks/gating.py, beside this script
+
     start = time.perf_counter()
     run = run_job(uri, out, overrides)
     return run, time.perf_counter() - start
@@ -46,6 +104,8 @@ def cv_text(runs: list[Run]) -> str:
 
 
 def main(rounds: int) -> None:
+    from gating import new_store, progress
+
     work = Path(tempfile.mkdtemp(prefix="processes-cost-"))
     uri = new_store(work)
     progress(f"store and job folders in {work}")
@@ -81,12 +141,16 @@ def main(rounds: int) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("rounds", nargs="?", type=int, default=2, help="interleaved rounds (default 2)")
+    parser.add_argument("rounds", nargs="?", type=int, default=2, help="interleaved rounds of jobs (default 2)")
+    parser.add_argument("--starts", type=int, default=5, help="interleaved rounds of worker starts (default 5)")
     args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error("rounds must be >= 1")
+    if args.rounds < 0 or args.starts < 1:
+        parser.error("rounds must be >= 0 and --starts >= 1")
     return args
 
 
 if __name__ == "__main__":
-    main(parse_args().rounds)
+    arguments = parse_args()
+    compare_starts(arguments.starts)
+    if arguments.rounds:
+        main(arguments.rounds)

@@ -1,4 +1,4 @@
-"""The environment manifest: software versions, device facts, allow-listed variables.
+"""The environment manifest: software versions, device facts, how workers start, allow-listed variables.
 
 Only variables with an allowed prefix are read, any whose name looks like a secret is
 dropped even then, and the values kept are redacted (a URI's password, `token=...` in a
@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
+from runner.backends.base import Backend
 from runner.backends.registry import MANIFEST_ENV_PREFIXES, MANIFEST_PACKAGES, MANIFEST_SYSTEM_PACKAGES
+from runner.execute.workers import worker_start
 from runner.secrets import redact
 
 ALLOWED_PREFIXES = (
@@ -65,13 +67,20 @@ def system_package_versions() -> dict[str, str | None]:
     return versions
 
 
-def build_manifest(device_facts: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """Everything needed to tell two runs' environments apart, safe to publish."""
+def build_manifest(
+    backend: Backend, environ: Mapping[str, str] = os.environ, placement: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything needed to tell two runs' environments apart, safe to publish, and how and where its workers run.
+
+    `placement`: where the job's workers or copies run (`Backend.placement_facts`), beside the device's facts.
+    """
+    workers = worker_start(backend)
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(),
         "system_packages": system_package_versions(),
-        "device": dict(device_facts),
+        "device": {**backend.manifest(), **(placement or {})},
+        "workers": {"start_method": workers.method, "why": workers.why},
         "environment": allowed_environment(environ),
     }

@@ -146,6 +146,11 @@ class Backend(ABC):
     # whether host-only profiler sessions may measure the profiler's own cost (runner.measure.window):
     # they must start no device capture
     measures_profiler_cost: ClassVar[bool] = True
+    # Whether steady-state workers and copies may be forked from a fork server that has only
+    # imported torch and the runner (runner.execute.processes), instead of each being a new
+    # interpreter: the server never touches the device (no CUDA context, no runtime), so each
+    # child starts it afresh as a spawned one would
+    fork_server: ClassVar[bool] = True
     # Config keys this device reads once per process, each with what reads it: a later job in a
     # process that already measured one runs on the first job's values, whatever its config says
     process_keys: ClassVar[dict[str, str]] = {}

@@ -1,11 +1,15 @@
 """Child processes that run one function and send back its answer: started, collected, stopped.
 
 Every process the runner starts for a piece of a job (a steady-state worker, a copy, a rank)
-or for a doctor's probe is a 'spawn' child: a fresh interpreter that inherits no torch, device
-runtime or thread-pool state from this one. The child calls its function and sends the return
-value, or the error with its traceback, down a pipe; the parent reads that answer or sees the
-child die (the pipe closes without a word), and never leaves a child behind: terminate, then
-kill what outlives the grace period.
+or for a doctor's probe inherits no torch, device runtime or thread-pool state from this one.
+A 'spawn' child is a fresh interpreter that imports what it needs (seconds, mostly torch). A
+'forkserver' child is forked from this process's fork server: a process started on the first
+such child, with this process's environment, that has imported torch, the worker module and
+the workloads (`FORK_SERVER_PRELOAD`) and touched no device; each child gets a copy of that
+state, and nothing of the children before it. The child calls its function and sends the
+return value, or the error with its traceback, down a pipe; the parent reads that answer or
+sees the child die (the pipe closes without a word), and never leaves a child behind:
+terminate, then kill what outlives the grace period.
 """
 
 from __future__ import annotations
@@ -20,8 +24,15 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Literal
+
+# how a child starts: a new interpreter, or a fork of the fork server
+StartMethod = Literal["spawn", "forkserver"]
+# what the fork server imports so that its children need not (named, not imported: this module
+# stays torch-free); a name the server fails to import is skipped, and a child imports it itself
+FORK_SERVER_PRELOAD = ("torch", "runner.execute.workers", "workloads")
 
 # seconds a child gets to end after a terminate (or a release) before it is killed
 STOP_GRACE_S = 5.0
@@ -73,25 +84,45 @@ class ChildSilent(ChildFailed):
         self.timeout_s = timeout_s
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent() -> None:
     """Have the kernel kill this child when its parent dies (Linux; elsewhere nothing is asked).
 
     A parent killed with SIGKILL sends no word: without this its workers ran on for as long as
     their steps lasted, holding cores and the job's stdout. The signal comes when the parent's
-    starting thread ends, so children are started from the parent's main thread.
+    starting thread ends, so children are started from the parent's main thread. A forked
+    child's parent is the fork server, which ends once every holder of the starting process's
+    "alive" pipe has gone: the child lets go of its copy, so the server ends with the process
+    that started it, and takes the child with it.
     """
+    server = forkserver._forkserver
+    alive = getattr(server, "_forkserver_alive_fd", None)  # set in a forked child only
+    if alive is not None:
+        os.close(alive)
+        setattr(server, "_forkserver_alive_fd", None)  # noqa: B010  (a private attribute typeshed lacks)
     if sys.platform != "linux":
         return
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before the request took hold
+    starter = multiprocessing.parent_process()  # the process that started this one, in either method
+    if starter is not None and not starter.is_alive():  # it died before the request took hold
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _answer(
-    target: Callable[..., Any], args: tuple[Any, ...], answers: Connection, hold: Connection | None, parent_pid: int
+    target: Callable[..., Any],
+    args: tuple[Any, ...],
+    answers: Connection,
+    hold: Connection | None,
+    environment: dict[str, str] | None,
 ) -> None:
-    """The child's main: call the target, send its answer, and, when held, wait to be released."""
-    _die_with_parent(parent_pid)
+    """The child's main: take its environment, call the target, send its answer, and, when held, wait to be released.
+
+    A forked child has the fork server's environment, fixed when the server started: it takes
+    the one its parent gave it, before the target reads any of it.
+    """
+    _die_with_parent()
+    if environment is not None:
+        os.environ.clear()
+        os.environ.update(environment)
     try:
         answer = Answer(value=target(*args))
     except BaseException as err:  # noqa: BLE001  (any failure is the parent's to report)
@@ -103,10 +134,14 @@ def _answer(
 
 
 class Child:
-    """`target(*args)` in a spawned process named `name`, with `env` set for it (None removes a variable).
+    """`target(*args)` in a new process named `name`, with `env` set for it (None removes a variable).
 
-    With `hold`, the child stays alive after answering until `release`d. A daemon child is
-    stopped when this process exits; a child that starts processes of its own must not be one.
+    `start_method` says how the process starts (module docstring). A forked child gets this
+    process's environment as it is now, with `env` applied, before its target runs; what an
+    interpreter reads only as it starts (glibc's MALLOC_*, torch's OMP_NUM_THREADS) the target
+    must set itself. With `hold`, the child stays alive after answering until `release`d. A
+    daemon child is stopped when this process exits; a child that starts processes of its own
+    must not be one.
     """
 
     def __init__(
@@ -117,18 +152,25 @@ class Child:
         env: Mapping[str, str | None] | None = None,
         hold: bool = False,
         daemon: bool = True,
+        start_method: StartMethod = "spawn",
     ) -> None:
-        context = multiprocessing.get_context("spawn")
+        forked = start_method == "forkserver"
+        context = multiprocessing.get_context("forkserver") if forked else multiprocessing.get_context("spawn")
+        if forked:  # before the first fork only: the server imports them when it starts
+            forkserver.set_forkserver_preload(list(FORK_SERVER_PRELOAD))
         self.name = name
         self._answers, send = context.Pipe(duplex=False)
         keep: Connection | None = None
         self._release: Connection | None = None
         if hold:
             keep, self._release = context.Pipe(duplex=False)
+        environment = _with(os.environ, env or {}) if forked else None
         self._process = context.Process(
-            target=_answer, args=(target, args, send, keep, os.getpid()), name=name, daemon=daemon
+            target=_answer, args=(target, args, send, keep, environment), name=name, daemon=daemon
         )
-        with _environment(env or {}), _born_ignoring_interrupts():
+        # the server starts inside the first forked child's start: with SIGINT ignored, which its
+        # children inherit, and with this process's environment, not that child's
+        with _environment({} if forked else env or {}), _born_ignoring_interrupts():
             self._process.start()
         send.close()
 
@@ -211,6 +253,12 @@ def _environment(variables: Mapping[str, str | None]) -> Iterator[None]:
         _apply(saved)
 
 
+def _with(environ: Mapping[str, str], variables: Mapping[str, str | None]) -> dict[str, str]:
+    """`environ` with `variables` set (or, for None, removed)."""
+    changed = {**environ, **variables}
+    return {name: value for name, value in changed.items() if value is not None}
+
+
 def _apply(variables: Mapping[str, str | None]) -> None:
     for name, value in variables.items():
         if value is None:
@@ -226,7 +274,9 @@ def _born_ignoring_interrupts() -> Iterator[None]:
     The parent stops its children itself. A Ctrl-C to the process group that reached a child
     while its interpreter started, before its own code could ignore it, killed it with
     `Fatal Python error: init_import_site` and a traceback. An ignored signal stays ignored
-    across exec, so the child never sees one; this process ignores it only while it forks.
+    across exec, so the child never sees one; this process ignores it only while it forks. The
+    fork server, started in such a block, gives its children the SIGINT handling it started
+    with: ignored.
     """
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

@@ -13,24 +13,61 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
-from runner.backends.base import WHOLE_MACHINE, Placement, Slot
+import torch
+
+from runner.backends.base import WHOLE_MACHINE, Backend, Placement, Slot
 from runner.backends.registry import backend_class, make_backend
 from runner.config import RunSpec
-from runner.execute.processes import Child, stop
+from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, stop
 from runner.measure.build import build_workload
-from runner.measure.host_memory import keep_freed_memory_env
+from runner.measure.host_memory import keep_freed_memory
 from runner.measure.loop import RoundPlace, SteadyState, steady_state, timed_step, timed_steps, warm_up
 
 log = logging.getLogger(__name__)
 # how long a copy waits for the others to be ready (their first calls may compile)
 BARRIER_TIMEOUT_S = 1800
+# the variable torch takes its thread count from when it loads
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """How a job's workers and copies start (runner.execute.processes), and why: for the manifest."""
+
+    method: StartMethod
+    why: str
+
+
+def worker_start(backend: Backend | type[Backend]) -> WorkerStart:
+    """A fork of the fork server where the backend and the platform allow it, else a new interpreter."""
+    if not backend.fork_server:
+        return WorkerStart("spawn", f"backend={backend.name} does not allow forking its workers")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return WorkerStart("spawn", f"multiprocessing has no fork server on {sys.platform}")
+    return WorkerStart("forkserver", f"forked from a server that imported {', '.join(FORK_SERVER_PRELOAD)}")
+
+
+def _set_what_start_reads(spec: RunSpec) -> None:
+    """Set what a new interpreter takes from its environment as it starts, in a worker forked after that.
+
+    A forked worker inherits the allocator mode and thread count the fork server started with,
+    from the job's environment: glibc reads MALLOC_* as a process starts, and torch reads
+    OMP_NUM_THREADS as it loads, so the worker's own (its slot's threads) are set here. A
+    spawned worker is set the same way, so both start methods run in the same mode.
+    """
+    if spec.measure.keep_freed_memory:
+        keep_freed_memory()
+    if (threads := os.environ.get(THREADS_ENV, "")).isdigit():
+        torch.set_num_threads(int(threads))
 
 
 def _worker(
@@ -38,6 +75,7 @@ def _worker(
 ) -> tuple[list[list[float]], float, float]:
     # born ignoring SIGINT (runner.execute.processes): the job stops its workers itself
     try:
+        _set_what_start_reads(spec)
         if placement is not None:
             placement.take()  # before the workload's first call starts torch's threads
         backend = make_backend(spec.backend)
@@ -59,6 +97,7 @@ def _worker(
 
 def _first_call(spec: RunSpec) -> float:
     """Build the workload and make its first call (compilation fills the caches); its seconds."""
+    _set_what_start_reads(spec)
     backend = make_backend(spec.backend)
     return timed_step(build_workload(spec.workload, backend), backend)
 
@@ -69,9 +108,8 @@ def _placement(spec: RunSpec, number: int, slot: Slot) -> Placement | None:
 
 
 def _start(name: str, target: Callable[..., Any], spec: RunSpec, *args: Any, slot: Slot = WHOLE_MACHINE) -> Child:
-    return Child(
-        name, target, spec, *args, env={**keep_freed_memory_env(spec.measure.keep_freed_memory), **dict(slot.env)}
-    )
+    method = worker_start(backend_class(spec.backend.name)).method
+    return Child(name, target, spec, *args, env=dict(slot.env), start_method=method)
 
 
 def start_first_call(spec: RunSpec, name: str) -> Child:
@@ -114,7 +152,8 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     """
     # the slot's environment pins each copy; backend.cores would pin every copy back to the job's cores
     spec = replace(spec, backend=spec.backend.unpinned())
-    start_together = multiprocessing.get_context("spawn").Barrier(len(slots))
+    method = worker_start(backend_class(spec.backend.name)).method
+    start_together = multiprocessing.get_context(method).Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
     workers: list[Child] = []
     try:

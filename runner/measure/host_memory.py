@@ -19,7 +19,7 @@ import platform
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 KEEP_UP_TO_BYTES = 32 * 2**20
 TRIM_ABOVE_BYTES = 2**30
-# the same settings for a process not started yet: glibc reads them at start-up
+# the same settings as variables, which glibc reads as a process starts: a user who set one chose
 KEEP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(KEEP_UP_TO_BYTES), "MALLOC_TRIM_THRESHOLD_": str(TRIM_ABOVE_BYTES)}
 
 
@@ -34,8 +34,3 @@ def keep_freed_memory() -> bool:
         return False
     libc = ctypes.CDLL(None)
     return bool(libc.mallopt(M_MMAP_THRESHOLD, KEEP_UP_TO_BYTES) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_ABOVE_BYTES))
-
-
-def keep_freed_memory_env(enabled: bool) -> dict[str, str]:
-    """The variables that start a new process in the fixed mode (none the user already set)."""
-    return {k: v for k, v in KEEP_ENV.items() if k not in os.environ} if enabled and is_glibc() else {}

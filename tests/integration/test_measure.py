@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -17,12 +18,14 @@ from runner.backends.base import Backend, CaptureReport
 from runner.backends.cpu import CpuBackend
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
-from runner.config import BackendConfig, ConfigError, ScheduleConfig, load_run_spec
+from runner.config import BackendConfig, ConfigError, RunSpec, ScheduleConfig, load_run_spec
+from runner.execute import workers
 from runner.execute.in_process import steady_state_source
-from runner.execute.processes import ChildFailed
+from runner.execute.processes import Child, ChildFailed, StartMethod
 from runner.execute.workers import start_steady_state, steady_state_in_processes, steps
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
+from runner.measure.host_memory import is_glibc
 from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
@@ -210,12 +213,49 @@ def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str
         steady_state_in_processes(spec, 1)
 
 
-def test_a_ctrl_c_while_a_worker_starts_leaves_it_running() -> None:
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_ctrl_c_while_a_worker_starts_leaves_it_running(method: StartMethod, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(CpuBackend, "fork_server", method == "forkserver")
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
     worker = start_steady_state(spec, "steady-state worker 1", 1)
     os.kill(worker.pid, signal.SIGINT)  # what a Ctrl-C to the process group does while it starts
     samples = steps(worker)
     assert len(samples) == 1 and len(samples[0]) == spec.measure.steps
+
+
+class MallocInfo(ctypes.Structure):
+    """glibc's struct mallinfo2."""
+
+    _fields_ = [(field, ctypes.c_size_t) for field in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                       "fsmblks", "uordblks", "fordblks", "keepcost")]  # fmt: skip
+
+
+def threads_and_mapped_blocks(spec: RunSpec, set_first: bool) -> tuple[int, int]:
+    """torch's thread count, and how many mmapped blocks a 24 MiB allocation adds (0: from the heap)."""
+    if set_first:
+        workers._set_what_start_reads(spec)
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallocInfo
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(24 * 2**20)
+    mapped = libc.mallinfo2().hblks - before
+    libc.free(block)
+    return torch.get_num_threads(), mapped
+
+
+@pytest.mark.skipif(not is_glibc(), reason="the allocator's mode is glibc's")
+def test_a_forked_worker_runs_on_its_own_threads_and_allocator_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
+    threads = (os.cpu_count() or 1) + 1  # not what the fork server read when it started
+    env = {"OMP_NUM_THREADS": str(threads)}
+    seen = {}
+    for set_first in (False, True):
+        with Child("worker", threads_and_mapped_blocks, spec, set_first, env=env, start_method="forkserver") as child:
+            seen[set_first] = child.result()
+    assert seen[False][0] != threads and seen[False][1] == 1  # the server's: as it started, without the job's
+    assert seen[True] == (threads, 0)  # the worker's own, once it sets them
 
 
 def neuron_backend() -> NeuronBackend:

@@ -1,7 +1,9 @@
 """The one way the runner starts a child process: its answer, its error, its death, its stop.
 
-The targets are tiny functions of this module (a spawned child imports them by name), so each
-child costs an interpreter start and no torch.
+Each behaviour holds for both start methods (`start_method`): a spawned child and one forked
+from the fork server. The targets are tiny functions of this module (a child imports them by
+name), so a spawned child costs an interpreter start and no torch; the fork server, started once
+per test process, imports torch once.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ import pytest
 
 from runner.doctor.probe import FreshProcess, ProcessFailed
 from runner.execute import processes
-from runner.execute.processes import Child, ChildDied, ChildRaised, ChildSilent, answered, stop
+from runner.execute.processes import (
+    FORK_SERVER_PRELOAD,
+    Child,
+    ChildDied,
+    ChildRaised,
+    ChildSilent,
+    StartMethod,
+    answered,
+    stop,
+)
 from tests.helpers import REPO
 
 
@@ -45,29 +56,80 @@ def interrupts_ignored() -> bool:
     return signal.getsignal(signal.SIGINT) == signal.SIG_IGN
 
 
-def test_a_child_returns_its_value_with_its_own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def leaves_a_mark() -> dict[str, object]:
+    """What a child finds of an earlier child's state, then leaves some of its own: a module global, a heap block."""
+    import torch  # the fork server's: this module imports no torch
+
+    found = {"pid": os.getpid(), "mark": getattr(torch, "_left_by_a_child", None), "cuda": torch.cuda.is_initialized()}
+    torch._left_by_a_child = torch.full((2**20,), float(os.getpid()))  # type: ignore[attr-defined]
+    return found
+
+
+def preloaded() -> list[str]:
+    """The fork server's imports this child has: this module imports none of them."""
+    return [name for name in FORK_SERVER_PRELOAD if name in sys.modules]
+
+
+@pytest.fixture(params=["spawn", "forkserver"])
+def start_method(request: pytest.FixtureRequest) -> StartMethod:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_a_child_returns_its_value_with_its_own_environment(
+    monkeypatch: pytest.MonkeyPatch, start_method: StartMethod
+) -> None:
     monkeypatch.setenv("REMOVED_FOR_THE_CHILD", "parent's")
     monkeypatch.delenv("SET_FOR_THE_CHILD", raising=False)
     env = {"SET_FOR_THE_CHILD": "child's", "REMOVED_FOR_THE_CHILD": None}
-    with Child("probe", environment_seen, "SET_FOR_THE_CHILD", "REMOVED_FOR_THE_CHILD", env=env) as child:
+    names = ("SET_FOR_THE_CHILD", "REMOVED_FOR_THE_CHILD")
+    with Child("probe", environment_seen, *names, env=env, start_method=start_method) as child:
         assert child.result() == {"SET_FOR_THE_CHILD": "child's", "REMOVED_FOR_THE_CHILD": None}
     assert "SET_FOR_THE_CHILD" not in os.environ and os.environ["REMOVED_FOR_THE_CHILD"] == "parent's"
 
 
-def test_a_child_that_raises_carries_its_traceback_and_its_error_in_one_line() -> None:
-    with Child("probe", raises) as child, pytest.raises(ChildRaised) as raised:
+def test_a_forked_child_has_the_environment_of_now_not_the_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    with Child("first", pow, 2, 3, start_method="forkserver") as first:  # the server runs from here on
+        assert first.result() == 8
+    monkeypatch.setenv("SET_AFTER_THE_SERVER_STARTED", "now")
+    monkeypatch.delenv("HOME", raising=False)  # the server has it
+    with Child("probe", environment_seen, "SET_AFTER_THE_SERVER_STARTED", "HOME", start_method="forkserver") as child:
+        assert child.result() == {"SET_AFTER_THE_SERVER_STARTED": "now", "HOME": None}
+
+
+def test_a_forked_child_has_a_fresh_heap_and_no_device_state() -> None:
+    seen = []
+    for name in ("first", "second"):
+        with Child(name, leaves_a_mark, start_method="forkserver") as child:
+            seen.append(child.result())
+    assert seen[0]["pid"] != seen[1]["pid"]
+    assert [found["mark"] for found in seen] == [None, None]  # the first's global and tensor died with it
+    assert [found["cuda"] for found in seen] == [False, False]  # the server never initialised CUDA
+
+
+def test_a_forked_child_finds_torch_the_worker_and_the_workloads_imported() -> None:
+    with Child("probe", preloaded, start_method="forkserver") as child:
+        assert child.result() == list(FORK_SERVER_PRELOAD)
+    with Child("probe", preloaded) as child:  # a spawned one imports only what its target needs
+        assert child.result() == []
+
+
+def test_a_child_that_raises_carries_its_traceback_and_its_error_in_one_line(start_method: StartMethod) -> None:
+    with Child("probe", raises, start_method=start_method) as child, pytest.raises(ChildRaised) as raised:
         child.result()
     assert str(raised.value).startswith("probe raised: ValueError: bad input\nTraceback (most recent call last):")
     assert "in raises" in str(raised.value) and raised.value.error == "ValueError: bad input"
 
 
-def test_a_child_killed_by_a_signal_died_with_its_exit_code() -> None:
-    with Child("probe", dies) as child, pytest.raises(ChildDied, match=r"^probe died \(exit code -9\)$"):
+def test_a_child_killed_by_a_signal_died_with_its_exit_code(start_method: StartMethod) -> None:
+    with (
+        Child("probe", dies, start_method=start_method) as child,
+        pytest.raises(ChildDied, match=r"^probe died \(exit code -9\)$"),
+    ):
         child.result()
 
 
-def test_a_hung_child_is_silent_past_its_time_then_stopped() -> None:
-    child = Child("probe", hangs)
+def test_a_hung_child_is_silent_past_its_time_then_stopped(start_method: StartMethod) -> None:
+    child = Child("probe", hangs, start_method=start_method)
     with pytest.raises(ChildSilent, match=r"^probe gave no answer within 0.2 s$"):
         child.result(timeout_s=0.2)
     assert child.is_alive()
@@ -93,9 +155,9 @@ def test_a_held_child_ends_on_its_own_once_released() -> None:
     assert not child.is_alive()
 
 
-def test_a_child_is_born_ignoring_interrupts_and_the_parent_keeps_its_handler() -> None:
+def test_a_child_is_born_ignoring_interrupts_and_the_parent_keeps_its_handler(start_method: StartMethod) -> None:
     before = signal.getsignal(signal.SIGINT)
-    with Child("probe", interrupts_ignored) as child:
+    with Child("probe", interrupts_ignored, start_method=start_method) as child:
         assert child.result() is True
     assert signal.getsignal(signal.SIGINT) is before
 
@@ -126,29 +188,45 @@ def test_the_doctors_fresh_process_gives_up_on_a_hang(monkeypatch: pytest.Monkey
         fresh.result(timeout_s=0.2)
 
 
-# a parent that starts a hanging child, prints the child's pid, and waits to be killed
+def says_it_runs_then_hangs() -> None:
+    print("child", os.getpid(), flush=True)  # on the parent's stdout, which the child (or its server) inherited
+    hangs()
+
+
+# a parent that starts a hanging child, prints the fork server's pid (if any), and waits to be killed
 PARENT = """
-import time
+import sys, time
+from multiprocessing import forkserver
 from runner.execute.processes import Child
-from tests.integration.test_processes import hangs
-child = Child("worker", hangs)
-print(child.pid, flush=True)
+from tests.integration.test_processes import says_it_runs_then_hangs
+child = Child("worker", says_it_runs_then_hangs, start_method=sys.argv[1])
+print("server", forkserver._forkserver._forkserver_pid, flush=True)
 time.sleep(60)
 """
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="the kernel's parent-death signal is Linux's")
-def test_a_child_dies_with_a_parent_killed_without_a_word() -> None:
-    with subprocess.Popen([sys.executable, "-c", PARENT], cwd=REPO, stdout=subprocess.PIPE, text=True) as parent:
-        assert parent.stdout is not None
-        child_pid = int(parent.stdout.readline())
-        parent.kill()  # SIGKILL: the parent stops nothing itself
-    deadline = time.monotonic() + 10
+def gone(pid: int, within_s: float) -> bool:
+    """Whether the process `pid` ends within `within_s` (a zombie counts as alive until reaped)."""
+    deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         try:
-            os.kill(child_pid, 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
-            return  # gone (reaped by init once orphaned)
+            return True  # gone (reaped by init once orphaned)
         time.sleep(0.1)
-    os.kill(child_pid, signal.SIGKILL)
-    pytest.fail(f"the child {child_pid} outlived its killed parent by 10 s")
+    return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the kernel's parent-death signal is Linux's")
+def test_a_child_dies_with_a_parent_killed_without_a_word(start_method: StartMethod) -> None:
+    command = [sys.executable, "-c", PARENT, start_method]
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout is not None
+        pids = dict(parent.stdout.readline().split() for _ in range(2))  # once the child runs its target
+        parent.kill()  # SIGKILL: the parent stops nothing itself
+    child, server = pids["child"], pids["server"]
+    assert (server == "None") == (start_method == "spawn")
+    left = [int(pid) for pid in (child, server) if pid != "None" and not gone(int(pid), 10)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{left} outlived their killed parent by 10 s (child {child}, fork server {server})"

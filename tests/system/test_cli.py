@@ -37,6 +37,26 @@ def test_single_run(tmp_path: Path, tracking_uri: str) -> None:
     assert list((tmp_path / "run" / names.TRACE_FOLDER).rglob(names.TRACE_FILE))
 
 
+# `python -m runner ARGS` that says as it exits whether its process started a fork server
+SAYS_IF_A_FORK_SERVER_RAN = (
+    "import atexit, runpy, sys\n"
+    "from multiprocessing import forkserver\n"
+    "atexit.register(lambda: print('fork server', forkserver._forkserver._forkserver_pid is not None))\n"
+    "runpy.run_module('runner', run_name='__main__')\n"
+)
+
+
+@pytest.mark.parametrize(("processes", "started"), [(0, False), (1, True)])
+def test_the_fork_server_starts_with_the_first_worker(
+    tmp_path: Path, tracking_uri: str, processes: int, started: bool
+) -> None:
+    args = ["+workload=rmsnorm_naive", "backend=cpu", "measure=quick", f"measure.processes={processes}", *SMALL]
+    command = [sys.executable, "-c", SAYS_IF_A_FORK_SERVER_RAN, *args, f"hydra.run.dir={tmp_path}/run"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith(f"fork server {started}\n")
+
+
 @pytest.mark.smoke
 def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None:
     # in a sweep over workloads, workload keys need ++ (the sweep's base config has no workload)

@@ -32,10 +32,8 @@ SECRET = "do-not-leak-4f2a"
 TINY_RMSNORM = ("+workload=rmsnorm_naive", "workload.hidden=16", "workload.seq_len=2")
 
 
-def run_neuron(
-    tmp_path: Path, *args: str, standin: bool = True, workload: tuple[str, ...] = TINY_RMSNORM, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """`python -m runner` on a stand-in Neuron host; a sweep when args start with -m."""
+def neuron_host(tmp_path: Path, standin: bool = True, **env: str) -> dict[str, str]:
+    """The environment of a process on a stand-in Neuron host, its calls logged in tmp_path."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
     environ.update(NEURON_STANDIN_LOG=str(tmp_path / "calls.jsonl"), NEURON_STANDIN_STATE=str(tmp_path / "nrt"))
     # the NEFF cache through the environment: backend.neff_cache_dir is a key of backend=neuron alone
@@ -43,11 +41,18 @@ def run_neuron(
     if standin:
         environ["PYTHONPATH"] = str(STANDIN)
         environ["PATH"] = f"{STANDIN / 'bin'}{os.pathsep}{environ['PATH']}"
+    return environ
+
+
+def run_neuron(
+    tmp_path: Path, *args: str, standin: bool = True, workload: tuple[str, ...] = TINY_RMSNORM, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`python -m runner` on a stand-in Neuron host; a sweep when args start with -m."""
     where = f"hydra.sweep.dir={tmp_path / 'sweep'}" if args[:1] == ("-m",) else f"hydra.run.dir={tmp_path / 'run'}"
     cmd = [
         sys.executable, "-m", "runner", *args[:1], *workload, "measure=quick", where, *args[1:],
     ]  # fmt: skip
-    return subprocess.run(cmd, cwd=REPO, env=environ, capture_output=True, text=True)
+    return subprocess.run(cmd, cwd=REPO, env=neuron_host(tmp_path, standin, **env), capture_output=True, text=True)
 
 
 def calls(tmp_path: Path) -> list[dict[str, Any]]:
@@ -242,6 +247,30 @@ def test_copies_each_get_a_core_of_the_job_before_the_job_starts_the_runtime(tmp
     starts = [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"]
     assert sorted(starts[:2]) == ["0", "1"] and starts[2:] == ["0-1"]  # the copies, then the job itself
     assert "steady state: 2 copies at once (NeuronCores 0; NeuronCores 1)" in done.stdout
+
+
+def runtime_of_a_forked_child() -> tuple[bool, bool]:
+    """Whether the runtime had started when this child began, and whether it starts here."""
+    started = torch.neuron.is_initialized()  # type: ignore[attr-defined]
+    torch.ones(1).to("neuron")  # refused in a child forked after its parent started the runtime
+    return started, torch.neuron.is_initialized()  # type: ignore[attr-defined]
+
+
+def test_the_fork_server_starts_no_runtime_and_its_children_start_their_own(tmp_path: Path) -> None:
+    code = (
+        "from runner.execute.processes import Child\n"
+        "from tests.system.test_neuron_backend import runtime_of_a_forked_child as probe\n"
+        "with Child('copy', probe, env={'NEURON_RT_VISIBLE_CORES': '1'}, start_method='forkserver') as child:\n"
+        "    print(child.result())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=neuron_host(tmp_path), capture_output=True, text=True, timeout=300
+    )
+    assert done.stdout == "(False, True)\n", done.stderr
+    # the server's `import torch` loaded the stand-in (its import logged), and only the child started a runtime
+    events = [e["event"] for e in calls(tmp_path)]
+    assert events.count("import") >= 2 and events.count("runtime_start") == 1
+    assert [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"] == ["1"]
 
 
 def test_the_core_scaling_study_runs_on_neuron(tmp_path: Path, tracking_uri: str) -> None:

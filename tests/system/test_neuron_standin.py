@@ -132,6 +132,29 @@ def test_visible_cores_must_be_contiguous(tmp_path: Path, visible: str, ok: bool
         assert claims(tmp_path) == []
 
 
+def test_a_child_forked_after_the_runtime_started_cannot_use_it(tmp_path: Path) -> None:
+    code = """
+import os, torch, torch_neuronx
+def fork_and_start():
+    pid = os.fork()
+    if pid == 0:
+        try:
+            torch.ones(1).to("neuron")
+        except RuntimeError as err:
+            print(err, flush=True)
+            os._exit(1)
+        os._exit(0)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+before = fork_and_start()  # forked before the runtime started: it starts its own
+torch.ones(1).to("neuron")
+print(before, fork_and_start())
+"""
+    done = python(tmp_path, code, "0")
+    assert done.returncode == 0, done.stderr
+    refused = "Cannot re-initialize Neuron runtime in forked subprocess. To use Neuron with multiprocessing, you must"
+    assert done.stdout.startswith(refused) and done.stdout.endswith("\n0 1\n")
+
+
 def test_device_count_is_cached_and_starts_nothing(tmp_path: Path) -> None:
     code = """
 import glob, os, torch, torch_neuronx

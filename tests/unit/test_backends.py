@@ -13,7 +13,7 @@ from runner.backends.cpu import CpuBackend
 from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
 from runner.backends.registry import BACKEND_CLASSES, COMPILE_CACHES
-from runner.config import load_run_spec
+from runner.config import BackendConfig, load_run_spec
 from runner.execute import ranks
 from runner.manifest import build_manifest
 from runner.measure.compile_cache import use_compile_cache
@@ -50,7 +50,7 @@ def test_the_cache_study_moves_every_backends_compile_caches(tmp_path: Path, mon
 
 def test_the_manifest_records_every_backends_variables_and_packages() -> None:
     environ = {"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": "1", "NEURON_RT_VISIBLE_CORES": "0-1", "HOME": "/root"}
-    manifest = build_manifest({}, environ)
+    manifest = build_manifest(CpuBackend(BackendConfig(name="cpu")), environ)
     assert manifest["environment"] == {key: value for key, value in environ.items() if key != "HOME"}
     for cls in (CpuBackend, CudaBackend, NeuronBackend):
         assert set(cls.manifest_packages) <= set(manifest["packages"])
@@ -77,3 +77,14 @@ def test_the_manifest_names_each_workers_cores_and_threads(
     facts = CpuBackend(spec.backend).placement_facts(spec)
     assert facts[names.MANIFEST_CPU_PLACEMENT] == placement
     assert facts[names.MANIFEST_CPU_WORKERS] == [{"cores": cores, "threads": threads} for cores, threads in workers]
+
+
+def test_the_manifest_says_how_workers_start_and_why_they_are_spawned(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = CpuBackend(BackendConfig(name="cpu"))
+    forked = build_manifest(backend, {})["workers"]
+    assert forked == {"start_method": "forkserver", "why": "forked from a server that imported " + ", ".join(
+        ["torch", "runner.execute.workers", "workloads"]
+    )}  # fmt: skip
+    monkeypatch.setattr(CpuBackend, "fork_server", False)
+    spawned = build_manifest(backend, {})["workers"]
+    assert spawned == {"start_method": "spawn", "why": "backend=cpu does not allow forking its workers"}

@@ -23,6 +23,7 @@ _runtime_started = False
 _owned: list[int] = []  # absolute indices of the cores this process's runtime reserved
 _claims: list[Path] = []  # their claim files, released at exit
 _device_count: int | None = None
+_in_bad_fork = False  # forked from a process whose runtime had started (SRC's _after_fork)
 
 
 def total_cores() -> int:
@@ -151,11 +152,28 @@ def _release_claims() -> None:
     _claims.clear()
 
 
+def _after_fork_in_child() -> None:
+    """A child forked after the runtime started has none of its own, and may not start one (SRC's _after_fork)."""
+    global _runtime_started, _in_bad_fork
+    if _runtime_started:
+        _in_bad_fork, _runtime_started = True, False
+        _owned.clear()
+        _claims.clear()  # the parent's to release
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def start_runtime() -> None:
     """NRT starts on first device use: it reads NEURON_RT_VISIBLE_CORES and reserves those cores."""
     global _runtime_started
     if _runtime_started:
         return
+    if _in_bad_fork:
+        raise RuntimeError(
+            "Cannot re-initialize Neuron runtime in forked subprocess. To use Neuron with multiprocessing, "
+            "you must use the 'spawn' start method"
+        )
     visible = os.environ.get(VISIBLE_CORES_ENV)
     try:
         cores = visible_cores(visible)
@@ -232,7 +250,7 @@ def is_initialized() -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    return _in_bad_fork
 
 
 def manual_seed_all(seed: int) -> None:
