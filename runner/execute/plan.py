@@ -19,7 +19,7 @@ from runner.execute.in_process import measure_job
 from runner.execute.ranks import cross_rank, rank_folder, run_ranks
 from runner.execute.rounds import sweep_rounds
 from runner.execute.slurm_ranks import SlurmTask, check_world, lead, slurm_task
-from runner.execute.workers import steady_state_concurrently
+from runner.execute.workers import prepare_workers, steady_state_concurrently
 from runner.measure.build import BuiltWorkload, build_workload
 from runner.measure.compile_cache import use_compile_cache
 from runner.measure.layers import check_layer_names
@@ -139,6 +139,8 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "") -> Execution:
         slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
         return LocalRanks(_rank_spec(spec), output_dir, backend, slots)
     timed = sweep_rounds(config_key)
+    if timed is None and backend.worker_processes(spec.measure.processes):
+        prepare_workers(spec)
     if spec.measure.copies is not None:
         timed = steady_state_concurrently(spec, backend.concurrent_slots(spec.measure.copies))
     backend.match_workers()

@@ -133,6 +133,18 @@ def _answer(
             hold.recv()
 
 
+def start_fork_server() -> None:
+    """Start this process's fork server, if it is not running: its imports take seconds.
+
+    A job that will fork workers starts it early, so those imports overlap the job's own work
+    (the first call, opening its run) instead of delaying its first worker. It starts with this
+    process's environment and SIGINT ignored, which its children inherit.
+    """
+    forkserver.set_forkserver_preload(list(FORK_SERVER_PRELOAD))  # read when the server starts
+    with _born_ignoring_interrupts():
+        forkserver.ensure_running()
+
+
 class Child:
     """`target(*args)` in a new process named `name`, with `env` set for it (None removes a variable).
 
@@ -156,8 +168,8 @@ class Child:
     ) -> None:
         forked = start_method == "forkserver"
         context = multiprocessing.get_context("forkserver") if forked else multiprocessing.get_context("spawn")
-        if forked:  # before the first fork only: the server imports them when it starts
-            forkserver.set_forkserver_preload(list(FORK_SERVER_PRELOAD))
+        if forked:
+            start_fork_server()
         self.name = name
         self._answers, send = context.Pipe(duplex=False)
         keep: Connection | None = None
@@ -168,8 +180,6 @@ class Child:
         self._process = context.Process(
             target=_answer, args=(target, args, send, keep, environment), name=name, daemon=daemon
         )
-        # the server starts inside the first forked child's start: with SIGINT ignored, which its
-        # children inherit, and with this process's environment, not that child's
         with _environment({} if forked else env or {}), _born_ignoring_interrupts():
             self._process.start()
         send.close()

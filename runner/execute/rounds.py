@@ -27,7 +27,7 @@ from runner import names
 from runner.backends.base import Backend, Slot
 from runner.config import RunSpec
 from runner.execute.processes import Child, ChildFailed, answered, stop
-from runner.execute.workers import start_first_call, start_steady_state, steps
+from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps
 from runner.files import write_whole
 from runner.measure.loop import RoundPlace, SteadyState
 
@@ -75,6 +75,8 @@ def time_rounds(
 ) -> dict[str, SteadyState]:
     """Each job's steady state by its key, timed in interleaved rounds; a job with a failed worker is left out."""
     failed: set[int] = set()
+    for each in jobs:
+        prepare_workers(each.spec)
     for index, first in enumerate(jobs):
         log.info("rounds: first call %d/%d: %s ...", index + 1, len(jobs), first.name)
         try:

@@ -27,7 +27,7 @@ import torch
 from runner.backends.base import WHOLE_MACHINE, Backend, Placement, Slot
 from runner.backends.registry import backend_class, make_backend
 from runner.config import RunSpec
-from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, stop
+from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, start_fork_server, stop
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory
 from runner.measure.loop import RoundPlace, SteadyState, steady_state, timed_step, timed_steps, warm_up
@@ -93,6 +93,12 @@ def _worker(
         if start_together is not None:
             start_together.abort()  # the other copies stop waiting for this one
         raise
+
+
+def prepare_workers(spec: RunSpec) -> None:
+    """Get ready to start this spec's workers: a fork server starts now, its imports beside the job's work."""
+    if worker_start(backend_class(spec.backend.name)).method == "forkserver":
+        start_fork_server()
 
 
 def _first_call(spec: RunSpec) -> float:
