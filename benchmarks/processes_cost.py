@@ -4,7 +4,9 @@ First, a worker process's start by each start method, side by side (runner.execu
 in interleaved rounds (the order reversed every other round), (a) from `Child()` to the first
 line of its target, and (b) a whole default worker (its build, first call, 5 warm-up calls and
 200 timed steps of rmsnorm_naive at the default shape, backend=cpu), from `Child()` to its
-answer. Prints the median, min and max of each, and forkserver's saving.
+answer, and (c) one round of the three-variant RMSNorm sweep (a worker of the naive, built-in
+and compiled variant, one after another, as `runner.execute.rounds` starts them). Prints the
+median, min and max of each, and forkserver's saving.
 
 Then rmsnorm_naive (4x128x512, backend=cpu) with measure.processes=0 (steady state in the
 job's own process), 1, 3 (the CPU default) and 5, in interleaved rounds (the order reversed
@@ -27,14 +29,18 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner import names
+from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
 from runner.config import RunSpec, load_run_spec
 from runner.execute.processes import Child, StartMethod
-from runner.execute.workers import _result, _start
+from runner.execute.rounds import RoundJob, _round
+from runner.execute.workers import prepare_workers, start_steady_state, steps
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -56,26 +62,57 @@ def start_s(method: StartMethod) -> float:
         return float(child.result()) - started
 
 
+@contextmanager
+def workers_started_by(method: StartMethod) -> Iterator[None]:
+    """CPU workers started by `method`, whatever the backend allows (the benchmark's one switch)."""
+    allowed = CpuBackend.fork_server
+    CpuBackend.fork_server = method == "forkserver"
+    try:
+        yield
+    finally:
+        CpuBackend.fork_server = allowed
+
+
 def whole_worker_s(spec: RunSpec, method: StartMethod) -> float:
     """Seconds from `Child()` to the answer of a default worker: build, first call, warm-up, 200 steps."""
     started = time.monotonic()
-    _result(_start(spec, 1, {}, None, method))
+    with workers_started_by(method):
+        steps(start_steady_state(spec, "steady-state worker 1", 1))
+    return time.monotonic() - started
+
+
+def round_s(jobs: list[RoundJob], method: StartMethod) -> float:
+    """Seconds for one round: a worker of each job, one after another."""
+    started = time.monotonic()
+    with workers_started_by(method):
+        _round(jobs, list(range(len(jobs))), 1, None)
     return time.monotonic() - started
 
 
 def compare_starts(rounds: int) -> None:
     """Spawn against forkserver, interleaved, after one untimed worker of each (the page cache, the server)."""
     spec = load_run_spec(compose_config("+workload=rmsnorm_naive", "backend=cpu", "tracking=off"))
+    variants = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
+    specs = [load_run_spec(compose_config(f"+workload={name}", "backend=cpu", "tracking=off")) for name in variants]
+    jobs = [RoundJob(variant, variant, variant_spec, 1) for variant, variant_spec in zip(variants, specs, strict=True)]
+    prepare_workers(specs)  # the fork server, with torch.compile's modules for the compiled variant
     for method in START_METHODS:
         whole_worker_s(spec, method)
+        round_s(jobs, method)  # the compiled variant's caches, the server
     seconds: dict[tuple[str, StartMethod], list[float]] = {}
     for i in range(rounds):
         for method in START_METHODS if i % 2 == 0 else START_METHODS[::-1]:
             seconds.setdefault(("start", method), []).append(start_s(method))
             seconds.setdefault(("worker", method), []).append(whole_worker_s(spec, method))
+            seconds.setdefault(("round", method), []).append(round_s(jobs, method))
         print(f"start round {i + 1}/{rounds} done", file=sys.stderr, flush=True)
     print(f"{'measured':>30} {'method':>10} {'median s':>9} {'min s':>7} {'max s':>7}")
-    for what, label in (("start", "Child() to target's first line"), ("worker", "a whole default worker")):
+    measured = (
+        ("start", "Child() to target's first line"),
+        ("worker", "a whole default worker"),
+        ("round", "a round of the 3-variant sweep"),
+    )
+    for what, label in measured:
         for method in START_METHODS:
             values = seconds[(what, method)]
             print(f"{label:>30} {method:>10} {statistics.median(values):9.3f} {min(values):7.3f} {max(values):7.3f}")

@@ -140,7 +140,7 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "") -> Execution:
         return LocalRanks(_rank_spec(spec), output_dir, backend, slots)
     timed = sweep_rounds(config_key)
     if timed is None and backend.worker_processes(spec.measure.processes):
-        prepare_workers(spec)
+        prepare_workers([spec])
     if spec.measure.copies is not None:
         timed = steady_state_concurrently(spec, backend.concurrent_slots(spec.measure.copies))
     backend.match_workers()

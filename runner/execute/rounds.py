@@ -75,8 +75,7 @@ def time_rounds(
 ) -> dict[str, SteadyState]:
     """Each job's steady state by its key, timed in interleaved rounds; a job with a failed worker is left out."""
     failed: set[int] = set()
-    for each in jobs:
-        prepare_workers(each.spec)
+    prepare_workers([job.spec for job in jobs])
     for index, first in enumerate(jobs):
         log.info("rounds: first call %d/%d: %s ...", index + 1, len(jobs), first.name)
         try:

@@ -95,10 +95,10 @@ def _worker(
         raise
 
 
-def prepare_workers(spec: RunSpec) -> None:
-    """Get ready to start this spec's workers: a fork server starts now, its imports beside the job's work."""
-    if worker_start(backend_class(spec.backend.name)).method == "forkserver":
-        start_fork_server()
+def prepare_workers(specs: list[RunSpec]) -> None:
+    """Get ready to start these specs' workers: a fork server starts now, its imports beside the job's work."""
+    if any(worker_start(backend_class(spec.backend.name)).method == "forkserver" for spec in specs):
+        start_fork_server(compiler=any(spec.workload.compile for spec in specs))
 
 
 def _first_call(spec: RunSpec) -> float:
