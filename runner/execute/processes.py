@@ -73,7 +73,7 @@ class ChildSilent(ChildFailed):
         self.timeout_s = timeout_s
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Have the kernel kill this child when its parent dies (Linux; elsewhere nothing is asked).
 
     A parent killed with SIGKILL sends no word: without this its workers ran on for as long as
@@ -91,7 +91,7 @@ def _answer(
     target: Callable[..., Any], args: tuple[Any, ...], answers: Connection, hold: Connection | None, parent_pid: int
 ) -> None:
     """The child's main: call the target, send its answer, and, when held, wait to be released."""
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     try:
         answer = Answer(value=target(*args))
     except BaseException as err:  # noqa: BLE001  (any failure is the parent's to report)
