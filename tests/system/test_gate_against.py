@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.git_copy import commit, git, project_repository
 from runner import gate
-from tests.helpers.git_copy import commit, git, project_repository
 
 # tiny steps: the slower commit's fifty extra ops a step make it several times slower even on a busy host
 JOB = ["+workload=rmsnorm_naive", "backend=cpu", "workload.hidden=16", "workload.batch=1", "workload.seq_len=8",

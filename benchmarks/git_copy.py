@@ -1,4 +1,4 @@
-"""A throwaway git repository holding a copy of this project, for what compares commits (the gate's --against)."""
+"""A throwaway git repository holding a copy of this project: what the gate's --against runs in (benchmarks, tests)."""
 
 from __future__ import annotations
 
