@@ -287,6 +287,7 @@ def measure_both(rev: str, overrides: list[str], rounds: int, seed: int) -> tupl
         SideFailed: a side's config was refused or one of its workers failed.
     """
     commit = commit_of(PROJECT_TREE, rev)
+    stop_on_signals()  # from here on SIGTERM too stops both servers and removes the worktree
     with checkout(PROJECT_TREE, commit) as baseline_tree:
         if not (baseline_tree / SERVER_FILE).is_file():
             raise NoCheckout(f"--against {rev}: its tree has no {SERVER_FILE.as_posix()} (the gate's worker server)")
@@ -297,7 +298,6 @@ def measure_both(rev: str, overrides: list[str], rounds: int, seed: int) -> tupl
 def against(args: argparse.Namespace) -> int:
     """Run both sides round by round and judge the pairs; exit 1 on a regression, 2 no such commit, 3 a side failed."""
     seed = args.seed if args.seed is not None else time.time_ns() % 2**32
-    stop_on_signals()  # SIGTERM too ends the servers and removes the worktree
     try:
         commit, rounds = measure_both(args.against, args.overrides, args.rounds, seed)
     except NoCheckout as err:
