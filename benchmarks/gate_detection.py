@@ -53,7 +53,7 @@ def slower_commit(work: Path) -> Path:
 def main(tries: int, fail_above: float, rounds: int | None, shape: dict[str, int], extra: list[str]) -> None:
     work = Path(tempfile.mkdtemp(prefix="gate-detection-"))
     repo = slower_commit(work)
-    progress(f"the project's copy in {repo}")
+    progress(f"the project's copy in {repo}; each try's row in {work / 'tries.jsonl'}")
     overrides = [
         "+workload=custom", f"workload._target_={TARGET}", "workload.inputs=null",  # inputs: its example_inputs
         *(f"+workload.{key}={value}" for key, value in shape.items()), "backend=cpu", *extra,

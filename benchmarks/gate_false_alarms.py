@@ -40,7 +40,7 @@ def percent(text: str) -> float | None:
 def main(n: int, fail_above: float, rounds: int | None, shape: list[str]) -> None:
     work = Path(tempfile.mkdtemp(prefix="gate-false-alarms-"))
     repo = project_copy(work)
-    progress(f"the project's copy in {repo}")
+    progress(f"the project's copy in {repo}; each try's row in {work / 'tries.jsonl'}")
     overrides = ["+workload=rmsnorm_naive", "backend=cpu", *shape]
     start = time.perf_counter()
     print(TRY_HEADER)

@@ -60,7 +60,11 @@ def project_copy(work: Path, extra: tuple[str, ...] = ()) -> Path:
 
 
 def gate_against(repo: Path, rev: str, fail_above: float, rounds: int | None, overrides: list[str]) -> GateTry:
-    """`python -m runner.gate --against REV` run from `repo`'s tree, as CI would run it there."""
+    """`python -m runner.gate --against REV` run from `repo`'s tree, as CI would run it there.
+
+    Its row (with both sides' per-round medians and the orders) is appended to tries.jsonl
+    beside the repository, for a look at the rounds after.
+    """
     cmd = [
         sys.executable, "-m", "runner.gate", "--against", rev, "--fail-above", str(fail_above), "--format", "json",
         *(["--rounds", str(rounds)] if rounds else []), *overrides,
@@ -71,7 +75,10 @@ def gate_against(repo: Path, rev: str, fail_above: float, rounds: int | None, ov
     if done.returncode not in (0, 1):
         raise SystemExit(f"gate exited {done.returncode}: {' '.join(cmd)}\n{done.stderr[-3000:]}")
     (row,) = json.loads(done.stdout)
-    return GateTry(done.returncode, row, time.perf_counter() - start)
+    attempt = GateTry(done.returncode, row, time.perf_counter() - start)
+    with (repo.parent / "tries.jsonl").open("a") as tries:
+        tries.write(json.dumps({"exit": attempt.code, "seconds": attempt.seconds, **row}) + "\n")
+    return attempt
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
