@@ -3,6 +3,8 @@
 `RepeatedRMSNorm` applies the naive RMSNorm `repeats` times in a row, `repeats` read from
 $EXTRA_WORK_REPEATS (default 10): with 11 it does 10% more work while the job's config, and
 so its config hash, stays the same, as in CI where a commit changes code and not config.
+benchmarks/gate_detection.py makes that change a commit (`DEFAULT_REPEATS = 11`) in a copy of the
+project and gates it against its parent.
 
 EXTRA_WORK_REPEATS=11 python -m runner +workload=custom workload._target_=benchmarks.extra_work.RepeatedRMSNorm \
     workload.inputs=null +workload.hidden=512 +workload.batch=4 +workload.seq_len=128 backend=cpu

@@ -1,4 +1,4 @@
-"""What the gate benchmarks share: a store of their own, a runner job, the gate as CI runs it."""
+"""What the gate benchmarks share: a store of their own, a runner job, a copy of the project in git, the gate."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from git_copy import project_repository  # benchmarks/git_copy.py, beside this script
 from mlflow import MlflowClient
 from mlflow.entities import Run
 from scipy.stats import binomtest
@@ -40,25 +45,63 @@ def run_job(uri: str, out: Path, overrides: list[str], env: dict[str, str] | Non
     return MlflowClient(uri).get_run((read_status(out) or {})["run_id"])
 
 
-def gate(uri: str, run_id: str, baseline_id: str, fail_above: float) -> tuple[int, dict[str, str]]:
-    """The gate's exit status and its one row, as CI would run it."""
+@dataclass
+class GateTry:
+    """One gate: its exit status, its row (with both sides' per-round medians) and its wall time."""
+
+    code: int
+    row: dict[str, Any]
+    seconds: float
+
+
+def project_copy(work: Path, extra: tuple[str, ...] = ()) -> Path:
+    """A git repository under `work` with a copy of the project (and `extra` paths), committed once."""
+    return project_repository(Path(tempfile.mkdtemp(prefix="repo-", dir=work)), extra)
+
+
+def gate_against(repo: Path, rev: str, fail_above: float, rounds: int | None, overrides: list[str]) -> GateTry:
+    """`python -m runner.gate --against REV` run from `repo`'s tree, as CI would run it there.
+
+    Its row (with both sides' per-round medians and the orders) is appended to tries.jsonl
+    beside the repository, for a look at the rounds after.
+    """
     cmd = [
-        sys.executable, "-m", "runner.gate", "--runs", run_id, "--baseline", baseline_id,
-        "--fail-above", str(fail_above), "--uri", uri, "--format", "json",
+        sys.executable, "-m", "runner.gate", "--against", rev, "--fail-above", str(fail_above), "--format", "json",
+        *(["--rounds", str(rounds)] if rounds else []), *overrides,
     ]  # fmt: skip
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env={**env, "PYTHONPATH": str(repo)})
     if done.returncode not in (0, 1):
         raise SystemExit(f"gate exited {done.returncode}: {' '.join(cmd)}\n{done.stderr[-3000:]}")
     (row,) = json.loads(done.stdout)
-    return done.returncode, row
+    attempt = GateTry(done.returncode, row, time.perf_counter() - start)
+    with (repo.parent / "tries.jsonl").open("a") as tries:
+        tries.write(json.dumps({"exit": attempt.code, "seconds": attempt.seconds, **row}) + "\n")
+    return attempt
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
-    """The options both gate benchmarks take: the gate's margin and extra runner overrides."""
+    """The options both gate benchmarks take: the gate's margin and rounds, and extra runner overrides."""
     parser.add_argument("--fail-above", type=float, default=5.0, metavar="PCT", help="the gate's margin (default 5)")
+    parser.add_argument("--rounds", type=int, help="the gate's --rounds (default: the gate's)")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override, e.g. measure.processes=5"
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override, e.g. measure.steps=400"
     )
+
+
+def try_line(number: int, attempt: GateTry) -> str:
+    """One try's row: times, change, what the gate could catch, exit status, verdict, seconds."""
+    row = attempt.row
+    return (
+        f"{number:>4} {row['baseline ms']:>11} {row['job ms']:>9}  {row['change (95% CI)']:26} "
+        f"{row['caught from']:>11}  {attempt.code:>4}  {attempt.seconds:>5.0f}  {row['verdict']}"
+    )
+
+
+TRY_HEADER = (
+    f"{'try':>4} {'baseline ms':>11} {'job ms':>9}  {'change (95% CI)':26} {'caught from':>11}  exit  {'s':>5}  verdict"
+)
 
 
 def rate_line(what: str, hits: int, total: int, fail_above: float, target: str) -> str:

@@ -1,13 +1,19 @@
-"""A regression gate for CI: `python -m runner.gate --baseline REF --fail-above PCT`.
+"""A regression gate for CI: `python -m runner.gate --baseline REF --fail-above PCT`, or `--against REV`.
 
-Each compared job (the latest sweep, --sweep or --runs) is paired with the FINISHED baseline
-run of the same configuration (its config hash; a single run against a single baseline pairs as
-is). A job fails the gate only when its step time exceeds the baseline's by more than PCT
-percent with significance, its p-values corrected across the jobs with Holm's method, so a
-sweep of twenty jobs does not raise a false alarm twenty times as often. A job and baseline
-timed in the same rounds are tested round by round (a one-sided t-test on the log per-round
-ratios, on the rounds both have); others with a one-sided Welch test on the log per-process
-medians. The `test` column says which.
+With `--against REV [--rounds N] [OVERRIDES...]` the gate measures both sides itself, in one
+invocation: the baseline from a temporary git worktree of REV, the candidate from this tree,
+each with its own code and conf/, one fresh worker of each side per round in a random order.
+The job is judged on the rounds' paired ratios (`paired_time_ratio`), with the verdicts below.
+Exit status: 0 passed, 1 a regression, 2 no such commit (or no git checkout), 3 a side failed.
+
+With `--baseline`, stored runs are compared: each compared job (the latest sweep, --sweep or
+--runs) is paired with the FINISHED baseline run of the same configuration (its config hash; a
+single run against a single baseline pairs as is). A job fails the gate only when its step time
+exceeds the baseline's by more than PCT percent with significance, its p-values corrected across
+the jobs with Holm's method, so a sweep of twenty jobs does not raise a false alarm twenty times
+as often. A job and baseline timed in the same rounds are tested round by round (a one-sided
+t-test on the log per-round ratios, on the rounds both have); others with a one-sided Welch
+test on the log per-process medians. The `test` column says which.
 
 A job passes as "ok" only when its 95% interval stays within the margin; one whose interval
 reaches past it without significance passes too, marked "could not judge" (the gate fails on
@@ -22,15 +28,21 @@ one line on stderr. A regression outranks 3: both are said.
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import sys
+import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
 from scipy.stats import gmean
 
-from runner import names
+from runner import CONF_DIR, names
 from runner.compare import (
     FORMATS,
     add_selection_arguments,
@@ -39,16 +51,29 @@ from runner.compare import (
     render,
     selected_runs,
 )
+from runner.execute.serve import MODULE, SideFailed, SideServer
 from runner.job import JobStatus
-from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm
+from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, paired_time_ratio
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds, label, rounds, sweep_children
+from runner.signals import exit_code_of, stop_on_signals
+from runner.worktree import NoCheckout, checkout, commit_of
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
 TIMES_LEGEND = (
     "baseline ms, job ms: geometric mean of each run's per-process median step times (the values the test compares;"
     " a paired test compares the rounds both runs have, round by round)"
 )
+PAIRED_LEGEND = (
+    "baseline ms, job ms: geometric mean of each side's per-round medians; change: the median per-round ratio, "
+    "its interval and p from a paired t-test on the rounds' log ratios"
+)
+# --against: the two sides, the rounds by default, the project's tree (the candidate, and where
+# the baseline's worktree comes from) and the server each side's tree must have
+SIDES = ("baseline", "candidate")
+ROUNDS = 10
+PROJECT_TREE = CONF_DIR.parent
+SERVER_FILE = Path(*MODULE.split(".")).with_suffix(".py")
 
 
 @dataclass
@@ -135,13 +160,17 @@ def verdict(pair: Pair, margin: float) -> str:
     if pair.estimate is None:
         return "not tested: needs measure.processes >= 2 in both runs"
     unstable = any(r.data.tags.get(names.TAG_TIMING_STABLE) == "false" for r in (pair.job, pair.baseline))
-    note = " (timing unstable)" if unstable else ""
-    if pair.p_holm < SIGNIFICANCE:
+    return judged(pair.estimate, pair.p_holm, margin, " (timing unstable)" if unstable else "")
+
+
+def judged(estimate: TimeRatio, p: float, margin: float, note: str = "") -> str:
+    """The verdict on a tested job from its estimate and its (corrected) p-value."""
+    if p < SIGNIFICANCE:
         return f"REGRESSION: slower by more than {margin:.0%}{note}"
-    if pair.estimate.high < 1:
+    if estimate.high < 1:
         return f"faster{note}"
-    if not_judged(pair.estimate, pair.p_holm, margin):
-        reach = pair.estimate.high - 1
+    if not_judged(estimate, p, margin):
+        reach = estimate.high - 1
         return f"could not judge: its 95% interval reaches {reach:+.1%}, past the +{margin:.0%} margin{note}"
     return f"ok{note}"
 
@@ -160,48 +189,202 @@ def not_passed(pairs: list[Pair], margin: float) -> str | None:
 
 def rows(pairs: list[Pair], margin: float) -> list[dict[str, str]]:
     """One row per job; its times are geometric means of the per-process medians, as the test sees them."""
-    table = []
-    for pair in pairs:
-        est = pair.estimate
-
-        def typical(samples: list[float]) -> str:
-            return f"{float(gmean(samples)):.4f}" if samples else "-"
-
-        table.append({
+    return [
+        {
             "job": label(pair.job),
-            "baseline ms": typical(pair.baseline_ms),
-            "job ms": typical(pair.job_ms),
-            "change (95% CI)": "-" if est is None else
-            f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
-            "test": pair.test,
-            f"p (> +{margin:.0%}, Holm)": "-" if est is None else f"{pair.p_holm:.3f}",
-            "caught from": "-" if est is None else f"+{catchable(est, margin):.1%}",
+            **measured(pair.baseline_ms, pair.job_ms, pair.estimate, pair.p_holm, margin, pair.test, "Holm"),
             "verdict": verdict(pair, margin),
             "run id": pair.job.info.run_id,
             "baseline id": pair.baseline.info.run_id if pair.baseline is not None else "-",
-        })  # fmt: skip
-    return table
+        }
+        for pair in pairs
+    ]
+
+
+def measured(
+    baseline_ms: list[float],
+    job_ms: list[float],
+    est: TimeRatio | None,
+    p: float,
+    margin: float,
+    test: str,
+    correction: str,
+) -> dict[str, str]:
+    """A row's times, change, the `test` that gave it, its p (with its `correction`), what the gate can catch."""
+
+    def typical(samples: list[float]) -> str:
+        return f"{float(gmean(samples)):.4f}" if samples else "-"
+
+    return {
+        "baseline ms": typical(baseline_ms),
+        "job ms": typical(job_ms),
+        "change (95% CI)": "-" if est is None else f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
+        "test": test,
+        f"p (> +{margin:.0%}, {correction})": "-" if est is None else f"{p:.3f}",
+        "caught from": "-" if est is None else f"+{catchable(est, margin):.1%}",
+    }
+
+
+def summary(tested: list[tuple[TimeRatio, float]], untested: int, fail_above: float, closer: str) -> str:
+    """The lines under the table: what the spread lets the gate catch (`closer` narrows it), and the count."""
+    margin = fail_above / 100
+    lines = []
+    if tested:
+        detectable = [catchable(estimate, margin) for estimate, _ in tested]
+        reach = f"+{min(detectable):.1%}" + (f" to +{max(detectable):.1%}" if len(detectable) > 1 else "")
+        lines.append(
+            f"smallest slowdown the gate catches 80% of the time here: {reach}; {closer} bring it nearer the margin"
+        )
+    regressions = sum(p < SIGNIFICANCE for _, p in tested)
+    unjudged = sum(not_judged(estimate, p, margin) for estimate, p in tested)
+    lines.append(
+        f"gate: {regressions} regression(s) above +{fail_above:g}% in {len(tested)} tested job(s)"
+        + (f", {unjudged} of them not judged" if unjudged else "")
+        + f"; {untested} not tested"
+    )
+    return "\n".join(lines)
+
+
+def progress(message: str) -> None:
+    """A line on stderr while both sides run: a round takes seconds."""
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class SideRounds:
+    """Both sides' per-round medians, and the order each round ran the sides in."""
+
+    seed: int
+    orders: list[list[str]] = field(default_factory=list)
+    ms: dict[str, list[float]] = field(default_factory=lambda: {side: [] for side in SIDES})
+
+
+def run_rounds(servers: dict[str, SideServer], count: int, seed: int) -> SideRounds:
+    """Each side's first worker (its first call compiles; not counted), then the rounds in random orders.
+
+    One worker of each side per round, in an order drawn afresh, so a slow stretch of the host
+    falls on both sides of a round and cancels in its ratio.
+    """
+    for side, server in servers.items():
+        progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
+        server.worker()
+    result, draw = SideRounds(seed), random.Random(seed)
+    for number in range(1, count + 1):
+        order = draw.sample(SIDES, len(SIDES))
+        for side in order:
+            result.ms[side].append(servers[side].worker())
+        result.orders.append(order)
+        times = ", ".join(f"{side} {result.ms[side][-1]:.4f} ms" for side in order)
+        progress(f"gate: round {number}/{count}: {times}")
+    return result
+
+
+@contextmanager
+def side_servers(trees: dict[str, Path], overrides: list[str]) -> Iterator[dict[str, SideServer]]:
+    """A worker server per side, started together, ready once both composed the job's config; stopped after."""
+    servers: dict[str, SideServer] = {}
+    try:
+        for side, tree in trees.items():
+            servers[side] = SideServer(side, tree, overrides)
+        for server in servers.values():
+            server.ready()
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def measure_both(rev: str, overrides: list[str], count: int, seed: int) -> tuple[str, SideRounds]:
+    """The commit `rev` names and both sides' rounds: the baseline from its worktree, the candidate from this tree.
+
+    Raises:
+        NoCheckout: no commit, no checkout, or a baseline without the side server.
+        SideFailed: a side's config was refused or one of its workers failed.
+    """
+    commit = commit_of(PROJECT_TREE, rev)
+    stop_on_signals()  # from here on SIGTERM too stops both servers and removes the worktree
+    with checkout(PROJECT_TREE, commit) as baseline_tree:
+        if not (baseline_tree / SERVER_FILE).is_file():
+            raise NoCheckout(f"--against {rev}: its tree has no {SERVER_FILE.as_posix()} (the gate's worker server)")
+        with side_servers({"baseline": baseline_tree, "candidate": PROJECT_TREE}, overrides) as servers:
+            return commit, run_rounds(servers, count, seed)
+
+
+def against(args: argparse.Namespace) -> int:
+    """Run both sides round by round and judge the pairs; exit 1 on a regression, 2 no such commit, 3 a side failed."""
+    seed = args.seed if args.seed is not None else time.time_ns() % 2**32
+    try:
+        commit, timed = measure_both(args.against, args.overrides, args.rounds, seed)
+    except NoCheckout as err:
+        print(f"error: {err}", file=sys.stderr)
+        return NOT_FOUND_EXIT
+    except SideFailed as err:
+        print(f"gate: not passed: {err}", file=sys.stderr)
+        return INCOMPLETE_EXIT
+    except KeyboardInterrupt as stop:
+        return exit_code_of(stop)
+    margin = args.fail_above / 100
+    base_ms, job_ms = timed.ms["baseline"], timed.ms["candidate"]
+    estimate = paired_time_ratio(base_ms, job_ms, margin)
+    assert estimate is not None  # --rounds >= 2
+    row = {
+        "job": " ".join(args.overrides) or "(the default config)",
+        **measured(base_ms, job_ms, estimate, estimate.p_slower, margin, f"paired, {len(base_ms)} rounds", "one job"),
+        "verdict": judged(estimate, estimate.p_slower, margin),
+        "baseline": f"{args.against} at {commit[:12]}",
+        "rounds": f"{args.rounds} (seed {seed})",
+    }
+    if args.format == "json":
+        print(json.dumps([{**row, "orders": timed.orders, "baseline rounds ms": base_ms, "job rounds ms": job_ms}]))
+    else:
+        print(render([row], args.format))
+        firsts = " ".join(order[0][0] for order in timed.orders)
+        print(f"\n{PAIRED_LEGEND}\nwhich side ran first in each round (b baseline, c candidate): {firsts}")
+        print(summary([(estimate, estimate.p_slower)], 0, args.fail_above, "more rounds (--rounds)"))
+    return REGRESSION_EXIT if estimate.p_slower < SIGNIFICANCE else 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options."""
+    """Command-line options; one line (exit 2) for options of the two modes mixed."""
     parser = argparse.ArgumentParser(prog="python -m runner.gate", description=__doc__.splitlines()[0])
     add_selection_arguments(parser)
-    parser.add_argument("--baseline", required=True, help="KEY=VALUE (a tag), a sweep parent, or a run id")
+    parser.add_argument("--baseline", help="stored runs: KEY=VALUE (a tag), a sweep parent, or a run id")
+    parser.add_argument("--against", metavar="REV", help="run both sides: the baseline from a worktree of REV")
+    parser.add_argument("--rounds", type=int, help=f"with --against: rounds of one worker a side (default {ROUNDS})")
+    parser.add_argument("--seed", type=int, help="with --against: the seed of the rounds' orders (default: the time)")
+    parser.add_argument(
+        "overrides", nargs="*", help="with --against: the job's overrides, e.g. +workload=rmsnorm_naive"
+    )
     parser.add_argument(
         "--fail-above", type=float, required=True, metavar="PCT",
         help="fail on a job significantly slower than its baseline by more than PCT percent",
     )  # fmt: skip
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     if args.fail_above < 0:
         parser.error(f"--fail-above {args.fail_above}: give a percentage >= 0")
+    stored = [name for name in ("--baseline", "--sweep", "--runs") if getattr(args, name[2:])]
+    running = [name for name in ("--rounds", "--seed") if getattr(args, name[2:]) is not None]
+    running += ["job overrides"] if args.overrides else []
+    if args.against is not None and stored:
+        parser.exit(
+            2, f"error: --against (run both sides) and {', '.join(stored)} (stored runs) do not mix: give one\n"
+        )
+    if args.against is None and args.baseline is None:
+        parser.exit(2, "error: give --baseline REF (stored runs) or --against REV (run both sides)\n")
+    if args.against is None and running:
+        parser.exit(2, f"error: {', '.join(running)}: only with --against (run both sides), not with --baseline\n")
+    args.rounds = ROUNDS if args.rounds is None else args.rounds
+    if args.rounds < 2:
+        parser.exit(2, f"error: --rounds {args.rounds}: give at least 2 (pairs of rounds are what the test compares)\n")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the gate's table; exit 1 when a job regressed, else 3 when a job did not finish or none was tested."""
     args = parse_args(argv)
+    if args.against is not None:
+        return against(args)
     margin = args.fail_above / 100
     try:
         client, experiment_id = open_experiment(args)
@@ -215,25 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     table = rows(pairs, margin)
     if table or args.format == "json":
         print(render(table, args.format))
-    tested = [(p, p.estimate) for p in pairs if p.estimate is not None]
-    regressions = [p for p, _ in tested if p.p_holm < SIGNIFICANCE]
+    tested = [(p.estimate, p.p_holm) for p in pairs if p.estimate is not None]
     if args.format != "json":
         print(f"\n{TIMES_LEGEND}")
-        if tested:
-            detectable = [catchable(estimate, margin) for _, estimate in tested]
-            print(
-                f"smallest slowdown the gate catches 80% of the time here: +{min(detectable):.1%} to "
-                f"+{max(detectable):.1%}; more worker processes (measure.processes) bring it nearer the margin"
-            )
-        unjudged = sum(not_judged(estimate, p.p_holm, margin) for p, estimate in tested)
-        print(
-            f"gate: {len(regressions)} regression(s) above +{args.fail_above:g}% in {len(tested)} tested job(s)"
-            + (f", {unjudged} of them not judged" if unjudged else "")
-            + f"; {len(pairs) - len(tested)} not tested"
-        )
+        print(summary(tested, len(pairs) - len(tested), args.fail_above, "more worker processes (measure.processes)"))
     why = not_passed(pairs, margin)
     if why is not None:
         print(f"gate: not passed: {why}", file=sys.stderr)
+    regressions = any(p < SIGNIFICANCE for _, p in tested)
     return REGRESSION_EXIT if regressions else INCOMPLETE_EXIT if why is not None else 0
 
 

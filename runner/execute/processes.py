@@ -86,27 +86,38 @@ class ChildSilent(ChildFailed):
         self.timeout_s = timeout_s
 
 
-def _die_with_parent() -> None:
-    """Have the kernel kill this child when its parent dies (Linux; elsewhere nothing is asked).
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Have the kernel kill this process when its parent dies (Linux; elsewhere nothing is asked).
 
     A parent killed with SIGKILL sends no word: without this its workers ran on for as long as
     their steps lasted, holding cores and the job's stdout. The signal comes when the parent's
-    starting thread ends, so children are started from the parent's main thread. A forked
-    child's parent is the fork server, which ends once every holder of the starting process's
-    "alive" pipe has gone: the child lets go of its copy, so the server ends with the process
-    that started it, and takes the child with it.
+    starting thread ends, so children are started from the parent's main thread. `parent_pid`
+    names the parent of a process multiprocessing did not start (the gate's side servers);
+    otherwise multiprocessing's record of the starting process says whether it is still there.
+    """
+    if sys.platform != "linux":
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent_pid is not None:
+        gone = os.getppid() != parent_pid
+    else:
+        starter = multiprocessing.parent_process()  # the process that started this one, in either method
+        gone = starter is not None and not starter.is_alive()
+    if gone:  # the parent died before the request took hold
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _let_go_of_the_fork_server() -> None:
+    """In a forked child: close its copy of the starting process's "alive" pipe.
+
+    A forked child's parent is the fork server, which ends once every holder of that pipe has
+    gone: so the server ends with the process that started it, and takes the child with it.
     """
     server = forkserver._forkserver
     alive = getattr(server, "_forkserver_alive_fd", None)  # set in a forked child only
     if alive is not None:
         os.close(alive)
         setattr(server, "_forkserver_alive_fd", None)  # noqa: B010  (a private attribute typeshed lacks)
-    if sys.platform != "linux":
-        return
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    starter = multiprocessing.parent_process()  # the process that started this one, in either method
-    if starter is not None and not starter.is_alive():  # it died before the request took hold
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _answer(
@@ -121,7 +132,8 @@ def _answer(
     A forked child has the fork server's environment, fixed when the server started: it takes
     the one its parent gave it, before the target reads any of it.
     """
-    _die_with_parent()
+    _let_go_of_the_fork_server()
+    die_with_parent()
     if environment is not None:
         os.environ.clear()
         os.environ.update(environment)

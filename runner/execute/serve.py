@@ -1,0 +1,142 @@
+"""One side of a comparison run in one invocation: a server of fresh steady-state workers, and its client.
+
+`python -m runner.execute.serve PARENT_PID [OVERRIDES...]`, started with its tree first on the
+path and as its working directory, composes the job's config from that tree's conf/ and
+measures with that tree's code: the gate runs one for a baseline commit's worktree and one for
+the checkout it gates, so each side is measured as its own code measures. Each line on stdin
+asks for one fresh worker (`runner.execute.workers`); each answer is one JSON line on stdout,
+`{"median_ms": ...}` or `{"error": "..."}`, after a first `{"ready": true}` (or an error) once
+the config composed. The server ends when stdin closes, and the kernel ends it with its parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from contextlib import suppress
+from pathlib import Path
+from typing import IO, Any
+
+from runner.compose import compose_config
+from runner.config import load_run_spec
+from runner.execute.processes import STOP_GRACE_S, ChildFailed, die_with_parent
+
+# the server's module, run in each side's tree
+MODULE = "runner.execute.serve"
+
+
+class SideFailed(RuntimeError):
+    """A side's server refused its config, its worker failed, or the server died; the message names the side."""
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else 'no message'}"
+
+
+def _say(answers: IO[str], message: dict[str, Any]) -> None:
+    answers.write(json.dumps(message) + "\n")
+    answers.flush()
+
+
+def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
+    """Answer each request line with one fresh worker's median step time; 1 when the config is refused."""
+    try:
+        spec = load_run_spec(compose_config(*overrides))
+        # torch loads only past a config that composed: a refusal takes a second, not an import of torch
+        from runner.backends.registry import make_backend
+        from runner.execute.workers import steady_state_in_processes
+        from runner.measure.compile_cache import use_compile_cache
+
+        use_compile_cache(spec)  # before anything compiles, as a job does
+        make_backend(spec.backend).worker_processes(1)  # a device whose process holds it refuses workers
+    except Exception as err:  # noqa: BLE001  (bad config, an unknown option: the client reports it)
+        _say(answers, {"error": _first_line(err)})
+        return 1
+    _say(answers, {"ready": True})
+    for _ in requests:
+        try:
+            (worker,) = steady_state_in_processes(spec, 1).step_ms
+        except ChildFailed as err:
+            _say(answers, {"error": str(err).splitlines()[0]})
+            continue
+        _say(answers, {"median_ms": statistics.median(ms for repeat in worker for ms in repeat)})
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """The server's process: answers on a copy of stdout, anything else printed goes to stderr."""
+    parent_pid, *overrides = argv
+    die_with_parent(int(parent_pid))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the whole group: the client stops this
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a worker's or a library's prints cannot garble answers
+    return serve(overrides, sys.stdin, answers)
+
+
+class SideServer:
+    """The client of one side's server: started in `tree`, asked for one worker at a time."""
+
+    def __init__(self, side: str, tree: Path, overrides: list[str]) -> None:
+        self.side = side
+        path = [str(tree), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", MODULE, str(os.getpid()), *overrides],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def _answer(self) -> dict[str, Any]:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            raise SideFailed(f"{self.side}: its server ended (exit status {self._process.wait()})")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise SideFailed(f"{self.side}: {answer['error']}")
+        return answer
+
+    def ready(self) -> None:
+        """Wait until the server composed its config.
+
+        Raises:
+            SideFailed: the config was refused, or the server ended.
+        """
+        self._answer()
+
+    def worker(self) -> float:
+        """One fresh worker's median step time in ms.
+
+        Raises:
+            SideFailed: the worker failed, or the server ended.
+        """
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write("{}\n")
+            self._process.stdin.flush()
+        except BrokenPipeError:
+            raise SideFailed(f"{self.side}: its server ended (exit status {self._process.wait()})") from None
+        return float(self._answer()["median_ms"])
+
+    def stop(self) -> None:
+        """Close its stdin and end it (it may be in a worker: its workers die with it)."""
+        if self._process.stdin is not None:
+            with suppress(BrokenPipeError):  # it ended already
+                self._process.stdin.close()
+        self._process.terminate()
+        try:
+            self._process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,58 @@
+"""A commit's tree checked out beside this one, for as long as a block runs: the gate's baseline.
+
+`git worktree add --detach` shares the repository's objects, so a checkout costs the files
+only; the tree and git's record of it are removed when the block ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class NoCheckout(ValueError):
+    """The folder is not in a git checkout, or the revision names no commit; the message says which."""
+
+
+def _git(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True)
+
+
+def commit_of(folder: Path, rev: str) -> str:
+    """The full commit id `rev` names in the repository that holds `folder`.
+
+    Raises:
+        NoCheckout: `folder` is not in a git checkout, or `rev` names no commit there.
+    """
+    if _git(folder, "rev-parse", "--show-toplevel").returncode != 0:
+        raise NoCheckout(f"--against {rev}: {folder} is not in a git checkout")
+    found = _git(folder, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if found.returncode != 0:
+        raise NoCheckout(f"--against {rev}: no such commit in the repository of {folder}")
+    return found.stdout.strip()
+
+
+@contextmanager
+def checkout(folder: Path, commit: str) -> Iterator[Path]:
+    """`folder` as it is in `commit`, in a temporary worktree (the same place within the repository).
+
+    Raises:
+        NoCheckout: git could not add the worktree.
+    """
+    top = Path(_git(folder, "rev-parse", "--show-toplevel").stdout.strip())
+    where = Path(tempfile.mkdtemp(prefix="runner-worktree-"))
+    tree = where / "tree"
+    try:
+        added = _git(top, "worktree", "add", "--detach", str(tree), commit)
+        if added.returncode != 0:
+            why = (added.stderr.strip() or f"exit status {added.returncode}").splitlines()[0]
+            raise NoCheckout(f"--against {commit[:12]}: git worktree add failed: {why}")
+        yield tree / folder.resolve().relative_to(top.resolve())
+    finally:
+        _git(top, "worktree", "remove", "--force", str(tree))
+        shutil.rmtree(where, ignore_errors=True)
+        _git(top, "worktree", "prune")  # what a removal cut short left in the repository's records

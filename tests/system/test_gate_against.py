@@ -1,0 +1,110 @@
+"""The gate that runs both sides: a commit's worktree against this tree, round by round, in one invocation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.git_copy import commit, git, project_repository
+from runner import gate
+
+# tiny steps: the slower commit's fifty extra ops a step make it several times slower even on a busy host
+JOB = ["+workload=rmsnorm_naive", "backend=cpu", "workload.hidden=16", "workload.batch=1", "workload.seq_len=8",
+       "measure=quick"]  # fmt: skip
+# a margin the slowdown clears many times over and the same code never does
+FAIL_ABOVE = "50"
+NAIVE_STEP = "        variance = (x * x).mean(-1, keepdim=True)\n"
+
+
+@pytest.fixture(scope="module")
+def slower_commit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project in git, then a commit whose naive RMSNorm does fifty more ops a step."""
+    repo = project_repository(tmp_path_factory.mktemp("gated"))
+    source = repo / "workloads" / "rmsnorm.py"
+    assert NAIVE_STEP in source.read_text()
+    slower = "        for _ in range(50):  # fifty more ops a step\n            x = x + 0.0\n" + NAIVE_STEP
+    source.write_text(source.read_text().replace(NAIVE_STEP, slower, 1))
+    commit(repo, "the naive RMSNorm does fifty more ops a step")
+    return repo
+
+
+def run_gate(repo: Path, rev: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m runner.gate --against REV ...` from `repo`'s tree, as CI would run it there."""
+    command = [sys.executable, "-m", "runner.gate", "--against", rev, "--fail-above", FAIL_ABOVE, "--format", "json",
+               "--seed", "7", *args]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+
+
+def worktrees(repo: Path) -> int:
+    return git(repo, "worktree", "list").count("\n")
+
+
+def test_a_slower_commit_fails_against_its_parent(slower_commit: Path) -> None:
+    gated = run_gate(slower_commit, "HEAD~1", "--rounds", "3", *JOB)
+    assert gated.returncode == gate.REGRESSION_EXIT, gated.stdout + gated.stderr
+    (row,) = json.loads(gated.stdout)
+    assert row["verdict"] == "REGRESSION: slower by more than 50%"
+    assert len(row["baseline rounds ms"]) == len(row["job rounds ms"]) == 3
+    assert min(row["job rounds ms"]) > max(row["baseline rounds ms"])
+    assert [sorted(order) for order in row["orders"]] == [["baseline", "candidate"]] * 3
+    assert "gate: round 3/3:" in gated.stderr
+    assert worktrees(slower_commit) == 1  # the baseline's worktree is gone
+
+
+def test_a_commit_against_itself_passes(slower_commit: Path) -> None:
+    gated = run_gate(slower_commit, "HEAD", "--rounds", "2", *JOB)
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    (row,) = json.loads(gated.stdout)
+    assert not row["verdict"].startswith("REGRESSION")
+    assert worktrees(slower_commit) == 1
+
+
+def test_a_side_that_fails_is_named_in_one_line(slower_commit: Path) -> None:
+    gated = run_gate(slower_commit, "HEAD", "+workload=no_such_workload")
+    assert gated.returncode == gate.INCOMPLETE_EXIT
+    assert gated.stderr.startswith("gate: not passed: baseline: ")
+    assert "no_such_workload" in gated.stderr
+    assert gated.stderr.count("\n") == 1, gated.stderr
+    assert worktrees(slower_commit) == 1
+
+
+def test_a_commit_that_does_not_resolve_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gate.main(["--against", "no-such-commit", "--fail-above", "5"]) == gate.NOT_FOUND_EXIT
+    assert (
+        capsys.readouterr().err
+        == f"error: --against no-such-commit: no such commit in the repository of {gate.PROJECT_TREE}\n"
+    )
+
+
+def test_a_tree_outside_git_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(gate, "PROJECT_TREE", tmp_path)
+    assert gate.main(["--against", "HEAD", "--fail-above", "5"]) == gate.NOT_FOUND_EXIT
+    assert capsys.readouterr().err == f"error: --against HEAD: {tmp_path} is not in a git checkout\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        pytest.param(["--against", "HEAD", "--baseline", "v1"], "--against (run both sides) and --baseline", id="both"),
+        pytest.param(["--against", "HEAD", "--runs", "abc"], "--against (run both sides) and --runs", id="runs"),
+        pytest.param(["--baseline", "v1", "--rounds", "3"], "--rounds: only with --against", id="rounds"),
+        pytest.param(["--baseline", "v1", "+workload=matmul"], "job overrides: only with --against", id="overrides"),
+        pytest.param([], "give --baseline REF (stored runs) or --against REV", id="neither"),
+        pytest.param(["--against", "HEAD", "--rounds", "1"], "--rounds 1: give at least 2", id="one-round"),
+    ],
+)
+def test_options_of_the_two_modes_do_not_mix(args: list[str], error: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        gate.main([*args, "--fail-above", "5"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {error}")
+    assert err.count("\n") == 1, err
