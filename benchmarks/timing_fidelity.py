@@ -113,19 +113,22 @@ def timer_child(overrides: list[str]) -> None:
     import torch
     from torch.utils.benchmark import Timer
 
+    from runner.backends.base import WHOLE_MACHINE
     from runner.backends.cpu import CpuBackend
     from runner.compose import compose_config
     from runner.config import load_run_spec
     from runner.measure.build import build_workload
 
     spec = load_run_spec(compose_config(*overrides, "tracking=off"))
+    # where and on how many threads the runner's first worker times its steps
+    CpuBackend.worker_placement(spec.backend, 1, WHOLE_MACHINE).take()
     backend = CpuBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
     # the very step the runner times: the module on its inputs, under no_grad
     timer = Timer(
         "step()",
         globals={"step": workload.step},
-        num_threads=torch.get_num_threads(),  # Timer defaults to one thread; the runner uses them all
+        num_threads=torch.get_num_threads(),  # Timer defaults to one thread; the runner's workers' count
     )
     with torch.no_grad():
         workload.step()  # the first call, which compiles the compiled variant, outside the timing
