@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner import names
 from runner.backends.base import Slot
-from runner.backends.registry import launcher_slots, make_backend
+from runner.backends.registry import backend_class, launcher_slots
 from runner.config import ConfigError, load_run_spec
 from runner.execute.rounds import RoundJob, rounds_of, save_rounds, time_rounds
 from runner.job import finished_run_id
@@ -60,7 +60,8 @@ def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
     name = names.job_name(workload, [redact(o) for o in job_config.hydra.overrides.task], swept)
     try:
         spec = load_run_spec(task)
-        count, why = rounds_of(spec, make_backend(spec.backend))
+        # the class, not a backend: making one pins this process (NEURON_RT_VISIBLE_CORES), which every job inherits
+        count, why = rounds_of(spec, backend_class(spec.backend.name))
     except ConfigError:  # refused: the job says so itself when it runs
         return None
     if not count:

@@ -178,7 +178,8 @@ class Backend(ABC):
         """Shares for several concurrent jobs; a device without shares runs them whole, one slot."""
         return [WHOLE_MACHINE]
 
-    def worker_processes(self, requested: int | None, ranks: int = 1) -> int:
+    @classmethod
+    def worker_processes(cls, requested: int | None, ranks: int = 1) -> int:
         """How many fresh processes time the steady state (0: the job's own process).
 
         Raises:
@@ -190,15 +191,16 @@ class Backend(ABC):
                 f"measure.processes={requested}: with distributed.ranks={ranks} each rank times its "
                 "steps in its own process; use measure.processes=0 and measure.repeats for a spread"
             )
-        return self.default_processes if requested is None else requested
+        return cls.default_processes if requested is None else requested
 
-    def round_workers(self, requested: int | None) -> int:
+    @classmethod
+    def round_workers(cls, requested: int | None) -> int:
         """The workers a sweep's rounds time a job's steady state in (0: the job times its own).
 
         The rounds run before any of the sweep's jobs touches the device, so a backend whose
         job process holds the device has worker rounds there all the same.
         """
-        return self.worker_processes(requested)
+        return cls.worker_processes(requested)
 
     def steadier_measurement(self, spec: RunSpec) -> str:
         """What to rerun an unstable job with: more worker processes where they time its steady state.

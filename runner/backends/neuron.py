@@ -202,7 +202,8 @@ class NeuronBackend(Backend):
             settings[INFLIGHT_ENV] = f"{os.environ[INFLIGHT_ENV]} (environment; enables nothing since Neuron SDK 2.31)"
         return settings
 
-    def worker_processes(self, requested: int | None, ranks: int = 1) -> int:
+    @classmethod
+    def worker_processes(cls, requested: int | None, ranks: int = 1) -> int:
         """Always the job's own process (or each rank's own): it holds the NeuronCores.
 
         Raises:
@@ -215,9 +216,10 @@ class NeuronBackend(Backend):
             )
         return 0
 
-    def round_workers(self, requested: int | None) -> int:
+    @classmethod
+    def round_workers(cls, requested: int | None) -> int:
         """A sweep's rounds run before any job starts the runtime: each worker has the cores to itself in turn."""
-        return Backend.default_processes if requested is None else self.worker_processes(requested)
+        return Backend.default_processes if requested is None else cls.worker_processes(requested)
 
     def steadier_measurement(self, spec: RunSpec) -> str:
         """More repeats: the job's process holds its NeuronCores, so there are no worker processes to add."""

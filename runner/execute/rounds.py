@@ -47,7 +47,7 @@ class RoundJob:
     rounds: int
 
 
-def rounds_of(spec: RunSpec, backend: Backend) -> tuple[int, str]:
+def rounds_of(spec: RunSpec, backend: type[Backend]) -> tuple[int, str]:
     """The rounds a job takes part in (0: none) and, for none, why it times its own steady state."""
     if spec.measure.copies is not None:
         return 0, "its copies time their steps side by side"

@@ -336,11 +336,16 @@ def test_a_signal_leaves_nothing_running(
     if launcher is None:
         proc = start("+workload=rmsnorm_naive", *long, f"hydra.run.dir={tmp_path}/run")
         job_dir = tmp_path / "run"
-    else:
-        proc = start("-m", "+workload=rmsnorm_naive", "workload.seed=0,1", *long, f"hydra/launcher={launcher}",
-                     f"hydra.sweep.dir={tmp_path}/sweep")  # fmt: skip
+    else:  # the job measures in its own process: the sweep's rounds would time the endless steps first
+        proc = start("-m", "+workload=rmsnorm_naive", "workload.seed=0,1", *long, "measure.processes=0",
+                     f"hydra/launcher={launcher}", f"hydra.sweep.dir={tmp_path}/sweep")  # fmt: skip
         job_dir = tmp_path / "sweep" / "0_rmsnorm_naive"
-    wait_for_run(job_dir)
+    try:
+        wait_for_run(job_dir)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)  # a failed wait leaves no endless job behind
+        proc.communicate()
+        raise
     os.killpg(proc.pid, signum) if group else proc.send_signal(signum)  # Ctrl-C reaches the whole group
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, err[-3000:]
@@ -358,6 +363,32 @@ def test_a_signal_leaves_nothing_running(
         assert parent.info.status == "KILLED"
         assert "sweep stopped by a signal: 1 job(s) in flight closed KILLED" in out
         assert "sweep: 1 job(s): 0 finished, 0 skipped (already FINISHED), 0 failed, 1 killed" in out
+
+
+def test_a_signal_during_the_sweeps_rounds_leaves_nothing_running(tmp_path: Path, tracking_uri: str) -> None:
+    """Stopped while its rounds' workers time endless steps: exit 143, the parent KILLED, no process left."""
+    proc = start("-m", "+workload=rmsnorm_naive", "workload.seed=0,1", "measure.steps=10000000", *TINY[:2],
+                 "backend=cpu", f"hydra.sweep.dir={tmp_path}/sweep")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not all_runs(tracking_uri) and time.monotonic() < deadline:  # the parent opens before the rounds
+            time.sleep(0.1)
+        time.sleep(3)  # into the rounds' first calls or their endless steps
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in err
+    (parent,) = all_runs(tracking_uri)  # no job opened a run
+    assert parent.info.status == "KILLED" and "sweep stopped by a signal: no job was in flight" in out
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the workers and the fork server go with the sweep
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    pytest.fail("a process of the stopped sweep outlived it by 10 s")
 
 
 def test_a_killed_single_run_is_closed_by_the_next_run_of_its_configuration(tmp_path: Path, tracking_uri: str) -> None:
