@@ -114,8 +114,9 @@ def swept_keys(config: DictConfig) -> list[str]:
     """The keys a sweep varies: overrides with several values, hydra.sweeper.params' unless overridden."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    params = config.hydra.sweeper.get("params") or {}
-    given = [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task]
+    from runner.sweep import sweep_overrides
+
+    given = sweep_overrides(config)
     last = {override.key_or_group: override for override in OverridesParser.create().parse_overrides(given)}
     return [key for key, override in last.items() if override.is_sweep_override()]
 

@@ -268,9 +268,11 @@ def run_rounds(servers: dict[str, SideServer], count: int, seed: int) -> SideRou
     for side, server in servers.items():
         progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
         server.worker()
-    result, draw = SideRounds(seed), random.Random(seed)
-    for number in range(1, count + 1):
-        order = draw.sample(SIDES, len(SIDES))
+    from runner.execute.rounds import round_orders  # it loads torch: the stored-baseline gate needs none
+
+    result = SideRounds(seed)
+    for number, drawn in enumerate(round_orders([count] * len(SIDES), random.Random(seed)), 1):
+        order = [SIDES[index] for index in drawn]
         for side in order:
             result.ms[side].append(servers[side].worker())
         result.orders.append(order)

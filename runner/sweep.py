@@ -29,6 +29,12 @@ UNHASHED_TOP = ("tracking", "resume")
 ISOLATED_LAUNCHER = "hydra/launcher=isolated"
 
 
+def sweep_overrides(config: DictConfig) -> list[str]:
+    """What the sweeper expands into jobs: hydra.sweeper.params, then the command line's overrides (which win)."""
+    params = config.hydra.sweeper.get("params") or {}
+    return [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task]
+
+
 def config_hash(resolved: dict[str, Any]) -> str:
     """A short hash of what a job measures: its resolved config without where results go."""
     identity = {k: v for k, v in resolved.items() if k not in UNHASHED_TOP}

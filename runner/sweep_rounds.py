@@ -24,7 +24,7 @@ from runner.config import ConfigError, load_run_spec
 from runner.execute.rounds import RoundJob, rounds_of, save_rounds, time_rounds
 from runner.job import finished_run_id
 from runner.secrets import redact
-from runner.sweep import config_hash
+from runner.sweep import config_hash, sweep_overrides
 
 log = logging.getLogger(__name__)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -38,9 +38,7 @@ def job_configs(config: DictConfig) -> list[DictConfig]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
     loader = GlobalHydra.instance().config_loader()
-    params = config.hydra.sweeper.get("params") or {}
-    given = [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task]
-    overrides = OverridesParser.create(config_loader=loader).parse_overrides(given)
+    overrides = OverridesParser.create(config_loader=loader).parse_overrides(sweep_overrides(config))
     jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
     configs = []
     for number, job in enumerate(jobs):
