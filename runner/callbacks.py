@@ -201,17 +201,19 @@ class RunnerCallback(Callback):
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)
         tracking = self.tracking = _tracking(config)
-        check_store(tracking, create=True)
+        check_store(tracking, create=False)
         varied = swept_keys(config)
         os.environ[names.SWEPT_KEYS_ENV] = ",".join(varied)
         isolate_if_needed(config, varied)
         stop_on_signals()
         atexit.register(self._close_if_stopped)
+        from runner.sweep_rounds import round_jobs, time_sweep_rounds  # torch loads only past a sweep's checks
+
+        jobs = round_jobs(config)  # their fork server's imports (seconds) overlap the store's opening
+        check_store(tracking, create=True)
         if tracking.enabled:
             self._open_parent(config, tracking)
-        from runner.sweep_rounds import time_sweep_rounds  # torch loads only past a sweep's checks
-
-        time_sweep_rounds(config, self.sweep_id)
+        time_sweep_rounds(config, jobs, self.sweep_id)
 
     def _open_parent(self, config: DictConfig, tracking: TrackingConfig) -> None:
         """Create the sweep's parent run (its jobs' runs are its children); earlier sweeps' dead parents are closed."""

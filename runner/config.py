@@ -205,9 +205,9 @@ class MeasureConfig:
 
     # calls after the first one and before timing, so caches and allocators settle
     warmup: int = 5
-    # and keep warming up for at least this long: after 5 calls of a 0.2 ms step the next 200
-    # measured 0.19-0.21 ms, after 1 s of calls 0.13-0.20 ms (threads and cores still waking)
-    warmup_s: float = 0.5
+    # and keep warming up for at least this long: a worker runs one pinned thread, and 0.02, 0.1
+    # and 0.5 s read the same median in a paired 10-round sweep (docs/measurement.md)
+    warmup_s: float = 0.1
     # synchronized steps timed without the profiler, per repeat
     steps: int = 200
     # times the warm-up and timed phases run; > 1 logs the spread of per-repeat medians

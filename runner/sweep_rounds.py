@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
@@ -22,6 +23,7 @@ from runner.backends.base import Slot
 from runner.backends.registry import backend_class, launcher_slots
 from runner.config import ConfigError, load_run_spec
 from runner.execute.rounds import RoundJob, rounds_of, save_rounds, time_rounds
+from runner.execute.workers import prepare_workers
 from runner.job import finished_run_id
 from runner.secrets import redact
 from runner.sweep import config_hash, sweep_overrides
@@ -49,7 +51,20 @@ def job_configs(config: DictConfig) -> list[DictConfig]:
     return configs
 
 
-def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
+@dataclass(frozen=True)
+class SweepJob:
+    """A job of the sweep the rounds may time, and whether a FINISHED run of its configuration skips it."""
+
+    job: RoundJob
+    resume: bool
+
+    def skipped(self) -> bool:
+        """True when the job will be skipped: it resumes and its configuration has a FINISHED run."""
+        tracking = self.job.spec.tracking
+        return self.resume and tracking.enabled and finished_run_id(tracking, self.job.key) is not None
+
+
+def round_job(job_config: DictConfig, swept: set[str]) -> SweepJob | None:
     """The job as the rounds time it; None when it times its own steady state (or its own error says why)."""
     task = copy.deepcopy(job_config)
     with open_dict(task):
@@ -66,9 +81,7 @@ def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
         log.info("rounds: %s times its own steady state: %s", name, why)
         return None
     key = config_hash(OmegaConf.to_container(task, resolve=True))  # type: ignore[arg-type]
-    if bool(task.get("resume", True)) and spec.tracking.enabled and finished_run_id(spec.tracking, key):
-        return None  # skipped as already FINISHED
-    return RoundJob(name, key, spec, count)
+    return SweepJob(RoundJob(name, key, spec, count), bool(task.get("resume", True)))
 
 
 def parallel_slots(config: DictConfig) -> list[Slot] | None:
@@ -79,16 +92,16 @@ def parallel_slots(config: DictConfig) -> list[Slot] | None:
     return launcher_slots(config.backend, launcher.jobs, launcher.get("cores"), launcher.get("cores_per_job", 1))
 
 
-def time_sweep_rounds(config: DictConfig, sweep_id: str) -> None:
-    """Time the steady state of the sweep's jobs in interleaved rounds and tell the jobs where to find it.
+def round_jobs(config: DictConfig) -> list[SweepJob]:
+    """The sweep's jobs the rounds may time; their fork server starts now, its imports beside the store's opening.
 
-    Left to the jobs when the sweep is not the basic sweeper's grid, when its jobs run on other
-    hosts (the Slurm launcher) or when fewer than two jobs take part: a job then times its own.
+    None when the sweep is not the basic sweeper's grid or its jobs run on other hosts (the
+    Slurm launcher): each job then times its own steady state.
     """
     launcher = str(config.hydra.launcher.get("_target_", ""))
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or "slurm" in launcher.lower():
         log.info("rounds: none under this sweeper and launcher: each job times its own steady state")
-        return
+        return []
     swept = names.swept_keys()
     saved = HydraConfig.instance().cfg
     try:
@@ -99,6 +112,17 @@ def time_sweep_rounds(config: DictConfig, sweep_id: str) -> None:
                 jobs.append(job)
     finally:
         HydraConfig.instance().cfg = saved
+    if len(jobs) > 1:
+        prepare_workers([sweep_job.job.spec for sweep_job in jobs])
+    return jobs
+
+
+def time_sweep_rounds(config: DictConfig, candidates: list[SweepJob], sweep_id: str) -> None:
+    """Time the steady state of the sweep's jobs in interleaved rounds and tell the jobs where to find it.
+
+    Left to the jobs when fewer than two take part (the rest skipped as FINISHED): a job then times its own.
+    """
+    jobs = [candidate.job for candidate in candidates if not candidate.skipped()]
     if len(jobs) < 2:
         return
     try:
