@@ -34,6 +34,7 @@ MODES = ("forward", "train_step")
 MEASURE_MODES = ("latency", "throughput")
 # measure.compile_cache: the state the job's compile caches start in
 CACHE_STATES = ("cold", "warm")
+WORKER_STARTS = ("auto", "spawn")
 OPTIMIZERS = ("sgd", "adamw")
 # backend.cpu_placement: where a CPU job's steady-state workers and copies run (runner.backends.cpu)
 CPU_PLACEMENTS = ("one_core", "slot_cores", "unpinned")
@@ -215,6 +216,10 @@ class MeasureConfig:
     # fresh worker processes that each build the workload and run warm-up and steady state,
     # one after another; 0 = in the job's own process; null = the backend's default
     processes: int | None = None
+    # how workers start: auto forks them from a server that imported torch where the backend allows
+    # it (a fraction of a second each); spawn starts each in a new interpreter (seconds), so each
+    # draws its own process-level layout instead of sharing the server's (docs/measurement.md)
+    worker_start: str = "auto"
     # copies of the steady state timed at the same time, each in a worker process on its own
     # share of the machine (the parallel launcher's slot plan), for scaling studies; 1 is one
     # such worker with the whole machine; null = the usual steady state (measure.processes)
@@ -251,6 +256,7 @@ class MeasureConfig:
         if self.processes is not None:
             _at_least("measure.processes", self.processes, 0)
         _allowed("measure.mode", self.mode, MEASURE_MODES)
+        _allowed("measure.worker_start", self.worker_start, WORKER_STARTS)
         if self.compile_cache is not None:
             _allowed("measure.compile_cache", self.compile_cache, CACHE_STATES)
         if (self.compile_cache is None) != (self.compile_cache_dir is None):

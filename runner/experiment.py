@@ -117,7 +117,9 @@ def run_experiment(
         execution = prepare(spec, job, life, published_config, digest)
     if spec.tracking.enabled and not resume:  # (a resumed job closed them above)
         close_dead_runs(spec.tracking, digest)
-    manifest = build_manifest(execution.backend, placement=execution.backend.placement_facts(spec))
+    manifest = build_manifest(
+        execution.backend, placement=execution.backend.placement_facts(spec), requested_start=spec.measure.worker_start
+    )
     log.info("%s on %s (%s)", job.run_name, execution.backend.name, execution.placement)
     with life.run(spec.tracking) as run:
         run.log_params(job_params(published_config, job))

@@ -68,13 +68,17 @@ def system_package_versions() -> dict[str, str | None]:
 
 
 def build_manifest(
-    backend: Backend, environ: Mapping[str, str] = os.environ, placement: Mapping[str, Any] | None = None
+    backend: Backend,
+    environ: Mapping[str, str] = os.environ,
+    placement: Mapping[str, Any] | None = None,
+    requested_start: str = "auto",
 ) -> dict[str, Any]:
     """Everything needed to tell two runs' environments apart, safe to publish, and how and where its workers run.
 
-    `placement`: where the job's workers or copies run (`Backend.placement_facts`), beside the device's facts.
+    `placement`: where the job's workers or copies run (`Backend.placement_facts`), beside the device's facts;
+    `requested_start`: `measure.worker_start`.
     """
-    workers = worker_start(backend)
+    workers = worker_start(backend, requested_start)
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -47,8 +47,10 @@ class WorkerStart:
     why: str
 
 
-def worker_start(backend: Backend | type[Backend]) -> WorkerStart:
-    """A fork of the fork server where the backend and the platform allow it, else a new interpreter."""
+def worker_start(backend: Backend | type[Backend], requested: str = "auto") -> WorkerStart:
+    """A fork of the fork server where the backend, the platform and `measure.worker_start` allow it, else a spawn."""
+    if requested == "spawn":
+        return WorkerStart("spawn", "measure.worker_start=spawn")
     if not backend.fork_server:
         return WorkerStart("spawn", f"backend={backend.name} does not allow forking its workers")
     if "forkserver" not in multiprocessing.get_all_start_methods():
@@ -97,7 +99,10 @@ def _worker(
 
 def prepare_workers(specs: list[RunSpec]) -> None:
     """Get ready to start these specs' workers: a fork server starts now, its imports beside the job's work."""
-    if any(worker_start(backend_class(spec.backend.name)).method == "forkserver" for spec in specs):
+    if any(
+        worker_start(backend_class(spec.backend.name), spec.measure.worker_start).method == "forkserver"
+        for spec in specs
+    ):
         start_fork_server(compiler=any(spec.workload.compile for spec in specs))
 
 
@@ -114,7 +119,7 @@ def _placement(spec: RunSpec, number: int, slot: Slot) -> Placement | None:
 
 
 def _start(name: str, target: Callable[..., Any], spec: RunSpec, *args: Any, slot: Slot = WHOLE_MACHINE) -> Child:
-    method = worker_start(backend_class(spec.backend.name)).method
+    method = worker_start(backend_class(spec.backend.name), spec.measure.worker_start).method
     return Child(name, target, spec, *args, env=dict(slot.env), start_method=method)
 
 
@@ -158,7 +163,7 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     """
     # the slot's environment pins each copy; backend.cores would pin every copy back to the job's cores
     spec = replace(spec, backend=spec.backend.unpinned())
-    method = worker_start(backend_class(spec.backend.name)).method
+    method = worker_start(backend_class(spec.backend.name), spec.measure.worker_start).method
     start_together = multiprocessing.get_context(method).Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
     workers: list[Child] = []

@@ -85,6 +85,8 @@ def test_the_manifest_says_how_workers_start_and_why_they_are_spawned(monkeypatc
     assert forked == {"start_method": "forkserver", "why": "forked from a server that imported " + ", ".join(
         ["torch", "runner.execute.workers", "workloads"]
     )}  # fmt: skip
+    asked = build_manifest(backend, {}, requested_start="spawn")["workers"]
+    assert asked == {"start_method": "spawn", "why": "measure.worker_start=spawn"}
     monkeypatch.setattr(CpuBackend, "fork_server", False)
     spawned = build_manifest(backend, {})["workers"]
     assert spawned == {"start_method": "spawn", "why": "backend=cpu does not allow forking its workers"}
