@@ -21,6 +21,7 @@ from runner.measure.memory import (
     peak_by_site,
     snapshot_from_traces,
 )
+from runner.report.memory_diff import change_rows, readable_bytes, site_changes
 
 TORCH_FRAME = {"filename": str(Path(torch.__file__).parent / "nn" / "functional.py"), "line": 2, "name": "linear"}
 
@@ -133,3 +134,21 @@ def test_a_backend_with_neither_source_is_refused_naming_the_key(profiler: Profi
         ConfigError, match=r"^measure\.memory_snapshot=true: backend=cpu .*profiler\.profile_memory=true"
     ):
         memory_source(CpuBackend(BackendConfig(name="cpu")), profiler)
+
+
+def test_the_sites_changes_sum_to_the_change_in_peak_largest_first() -> None:
+    before = {"aten::mul": 4096, "aten::mean": 64, "aten::pow": 1024}
+    after = {"aten::mul": 16384, "aten::mean": 256, "aten::rms_norm": 2048}
+    changes = site_changes(before, after)
+    assert [c.site for c in changes] == ["aten::mul", "aten::rms_norm", "aten::pow", "aten::mean"]
+    assert sum(c.change for c in changes) == sum(after.values()) - sum(before.values())
+    rows = change_rows(changes)
+    assert rows[0] == {
+        "site": "aten::mul",
+        "before": "4.00 KiB",
+        "after": "16.00 KiB",
+        "change": "+12.00 KiB",
+        "share of change": f"{12288 / 13504:.1%}",
+    }
+    assert rows[2]["change"] == "-1.00 KiB" and rows[2]["after"] == "0 B"
+    assert readable_bytes(3 * 2**30) == "3.00 GiB"
