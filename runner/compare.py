@@ -491,7 +491,7 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
 
 def print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str], output_format: str) -> int:
     """`--memory`: the sites live at each run's peak, the largest change first, and the change in peak."""
-    from runner.report.memory_diff import change_rows, readable_bytes, site_changes, sites_of
+    from runner.report.memory_diff import change_rows, readable_bytes, signed_bytes, site_changes, sites_of
 
     runs = [find_run(client, experiment_id, key, "--memory") for key in keys]
     peaks = []
@@ -516,10 +516,12 @@ def print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str],
         }
         print(json.dumps(document, indent=2))
         return 0
+    if output_format == "csv":  # the rows alone, for other programs
+        print(render(change_rows(changes), output_format))
+        return 0
     print(f"memory peak by allocation site: {label(runs[0])} -> {label(runs[1])}\n")
     print(render(change_rows(changes), output_format))
-    change = ("+" if after > before else "") + readable_bytes(after - before)
-    print(f"\ntotal: peak {readable_bytes(before)} -> {readable_bytes(after)} ({change})")
+    print(f"\ntotal: peak {readable_bytes(before)} -> {readable_bytes(after)} ({signed_bytes(after - before)})")
     if sources[0] != sources[1]:
         print(f"note: the peaks come from different sources ({sources[0]}; {sources[1]}): their sites differ in kind")
     return 0

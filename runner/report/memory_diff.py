@@ -25,6 +25,11 @@ def readable_bytes(count: float) -> str:
     return f"{sign}{size:.0f} B" if unit == 0 else f"{sign}{size:.2f} {UNITS[unit]}"
 
 
+def signed_bytes(count: float) -> str:
+    """A change in bytes, readable, with its sign (+ for more)."""
+    return ("+" if count > 0 else "") + readable_bytes(count)
+
+
 def sites_of(table: dict[str, Any]) -> dict[str, int]:
     """Site -> bytes live at the peak, from the logged table ({"columns": [...], "data": [...]})."""
     site, size = table["columns"].index(names.MEMORY_SITE), table["columns"].index(names.MEMORY_SITE_BYTES)
@@ -59,7 +64,7 @@ def change_rows(changes: list[SiteChange]) -> list[dict[str, str]]:
             "site": c.site,
             "before": readable_bytes(c.before),
             "after": readable_bytes(c.after),
-            "change": ("+" if c.change > 0 else "") + readable_bytes(c.change),
+            "change": signed_bytes(c.change),
             "share of change": f"{c.change / total:.1%}" if total else "-",
         }
         for c in changes

@@ -71,6 +71,10 @@ def test_two_cpu_runs_peaks_and_which_sites_account_for_the_difference(
     changes = [abs(site["change"]) for site in document["sites"]]
     assert changes == sorted(changes, reverse=True)
 
+    assert compare.main(["--memory", before, after, "--uri", tracking_uri, "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()  # the rows alone: no heading, no total
+    assert rows[0] == "site,before,after,change,share of change" and rows[1].startswith("aten::mul,")
+
 
 def test_compare_memory_refuses_a_run_without_a_snapshot(
     tmp_path: Path, tracking_uri: str, capsys: pytest.CaptureFixture[str]
