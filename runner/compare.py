@@ -5,7 +5,9 @@ one row per run (failed runs included, as failed, and compared with nothing); wi
 two runs it also prints the per-op diff, when both finished. At the end of every sweep the
 same report is logged to the parent run. `--replay RUN` prints commands that run that run's
 top ATen ops alone (`+workload=aten_op`). `--diff BEFORE AFTER` aligns the two runs' traces
-span by span and logs the diff to the newer run. Both refuse a run that did not finish.
+span by span and logs the diff to the newer run. `--memory BEFORE AFTER` shows which allocation
+sites account for the change in memory peak (runs with `measure.memory_snapshot=true`). They
+refuse a run that did not finish.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from runner.report.reader import (
     is_reused,
     label,
     latest_sweep,
+    logged_table,
     metric,
     op_table,
     per_op,
@@ -407,6 +410,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--diff", nargs=2, metavar=("BEFORE", "AFTER"), help="align two runs' traces and show what changed, where"
     )
+    parser.add_argument(
+        "--memory",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="which allocation sites account for the change in memory peak (runs with measure.memory_snapshot=true)",
+    )
     parser.add_argument("--depth", type=int, default=3, help="levels below the step --diff prints (default: 3)")
     args = parser.parse_args(argv)
     if args.top < 1:
@@ -480,6 +489,44 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
     return 0
 
 
+def print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str], output_format: str) -> int:
+    """`--memory`: the sites live at each run's peak, the largest change first, and the change in peak."""
+    from runner.report.memory_diff import change_rows, readable_bytes, signed_bytes, site_changes, sites_of
+
+    runs = [find_run(client, experiment_id, key, "--memory") for key in keys]
+    peaks = []
+    for run in runs:
+        require_finished(run, "--memory", "not compared")
+        table = logged_table(client, run, names.MEMORY_SITES_FILE)
+        if table is None:
+            raise SystemExit(
+                f"error: --memory {run.info.run_id}: the run has no {names.MEMORY_SITES_FILE} "
+                "(run it with measure.memory_snapshot=true)"
+            )
+        peaks.append(sites_of(table))
+    changes = site_changes(*peaks)
+    before, after = (sum(sites.values()) for sites in peaks)
+    sources = [str(run.data.tags.get(names.TAG_MEMORY_SOURCE)) for run in runs]
+    if output_format == "json":
+        document = {
+            "before": {"run": runs[0].info.run_id, "peak_bytes": before, "source": sources[0]},
+            "after": {"run": runs[1].info.run_id, "peak_bytes": after, "source": sources[1]},
+            "change_bytes": after - before,
+            "sites": [{**asdict(c), "change": c.change} for c in changes],
+        }
+        print(json.dumps(document, indent=2))
+        return 0
+    if output_format == "csv":  # the rows alone, for other programs
+        print(render(change_rows(changes), output_format))
+        return 0
+    print(f"memory peak by allocation site: {label(runs[0])} -> {label(runs[1])}\n")
+    print(render(change_rows(changes), output_format))
+    print(f"\ntotal: peak {readable_bytes(before)} -> {readable_bytes(after)} ({signed_bytes(after - before)})")
+    if sources[0] != sources[1]:
+        print(f"note: the peaks come from different sources ({sources[0]}; {sources[1]}): their sites differ in kind")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison (and, for two runs, the per-op diff)."""
     args = parse_args(argv)
@@ -488,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_replays(client, find_run(client, experiment_id, args.replay, "--replay"), args.top, args.format)
     if args.diff:
         return print_trace_diff(client, experiment_id, args.diff, args.depth, args.format)
+    if args.memory:
+        return print_memory_diff(client, experiment_id, args.memory, args.format)
     runs, parent = selected_runs(client, experiment_id, args)
     baseline = pick_baseline(runs, args.baseline)
     rows = comparison_rows(client, runs, baseline, parent)

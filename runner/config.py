@@ -245,6 +245,9 @@ class MeasureConfig:
     layers: list[str] | None = None
     # peak figures for the roofline: auto (by device) or an entry of conf/peaks.yaml
     peak: str = "auto"
+    # record the profiled window's allocations (the device's allocation history where it has one,
+    # else the profiler's memory events): a snapshot memory_viz opens, the peak and its sites
+    memory_snapshot: bool = False
 
     def __post_init__(self) -> None:
         _at_least("measure.warmup", self.warmup, 0)

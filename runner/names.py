@@ -285,6 +285,19 @@ COLLECTIVE_BUSBW_LINK_FRACTION = "collective/busbw_fraction_of_link"
 # the link the ranks cross (intra-chip, chip-to-chip, node-to-node) and its figure, or why none
 TAG_COLLECTIVE_LINK = "collective.link"
 
+# --- memory beside time (measure.memory_snapshot) ---
+# the highest memory the profiled window's own allocations held at once, and where it came from
+MEMORY_WINDOW_PEAK_MB = "memory/window_peak_mb"
+# what the peak was read from: the device's allocation history, or the profiler's memory events
+TAG_MEMORY_SOURCE = "memory.source"
+# the window's allocations in the pickle PyTorch's memory_viz opens, under this artifact folder
+MEMORY_FOLDER = "memory"
+MEMORY_SNAPSHOT_FILE = "memory_snapshot.pickle"
+# the allocations live at the peak, by allocation site: one row per site, largest first
+MEMORY_SITES_FILE = "memory_sites.json"
+MEMORY_SITE = "site"
+MEMORY_SITE_BYTES = "bytes"
+
 # --- run names ---
 # overrides no run name shows: where results go, and whether earlier ones are reused
 OUTPUT_OVERRIDES = ("tracking=", "tracking.", "hydra.", "resume=")

@@ -57,6 +57,8 @@ class JobResult:
     step_ms: list[float] = field(default_factory=list)
     # more MLflow tables: artifact file name -> columns (the per-layer accuracy)
     tables: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    # measure.memory_snapshot: the folder of the window's memory snapshot (logged as an artifact folder)
+    memory_dir: Path | None = None
 
 
 def profiled_window_report(
@@ -167,6 +169,10 @@ def collect_result(
     if measurement.places:
         tags[names.TAG_ROUNDS_ID] = measurement.rounds_id
         tables[names.ROUNDS_FILE] = rounds_table(measurement)
+    if measurement.memory is not None:
+        metrics[names.MEMORY_WINDOW_PEAK_MB] = measurement.memory.peak_bytes / MIB
+        tags[names.TAG_MEMORY_SOURCE] = measurement.memory.source
+        tables[names.MEMORY_SITES_FILE] = measurement.memory.table()
     if spec.measure.layer_accuracy:
         errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)
         tables[names.LAYER_TABLE_FILE] = layer_table(errors)
@@ -184,4 +190,5 @@ def collect_result(
         warnings=warnings,
         step_ms=measurement.samples(),
         tables=tables,
+        memory_dir=measurement.memory.snapshot.parent if measurement.memory else None,
     )

@@ -91,6 +91,21 @@ def chrome_trace_writer(trace_dir: Path) -> Callable[[torch.profiler.profile], N
     return write
 
 
+@dataclass(frozen=True)
+class MemoryHistory:
+    """A device's allocation history in torch.cuda.memory's form, which PyTorch's memory_viz opens.
+
+    `module` has `_record_memory_history(enabled=None | "all", **options)` and
+    `_dump_snapshot(filename)`, which writes the history as a pickle.
+    """
+
+    module: Any
+    # arguments to _record_memory_history besides `enabled`
+    options: dict[str, Any]
+    # what the console and the `memory.source` tag call it
+    source: str
+
+
 class CaptureIncomplete(RuntimeError):
     """A trace file was not written whole (a full disk, most often): the run must not pass as FINISHED."""
 
@@ -300,6 +315,10 @@ class Backend(ABC):
 
     def peak_memory_bytes(self) -> int | None:
         """Peak device memory allocated since the reset, or None without an allocator statistic."""
+        return None
+
+    def memory_history(self) -> MemoryHistory | None:
+        """The device's allocation history API, None where it has none (the CPU: the profiler's memory events serve)."""
         return None
 
     def peak(self, dtype: str) -> Peak | None:

@@ -8,13 +8,16 @@ from typing import Any, ClassVar
 import torch
 from torch.profiler import ProfilerActivity
 
-from runner.backends.base import Backend, Slot
+from runner.backends.base import Backend, MemoryHistory, Slot
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.config import BackendConfig
 
 # GPU name fragment -> conf/peaks.yaml entry
 GPU_PEAKS = {"H200": "h200_sxm", "H100": "h100_sxm"}
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+# Python frames only: C++ frames ("all", the default) are symbolised when the snapshot is dumped,
+# which is slow; a bound on the entries keeps a long window's history from growing without end
+CUDA_HISTORY_OPTIONS = {"stacks": "python", "max_entries": 1_000_000}
 
 
 def _visible_gpus() -> list[str]:
@@ -80,6 +83,10 @@ class CudaBackend(Backend):
         """Peak bytes allocated by tensors, after synchronising."""
         self.synchronize()
         return int(torch.cuda.max_memory_allocated(self.device))
+
+    def memory_history(self) -> MemoryHistory | None:
+        """torch.cuda.memory's allocation history (PyTorch's "Understanding CUDA Memory Usage")."""
+        return MemoryHistory(torch.cuda.memory, CUDA_HISTORY_OPTIONS, "torch.cuda.memory snapshot")
 
     def peak(self, dtype: str) -> Peak | None:
         """H100 or H200 by name; other GPUs have no entry (set measure.peak)."""

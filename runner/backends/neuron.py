@@ -23,7 +23,14 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
-from runner.backends.base import Backend, CaptureReport, Slot, more_repeats, require_complete_traces
+from runner.backends.base import (
+    Backend,
+    CaptureReport,
+    MemoryHistory,
+    Slot,
+    more_repeats,
+    require_complete_traces,
+)
 from runner.backends.cores import format_cores, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.peaks import Peak, datasheet_peak
@@ -41,6 +48,8 @@ NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
 DRIVER_VERSION = Path("/sys/module/neuron/version")
+# the allocation history calls a memory snapshot needs (runner.backends.base.MemoryHistory)
+SNAPSHOT_CALLS = ("_record_memory_history", "_dump_snapshot")
 # NeuronCores a job's work executes on: the module and inputs live on "neuron", the first visible core
 EXECUTING_CORES = 1
 
@@ -357,6 +366,19 @@ class NeuronBackend(Backend):
         """Peak bytes allocated, through the documented max_memory_allocated()."""
         self.synchronize()
         return int(torch_neuron().max_memory_allocated())
+
+    def memory_history(self) -> MemoryHistory | None:
+        """torch.neuron.memory's allocation history, where this torch-neuronx has one.
+
+        torch-neuronx's memory guide (torch/guides/memory-profiling-guide) records allocation
+        snapshots that open in PyTorch's memory_viz; the calls are taken to be torch.cuda.memory's
+        (`_record_memory_history`, `_dump_snapshot`), which is unconfirmed: without them the
+        profiler's memory events serve, as on the CPU.
+        """
+        memory = getattr(torch_neuron(), "memory", None)
+        if not all(hasattr(memory, call) for call in SNAPSHOT_CALLS):
+            return None
+        return MemoryHistory(memory, {}, "torch.neuron.memory snapshot")
 
     def peak(self, dtype: str) -> Peak | None:
         """Per-NeuronCore figures of this instance's Trainium generation, for the core the work runs on."""

@@ -46,11 +46,13 @@ def measure_job(
     capture_dir = backend.capture_dir(output_dir)
     # a folder used again (a resumed job that failed before, a hydra.run.dir given twice) must not
     # hand this run the traces of the earlier one
-    shutil.rmtree(capture_dir, ignore_errors=True)
+    memory_dir = output_dir / names.MEMORY_FOLDER
+    for folder in (capture_dir, memory_dir):
+        shutil.rmtree(folder, ignore_errors=True)
     backend.reset_peak_memory()
     neffs_before = backend.compiled_artifact_count()
     steady_state = steady_state_source(spec, backend, workload, timed)
-    measurement = measure(workload, backend, spec, capture_dir, steady_state)
+    measurement = measure(workload, backend, spec, capture_dir, steady_state, memory_dir)
     capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
     if neffs_before is not None:
         capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)

@@ -24,6 +24,7 @@ from runner.measure.build import BuiltWorkload, build_workload
 from runner.measure.compile_cache import use_compile_cache
 from runner.measure.layers import check_layer_names
 from runner.measure.loop import SteadyState
+from runner.measure.memory import memory_source
 from runner.measure.roofline import resolve_peak
 from runner.result import JobResult
 
@@ -132,6 +133,8 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "") -> Execution:
     use_compile_cache(spec)  # before the backend loads its libraries, and before anything compiles
     backend = make_backend(spec.backend)
     backend.worker_processes(spec.measure.processes, spec.distributed.ranks)
+    if spec.measure.memory_snapshot:
+        memory_source(backend, spec.profiler)
     if (task := slurm_task()) is not None:
         check_world(task, spec.distributed.ranks)
         return SlurmRanks(_rank_spec(spec), output_dir, backend, task)

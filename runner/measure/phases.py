@@ -28,6 +28,7 @@ from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.host_memory import keep_freed_memory
 from runner.measure.loop import Progress, RoundPlace, SteadyStateSource, timed_step, warm_up
+from runner.measure.memory import MemoryPeak, recording, window_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
 from runner.measure.stats import coefficient_of_variation, describe_steps
@@ -70,6 +71,8 @@ class Measurement:
     # what the profiler adds to a step, measured apart from the window; None: profiler off, or
     # the backend cannot measure it without a device capture
     profiler_cost: ProfilerCost | None = None
+    # measure.memory_snapshot: the profiled window's memory peak and its allocation sites
+    memory: MemoryPeak | None = None
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
@@ -170,12 +173,18 @@ def profiled_window(
 
 
 def measure(
-    workload: BuiltWorkload, backend: Backend, spec: RunSpec, capture_dir: Path, steady_state: SteadyStateSource
+    workload: BuiltWorkload,
+    backend: Backend,
+    spec: RunSpec,
+    capture_dir: Path,
+    steady_state: SteadyStateSource,
+    memory_dir: Path,
 ) -> Measurement:
     """Run the phases in order and return their results.
 
     `steady_state` is called after the first call: the caller chooses which processes time it
-    (this one, worker processes, or copies timed before this process touched the device).
+    (this one, worker processes, or copies timed before this process touched the device). With
+    `measure.memory_snapshot`, the profiled window's allocations go to `memory_dir`.
     """
     started = time.perf_counter()
     if spec.measure.keep_freed_memory:
@@ -193,7 +202,11 @@ def measure(
     block_s = queued_blocks(workload, backend, spec) if throughput else []
     measures_cost = spec.profiler.enabled and backend.measures_profiler_cost
     cost = profiler_cost(workload, backend, spec.profiler) if measures_cost else None
-    table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
+    history = backend.memory_history() if spec.measure.memory_snapshot else None
+    snapshot = memory_dir / names.MEMORY_SNAPSHOT_FILE
+    with recording(backend, history, snapshot):
+        table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
+    memory = window_memory(history, capture_dir, snapshot) if spec.measure.memory_snapshot else None
     copies = steady.copies_window_s is not None
     return Measurement(
         first_call_s=first_call_s,
@@ -211,4 +224,5 @@ def measure(
         places=steady.places,
         rounds_id=steady.rounds_id,
         profiler_cost=cost,
+        memory=memory,
     )

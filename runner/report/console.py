@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from runner import names
 from runner.measure.optable import self_time_by_op
+from runner.report.memory_diff import readable_bytes
 from runner.result import JobResult
 
 TOP_OPS = 5
@@ -41,6 +44,21 @@ def _rounds(rounds: dict[str, list[object]]) -> str:
     return (
         f"rounds: {count}, each one fresh worker of this job and of {others} other job(s) of the sweep in a "
         f"random order ({names.ROUNDS_FILE}): the sweep's variants pair round by round"
+    )
+
+
+def _memory(tags: dict[str, object], result: JobResult, folder: Path) -> str:
+    """measure.memory_snapshot in one line: the window's peak, what it was read from, its largest site, the snapshot."""
+    sites = result.tables[names.MEMORY_SITES_FILE]
+    peak = sum(sites[names.MEMORY_SITE_BYTES])
+    largest = (
+        f"; largest site {sites[names.MEMORY_SITE][0]} ({sites[names.MEMORY_SITE_BYTES][0] / peak:.0%})" if peak else ""
+    )
+    snapshot = folder / names.MEMORY_SNAPSHOT_FILE
+    return (
+        f"memory: peak {readable_bytes(peak)} held by the profiled window's allocations, from "
+        f"{tags[names.TAG_MEMORY_SOURCE]}"
+        f"{largest} ({names.MEMORY_SITES_FILE}); snapshot: {snapshot}  (open in https://pytorch.org/memory_viz)"
     )
 
 
@@ -86,6 +104,8 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
             f"{m[names.ROOFLINE_COMPUTE_FRACTION]:.1%} of {m[names.ROOFLINE_PEAK_GFLOPS]:.1f} GFLOP/s "
             f"[{tags[names.TAG_ROOFLINE_PEAK]}]"
         )
+    if result.memory_dir is not None:
+        lines.append(_memory(tags, result, result.memory_dir))
     by_op = self_time_by_op(table)
     total = sum(by_op.values())
     if by_op:

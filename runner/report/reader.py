@@ -89,10 +89,15 @@ def check_op_table_version(run: Run) -> None:
 def op_table(client: MlflowClient, run: Run) -> dict[str, Any]:
     """The run's op table artifact ({"columns": [...], "data": [...]}) in a layout this runner reads, or empty."""
     check_op_table_version(run)
+    return logged_table(client, run, names.OP_TABLE_FILE) or {"columns": [], "data": []}
+
+
+def logged_table(client: MlflowClient, run: Run, artifact_file: str) -> dict[str, Any] | None:
+    """A table the run logged with mlflow.log_table ({"columns": [...], "data": [...]}), None when it has none."""
     try:
-        path = client.download_artifacts(run.info.run_id, names.OP_TABLE_FILE)
+        path = client.download_artifacts(run.info.run_id, artifact_file)
     except Exception:
-        return {"columns": [], "data": []}
+        return None
     with open(path) as f:
         return dict(json.load(f))
 

@@ -189,7 +189,7 @@ class NullRun:
         """Ignore a capture directory."""
 
     def log_result(self, result: JobResult, max_artifact_mb: int, folder: str = "") -> None:
-        """Log a job's result: metrics, tags, the op table, text artifacts and the capture folder.
+        """Log a job's result: metrics, tags, the op table, text artifacts, the capture and memory folders.
 
         With `folder` (another rank's, e.g. rank1), its metrics are logged as `rank1/<name>`
         and its files under `rank1/`; the run's tags and series stay the job's own.
@@ -206,6 +206,8 @@ class NullRun:
         for name, text in result.texts.items():
             self.log_text(text, prefix + name)
         self.log_capture(result.capture_dir, prefix + result.capture_dir.name, max_artifact_mb)
+        if result.memory_dir is not None:
+            self.log_capture(result.memory_dir, prefix + names.MEMORY_FOLDER, max_artifact_mb)
 
     def describe(self) -> str:
         """One line for the console summary."""

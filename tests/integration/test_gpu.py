@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import mlflow
@@ -58,3 +59,20 @@ def test_the_doctor_passes_every_cuda_probe(tmp_path: Path) -> None:
     verdicts = cuda_verdicts(str(tmp_path), 600)
     assert [v.probe for v in verdicts] == list(CUDA_PROBE_NAMES)
     assert all(v.status == "PASS" for v in verdicts), "\n".join(f"{v.probe}: {v.evidence}" for v in verdicts)
+
+
+def test_cuda_memory_snapshot_peaks_at_the_workloads_own_lines(tmp_path: Path) -> None:
+    metrics = run_cuda(
+        tmp_path, "+workload=rmsnorm_naive", "backend=cuda", "measure=quick", "measure.memory_snapshot=true"
+    )
+    assert metrics[names.MEMORY_WINDOW_PEAK_MB] > 0
+    run = all_runs()[0]
+    assert run.data.tags[names.TAG_MEMORY_SOURCE] == "torch.cuda.memory snapshot"
+    table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{names.MEMORY_SITES_FILE}")
+    # the naive forward's lines (workloads/rmsnorm.py), not torch's own files, hold the peak
+    assert table["data"] and all(site.startswith("workloads/rmsnorm.py:") for site, _ in table["data"])
+    assert sum(size for _, size in table["data"]) / 2**20 == pytest.approx(metrics[names.MEMORY_WINDOW_PEAK_MB])
+    snapshot = tmp_path / "out" / names.MEMORY_FOLDER / names.MEMORY_SNAPSHOT_FILE
+    with snapshot.open("rb") as f:
+        dumped = pickle.load(f)
+    assert any(entry["action"] == "alloc" for trace in dumped["device_traces"] for entry in trace)

@@ -133,7 +133,9 @@ def run_phases(tmp_path: Path, *overrides: str) -> tuple[Measurement, dict[str, 
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", *overrides))
     backend = CpuBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
-    result = measure(workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload))
+    result = measure(
+        workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload), tmp_path / "memory"
+    )
     peak = resolve_peak(spec.measure.peak, backend, dtype=spec.workload.dtype)
     metrics, tags = derived_metrics(spec, workload, backend, result, peak)
     return result, metrics, tags
@@ -305,7 +307,9 @@ def test_a_roofline_above_its_peak_warns_that_the_peak_reads_low(tmp_path: Path)
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
     backend = CpuBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
-    measurement = measure(workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload))
+    measurement = measure(
+        workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload), tmp_path / "memory"
+    )
     low = Peak(bandwidth_gbps=1e-6, gflops=1e6, source="measured: a calibration taken on a busy host")
     result = collect_result(spec, workload, backend, measurement, low, CaptureReport(), tmp_path / "trace")
     assert result.metrics[names.ROOFLINE_BANDWIDTH_FRACTION] > 1

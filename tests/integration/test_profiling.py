@@ -24,7 +24,9 @@ def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", *overrides))
     backend = CpuBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
-    return spec, measure(workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload))
+    return spec, measure(
+        workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload), tmp_path / "memory"
+    )
 
 
 def calls_per_step(result: Measurement) -> Counter[str]:

@@ -176,6 +176,39 @@ def test_correlate_is_dropped_when_the_build_rejects_it(tmp_path: Path, tracking
     assert the_run(tracking_uri).data.tags[names.TAG_NEURON_CORRELATE] == "unsupported by this torch-neuronx"
 
 
+def test_memory_snapshot_records_torch_neurons_history_over_the_window(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(tmp_path, "backend=neuron", "measure.memory_snapshot=true")
+    assert done.returncode == 0, done.stderr
+    order = [e["event"] for e in calls(tmp_path)]
+    started, dumped = order.index("record_memory_history"), order.index("dump_snapshot")
+    # recording brackets the profiled window (its profiler steps), the dump comes after a synchronize
+    assert started < order.index("profiler_step") and dumped > len(order) - 1 - order[::-1].index("profiler_step")
+    assert order[dumped - 1] == "synchronize" and order[dumped + 1] == "record_memory_history"
+    stop = calls(tmp_path)[dumped + 1]
+    assert stop["enabled"] is None and calls(tmp_path)[dumped]["recording"] is True
+    run = the_run(tracking_uri)
+    assert run.data.tags[names.TAG_MEMORY_SOURCE] == "torch.neuron.memory snapshot"
+    assert run.data.metrics[names.MEMORY_WINDOW_PEAK_MB] == 3  # the stand-in's history: 2 + 1 MiB live at once
+    table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{names.MEMORY_SITES_FILE}")
+    assert table["data"] == [["workloads/standin.py:10 forward", 2 * 2**20], ["workloads/standin.py:11 forward", 2**20]]
+    assert f"{names.MEMORY_FOLDER}/{names.MEMORY_SNAPSHOT_FILE}" in artifact_files(tracking_uri, run.info.run_id)
+    assert "held by the profiled window's allocations, from torch.neuron.memory snapshot" in done.stdout
+
+
+def test_memory_snapshot_without_torch_neurons_history_reads_the_profilers_events(
+    tmp_path: Path, tracking_uri: str
+) -> None:
+    done = run_neuron(
+        tmp_path, "backend=neuron", "measure.memory_snapshot=true", NEURON_STANDIN_DEVIATE="no_memory_snapshot"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "record_memory_history" not in [e["event"] for e in calls(tmp_path)]
+    run = the_run(tracking_uri)
+    assert run.data.tags[names.TAG_MEMORY_SOURCE] == "profiler memory events"
+    assert run.data.metrics[names.MEMORY_WINDOW_PEAK_MB] > 0
+    assert "held by the profiled window's allocations, from profiler memory events" in done.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "env", "standin", "message"),
     [

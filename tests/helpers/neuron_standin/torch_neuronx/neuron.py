@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from torch_neuronx import memory  # noqa: F401  (torch.neuron.memory, the module)
 from torch_neuronx._record import deviates, record
 
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
