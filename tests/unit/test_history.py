@@ -60,9 +60,11 @@ class Store:
         self.client.set_terminated(run.info.run_id, "FINISHED", end_time=start + 1000)
         return run.info.run_id
 
-    def series(self, values: list[float], config_hash: str = "cfg-a", **options: object) -> list[str]:
+    def series(
+        self, values: list[float], config_hash: str = "cfg-a", stable: bool = True, key: str = names.STEP_MEDIAN_MS
+    ) -> list[str]:
         """One run per value, at commits c00, c01, ..."""
-        return [self.run(v, f"c{k:02d}", config_hash, **options) for k, v in enumerate(values)]  # type: ignore[arg-type]
+        return [self.run(v, f"c{k:02d}", config_hash, stable, key=key) for k, v in enumerate(values)]
 
 
 @pytest.fixture
