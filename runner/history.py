@@ -7,7 +7,7 @@ time/step_median_ms; `--metric` takes any logged metric) in time order, or in co
 commits are left out, and counted). A step-time run timed in two worker processes or more has a
 95% interval. Change points come from `runner.report.change_points`, each with its size, the
 commits either side and its p-value. Runs flagged timing.stable=false are drawn hollow and left
-out of the change points, unless --include-unstable; the report says how many.
+out of the change points, unless --include-unstable; the report says which.
 
 The report (history.md, history.json) and a plot per configuration (plots/history_<hash>.png)
 are logged to a run of their own (runner.kind=history) in the experiment, and its link printed.
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
+from mlflow.entities import Run
 
 from runner import CONF_DIR, names
 from runner.compare import DEFAULT_EXPERIMENT, DEFAULT_URI, open_experiment, render
@@ -85,7 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def selected_runs(client: MlflowClient, experiment_id: str, args: argparse.Namespace) -> list[Any]:
+def selected_runs(client: MlflowClient, experiment_id: str, args: argparse.Namespace) -> list[Run]:
     """The job runs that logged the metric, of the configuration or sweep asked for (all by default)."""
     runs = job_runs(client, experiment_id, args.metric)
     hash_of = names.TAG_CONFIG_HASH
@@ -140,7 +141,7 @@ def summary_rows(found: list[Series]) -> list[dict[str, str]]:
             "configuration": series.label,
             "config hash": series.config_hash,
             "runs": str(len(series.points)),
-            "left out": ", ".join(f"{n} {why}" for why, n in series.left_out.items()) or "-",
+            "left out": ", ".join(f"{len(runs)} {why}" for why, runs in series.left_out.items()) or "-",
             "newest": _fmt(series.points[-1].value),
             "change points": "; ".join(f"{_between(s)}: {s.change.change:+.1%}" for s in series.steps) or "none",
         }
@@ -182,13 +183,13 @@ def regressions(found: list[Series], key: str, percent: float | None) -> list[st
 def notes(found: list[Series], outside: int, args: argparse.Namespace) -> list[str]:
     """What was left out of the series and of the change points, and how the change points were found."""
     lines = [f"change points: PELT (ruptures) on the log values, each kept at Welch p <= {MAX_P:g}"]
-    unstable = sum(series.left_out.get("timing unstable", 0) for series in found)
+    unstable = sum(len(series.left_out.get("timing unstable", [])) for series in found)
     if unstable:
         lines.append(f"left out of the change points: {unstable} run(s) flagged timing.stable=false (drawn hollow; "
                      "--include-unstable takes them in)")  # fmt: skip
     elif args.include_unstable:
         lines.append("runs flagged timing.stable=false are in the change points (--include-unstable)")
-    if positive := sum(series.left_out.get("not positive", 0) for series in found):
+    if positive := sum(len(series.left_out.get("not positive", [])) for series in found):
         lines.append(f"left out of the change points: {positive} run(s) whose value is not positive")
     if outside:
         lines.append(f"left out of the series: {outside} run(s) whose commit HEAD of {args.repo} does not descend from")
@@ -236,6 +237,10 @@ def markdown(found: list[Series], args: argparse.Namespace, notes_: list[str], f
     lines += [f"- {line}" for line in [*notes_, *failed]] + ["", render(summary_rows(found), "markdown"), ""]
     if steps := step_rows(found):
         lines += ["## Change points", "", render(steps, "markdown"), ""]
+    left_out = [(series, why, run_id) for series in found for why, runs in series.left_out.items() for run_id in runs]
+    if left_out:
+        lines += ["## Runs left out of the change points", ""]
+        lines += [f"- {series.label}: run {run_id} ({why})" for series, why, run_id in left_out] + [""]
     lines += ["## Plots", ""]
     for series in found:
         plot = f"{names.PLOTS_FOLDER}/{names.HISTORY_PLOT_FILE.format(config_hash=series.config_hash)}"

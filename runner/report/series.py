@@ -54,8 +54,8 @@ class Series:
     # positions in `points` of the points the change points were found on
     used: list[int] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
-    # why points were left out of the change points, and how many
-    left_out: dict[str, int] = field(default_factory=dict)
+    # why points were left out of the change points, and the ids of their runs
+    left_out: dict[str, list[str]] = field(default_factory=dict)
 
     def left_out_positions(self) -> list[int]:
         """Positions of the points the change points were not found on."""
@@ -123,7 +123,7 @@ def find_steps(series: Series, include_unstable: bool) -> None:
         if why is None:
             series.used.append(position)
         else:
-            series.left_out[why] = series.left_out.get(why, 0) + 1
+            series.left_out.setdefault(why, []).append(found.run_id)
     values = [series.points[position].value for position in series.used]
     series.steps = [
         Step(found, series.points[series.used[found.index - 1]], series.points[series.used[found.index]])

@@ -162,11 +162,11 @@ def test_change_point_with_its_commits_either_side(store: Store, capsys: pytest.
 
 def test_unstable_runs_are_shown_but_left_out_and_said_so(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
     store.series(STEADY[:10])
-    store.series([1.5, 1.6, 1.5, 1.6], stable=False)  # a slow stretch of the host, flagged unstable
+    unstable = store.series([1.5, 1.6, 1.5, 1.6], stable=False)  # a slow stretch of the host, flagged unstable
     _, report, _ = run_history(capsys)
     found = configuration(report)
     assert len(found["points"]) == 14 and [p["used"] for p in found["points"]].count(False) == 4
-    assert found["left_out"] == {"timing unstable": 4} and found["change_points"] == []
+    assert found["left_out"] == {"timing unstable": unstable} and found["change_points"] == []
     assert any("4 run(s) flagged timing.stable=false" in note for note in report["notes"])
     _, report, _ = run_history(capsys, "--include-unstable")
     assert len(configuration(report)["change_points"]) == 1
@@ -208,6 +208,7 @@ def test_plot_and_reports_are_logged_and_linked(
     store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store.series(STEADY[:10] + [1.3 * v for v in STEADY[10:20]])
+    unstable = store.run(9.0, "c20", stable=False)
     assert history.main(["--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     (logged,) = store.client.search_runs([store.experiment_id], f"tags.`{names.TAG_KIND}` = '{names.KIND_HISTORY}'")
@@ -218,16 +219,14 @@ def test_plot_and_reports_are_logged_and_linked(
     assert files == {names.HISTORY_TEXT_FILE, names.HISTORY_FILE, names.PLOTS_FOLDER}
     assert plots == {f"{names.PLOTS_FOLDER}/history_cfg-a.png"}
     page = (tmp_path / "out" / names.HISTORY_TEXT_FILE).read_text()
-    assert (
-        "## Change points" in page
-        and "| c09 -> c10 |" in page
-        and "![rmsnorm_naive cfg-a](plots/history_cfg-a.png)" in page
-    )
+    assert "## Change points" in page and "| c09 -> c10 |" in page
+    assert f"- rmsnorm_naive cfg-a: run {unstable} (timing unstable)" in page
+    assert "![rmsnorm_naive cfg-a](plots/history_cfg-a.png)" in page
     assert json.loads((tmp_path / "out" / names.HISTORY_FILE).read_text())["configurations"][0]["change_points"]
     assert (tmp_path / "out" / names.PLOTS_FOLDER / "history_cfg-a.png").stat().st_size > 10_000
     # the history's own run is not a job run: a second history reads the same series
     _, report, _ = run_history(capsys)
-    assert len(report["configurations"]) == 1 and len(configuration(report)["points"]) == 20
+    assert len(report["configurations"]) == 1 and len(configuration(report)["points"]) == 21
 
 
 @pytest.mark.parametrize(
