@@ -487,9 +487,8 @@ def history_figure(series: Series, key: str) -> Figure:
                   [high - v for v, (_, high) in zip(values, intervals, strict=True)]]  # fmt: skip
         bars = ax.errorbar(chosen, values, yerr=spread, fmt="o", color="#4c78a8", markerfacecolor=face, capsize=3)
         handles.append(bars.lines[0])  # the points: the legend names them, the bars' meaning is in the label
-        labels.append(text)
-    if any(p.interval for p in series.points):
-        labels[0] += " (bar: 95% interval from its worker processes)"
+        with_bars = any(series.points[k].interval for k in chosen)
+        labels.append(text + (" (bar: 95% interval from its worker processes)" if with_bars else ""))
     for segment in series.segments():
         level = math.exp(sum(math.log(series.points[k].value) for k in segment) / len(segment))
         (line,) = ax.plot([segment[0] - 0.4, segment[-1] + 0.4], [level, level], color=FRONTIER_COLOR, linewidth=1.5)
