@@ -224,6 +224,15 @@ DIFF_TEXT_FILE = "diff.md"
 DIFF_FILE = "diff.json"
 DIFF_PERFETTO_FILE = "perfetto.json"
 
+# --- performance over time (python -m runner.history): its own run, of kind "history" ---
+KIND_HISTORY = "history"
+# the metric the history follows, on the history's run
+TAG_HISTORY_METRIC = "history.metric"
+HISTORY_TEXT_FILE = "history.md"
+HISTORY_FILE = "history.json"
+# one plot per configuration, under plots/, named by its config hash
+HISTORY_PLOT_FILE = "history_{config_hash}.png"
+
 # --- the doctor's report (files and its run's artifacts) ---
 DOCTOR_PAGE_FILE = "doctor.md"
 DOCTOR_FILE = "doctor.json"

@@ -56,3 +56,15 @@ def checkout(folder: Path, commit: str) -> Iterator[Path]:
         _git(top, "worktree", "remove", "--force", str(tree))
         shutil.rmtree(where, ignore_errors=True)
         _git(top, "worktree", "prune")  # what a removal cut short left in the repository's records
+
+
+def commits_oldest_first(folder: Path) -> list[str]:
+    """The full ids of the commits HEAD descends from in the repository holding `folder`, parents before children.
+
+    Raises:
+        NoCheckout: `folder` is not in a git checkout.
+    """
+    listed = _git(folder, "rev-list", "--topo-order", "--reverse", "HEAD")
+    if listed.returncode != 0:
+        raise NoCheckout(f"--order commit: {folder} is not in a git checkout with a commit")
+    return listed.stdout.split()

@@ -148,6 +148,19 @@ def paired_time_ratio(baseline_ms: list[float], new_ms: list[float], margin: flo
     )
 
 
+def geometric_interval(samples: list[float]) -> tuple[float, float] | None:
+    """The 95% t interval of the samples' geometric mean (per-process medians); None for fewer than two."""
+    if len(samples) < 2:
+        return None
+    logs = np.log(samples)
+    if logs.var() == 0:
+        return samples[0], samples[0]
+    from scipy import stats
+
+    half = float(stats.t.ppf(1 - SIGNIFICANCE / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs)))
+    return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjustment: p-values that keep the family-wise error at the level."""
     order = np.argsort(p_values)

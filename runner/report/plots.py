@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.text import Annotation
+from matplotlib.ticker import MaxNLocator
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
@@ -34,6 +35,7 @@ from runner.report.reader import (
     variant,
 )
 from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves
+from runner.report.series import Series
 from runner.traces import label_of
 
 # the PNGs' resolution; figures are built at it too, so text measured while laying out fits in the file
@@ -462,6 +464,49 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     if failing is not None:
         note = _label_at(ax, f"first over: {table['layer'][failing]}", (failing, errors[failing]), color="#e45756")
         keep_apart(fig, [(note, ax)], AROUND)
+    return fig
+
+
+def history_figure(series: Series, key: str) -> Figure:
+    """A configuration's runs in order with their intervals, each segment's level, and the commit at each step.
+
+    Runs left out of the change points are hollow; each step is a dashed line labelled with the
+    first commit after it and the change.
+    """
+    fig = _figure(10, 4.8)
+    ax = fig.subplots()
+    handles: list[Artist] = []
+    labels = []
+    kinds = (("run", "#4c78a8", series.used), ("left out of the change points", "white", series.left_out_positions()))
+    for text, face, chosen in kinds:
+        if not chosen:
+            continue
+        values = [series.points[k].value for k in chosen]
+        intervals = [series.points[k].interval or (v, v) for k, v in zip(chosen, values, strict=True)]
+        spread = [[v - low for v, (low, _) in zip(values, intervals, strict=True)],
+                  [high - v for v, (_, high) in zip(values, intervals, strict=True)]]  # fmt: skip
+        bars = ax.errorbar(chosen, values, yerr=spread, fmt="o", color="#4c78a8", markerfacecolor=face, capsize=3)
+        handles.append(bars.lines[0])  # the points: the legend names them, the bars' meaning is in the label
+        with_bars = any(series.points[k].interval for k in chosen)
+        labels.append(text + (" (bar: 95% interval from its worker processes)" if with_bars else ""))
+    for segment in series.segments():
+        level = math.exp(sum(math.log(series.points[k].value) for k in segment) / len(segment))
+        (line,) = ax.plot([segment[0] - 0.4, segment[-1] + 0.4], [level, level], color=FRONTIER_COLOR, linewidth=1.5)
+    if series.steps:
+        handles.append(line)
+        labels.append("segment level (geometric mean of its runs)")
+    notes: list[tuple[Annotation, Artist]] = []
+    for step in series.steps:
+        at = series.points.index(step.after) - 0.5
+        ax.axvline(at, color="#888888", linestyle="--", linewidth=1)
+        where = {"xycoords": ("data", "axes fraction"), "fontsize": 8, "color": "#444444"}
+        notes.append((_label_at(ax, f"{step.after.commit[:8]} {step.change.change:+.1%}", (at, 0.03), **where), ax))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("run, oldest first (dashed: a change point, labelled with the first commit after it)")
+    ax.set_ylabel(key)
+    ax.set_title(_wrap(f"{series.label} ({series.config_hash[:8]}): {len(series.steps)} change point(s)"))
+    _legend_below(fig, handles, labels)
+    keep_apart(fig, notes, BESIDE)
     return fig
 
 

@@ -31,6 +31,7 @@ from runner.report.curves import Crossover, size_curves
 from runner.report.plots import (
     core_scaling_figure,
     cost_frontier_figure,
+    history_figure,
     layer_errors_figure,
     op_breakdown_figure,
     queue_curves,
@@ -43,6 +44,7 @@ from runner.report.plots import (
 )
 from runner.report.reader import label
 from runner.report.scaling import ScalingPoint
+from runner.report.series import Point, Series, find_steps
 
 # the CPU peaks the probe runs measured (roofline.peak: best copy bandwidth, float32 matmul)
 PEAK_GBPS, PEAK_GFLOPS = 8.407696097564202, 16.806658113767945
@@ -414,3 +416,23 @@ def test_write_plots_keeps_its_file_names(store: Store, tmp_path: Path) -> None:
         "shape_curves.png",
     ]
     assert all(path.stat().st_size > 10_000 for path in written)
+
+
+def test_history_labels_each_step_with_its_commit_and_draws_left_out_runs_hollow() -> None:
+    values = [1.0 + 0.01 * (k % 3) + (0.3 if k >= 10 else 0.0) for k in range(20)]
+    points = [
+        Point(f"run{k}", "rmsnorm_naive", f"{k:02d}" * 20, k, v, (0.98 * v, 1.02 * v) if k % 2 else None, k != 4)
+        for k, v in enumerate(values)
+    ]
+    series = Series("cfg-a", "rmsnorm_naive", points)
+    find_steps(series, include_unstable=False)
+    fig = history_figure(series, names.STEP_MEDIAN_MS)
+    assert overlapping_texts(fig) == []
+    assert legend_texts(fig) == [
+        "run (bar: 95% interval from its worker processes)",
+        "left out of the change points",
+        "segment level (geometric mean of its runs)",
+    ]
+    assert "10101010 +29.8%" in shown_texts(fig)
+    hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
+    assert [list(line.get_xdata()) for line in hollow] == [[4]]

@@ -1,0 +1,302 @@
+"""Performance over time: `python -m runner.history`, each configuration's series of a metric and where it stepped.
+
+For every configuration (config hash) in the experiment, or one (`--config HASH`, a prefix will
+do) or a sweep's (`--sweep ID|NAME`), the FINISHED job runs' values of a metric (default
+time/step_median_ms; `--metric` takes any logged metric) in time order, or in commit order
+(`--order commit`: the commits HEAD of this checkout descends from, oldest first; runs of other
+commits are left out, and counted). A step-time run timed in two worker processes or more has a
+95% interval. Change points come from `runner.report.change_points`, each with its size, the
+commits either side and its p-value. Runs flagged timing.stable=false are drawn hollow and left
+out of the change points, unless --include-unstable; the report says which.
+
+The report (history.md, history.json) and a plot per configuration (plots/history_<hash>.png)
+are logged to a run of their own (runner.kind=history) in the experiment, and its link printed.
+`--fail-on-regression PCT` exits 1 when a configuration's newest segment is worse than the one
+before by more than PCT percent (for a time a rise, for a rate or a share of a peak a fall).
+
+Exit status: 0; 1 a regression past --fail-on-regression; 2 the store, experiment, configuration,
+sweep or checkout not found, or no run with the metric, said in one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from runner import CONF_DIR, names
+from runner.compare import DEFAULT_EXPERIMENT, DEFAULT_URI, open_experiment, render
+from runner.job import JobStatus
+from runner.report.change_points import MAX_P
+from runner.report.reader import find_sweep, sweep_children
+from runner.report.series import Series, Step, by_configuration, find_steps, in_order, job_runs, point, worse_by
+from runner.tracking.links import run_page, ui_for
+from runner.worktree import NoCheckout, commits_oldest_first
+
+REGRESSION_EXIT, NOT_FOUND_EXIT = 1, 2
+ORDERS = ("time", "commit")
+FORMATS = ("table", "markdown", "json")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m runner.history", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI),
+        help=f"MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})",
+    )
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: runner)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--config", metavar="HASH", help="one configuration: its runner.config_hash, or a prefix")
+    which.add_argument("--sweep", metavar="RUN", help="the configurations of a sweep's jobs (parent run id or name)")
+    parser.add_argument(
+        "--metric", default=names.STEP_MEDIAN_MS, help=f"metric to follow (default: {names.STEP_MEDIAN_MS})"
+    )
+    parser.add_argument(
+        "--order", choices=ORDERS, default="time", help="runs by start time, or by commit (default: time)"
+    )
+    parser.add_argument(
+        "--repo",
+        type=Path,
+        default=CONF_DIR.parent,
+        help="with --order commit: the checkout whose history orders the commits (default: this project's)",
+    )
+    parser.add_argument(
+        "--include-unstable", action="store_true", help="find change points on runs flagged timing.stable=false too"
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when a configuration's newest segment is worse than the one before by more than PCT percent",
+    )
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    parser.add_argument("--out", type=Path, help="also write history.md, history.json and the plots into this folder")
+    args = parser.parse_args(argv)
+    if args.fail_on_regression is not None and args.fail_on_regression < 0:
+        parser.error(f"--fail-on-regression {args.fail_on_regression:g}: give a percentage >= 0")
+    return args
+
+
+def selected_runs(client: MlflowClient, experiment_id: str, args: argparse.Namespace) -> list[Run]:
+    """The job runs that logged the metric, of the configuration or sweep asked for (all by default)."""
+    runs = job_runs(client, experiment_id, args.metric)
+    hash_of = names.TAG_CONFIG_HASH
+    if args.sweep:
+        jobs = sweep_children(client, experiment_id, find_sweep(client, experiment_id, args.sweep))
+        hashes = {job.data.tags.get(hash_of) for job in jobs}
+        runs = [run for run in runs if run.data.tags[hash_of] in hashes]
+    if args.config:
+        runs = [run for run in runs if run.data.tags[hash_of].startswith(args.config)]
+        matched = sorted({run.data.tags[hash_of] for run in runs})
+        if len(matched) > 1:
+            raise SystemExit(f"error: --config {args.config!r}: {len(matched)} configurations have a hash starting so "
+                             f"({', '.join(matched[:3])}, ...); give more of it")  # fmt: skip
+    if not runs:
+        chosen = f" of --config {args.config}" if args.config else f" of --sweep {args.sweep}" if args.sweep else ""
+        raise SystemExit(f"error: no {JobStatus.FINISHED} job run{chosen} in --experiment {args.experiment!r} "
+                         f"logged --metric {args.metric}")  # fmt: skip
+    return runs
+
+
+def histories(client: MlflowClient, experiment_id: str, args: argparse.Namespace) -> tuple[list[Series], int]:
+    """Each configuration's series with its change points, and how many runs commit order left out."""
+    commits = None
+    if args.order == "commit":
+        try:
+            commits = commits_oldest_first(args.repo)
+        except NoCheckout as err:
+            raise SystemExit(f"error: {err} (give --repo, or --order time)") from None
+    found, outside = [], 0
+    for config_hash, runs in by_configuration(selected_runs(client, experiment_id, args)).items():
+        points, left = in_order([point(client, run, args.metric) for run in runs], commits)
+        outside += left
+        if points:
+            series = Series(config_hash, points[-1].name, points)
+            find_steps(series, args.include_unstable)
+            found.append(series)
+    return sorted(found, key=lambda s: s.label), outside
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _between(step: Step) -> str:
+    return f"{step.before.commit[:8]} -> {step.after.commit[:8]}"
+
+
+def summary_rows(found: list[Series]) -> list[dict[str, str]]:
+    """One row per configuration: its runs, those left out of the change points, its newest value and steps."""
+    return [
+        {
+            "configuration": series.label,
+            "config hash": series.config_hash,
+            "runs": str(len(series.points)),
+            "left out": ", ".join(f"{len(runs)} {why}" for why, runs in series.left_out.items()) or "-",
+            "newest": _fmt(series.points[-1].value),
+            "change points": "; ".join(f"{_between(s)}: {s.change.change:+.1%}" for s in series.steps) or "none",
+        }
+        for series in found
+    ]
+
+
+def step_rows(found: list[Series]) -> list[dict[str, str]]:
+    """One row per change point: the commits and runs either side, the levels, the change and its p."""
+    return [
+        {
+            "configuration": series.label,
+            "commits": _between(step),
+            "runs": f"{step.before.run_id[:8]} -> {step.after.run_id[:8]}",
+            "before": _fmt(step.change.before),
+            "after": _fmt(step.change.after),
+            "change": f"{step.change.change:+.1%}",
+            "p": f"{step.change.p_value:.2g}",
+        }
+        for series in found
+        for step in series.steps
+    ]
+
+
+def regressions(found: list[Series], key: str, percent: float | None) -> list[str]:
+    """A line per configuration whose newest segment is worse than the one before by more than `percent`."""
+    if percent is None:
+        return []
+    lines = []
+    for series in found:
+        if series.steps and worse_by(series.steps[-1], key) > percent / 100:
+            step = series.steps[-1]
+            lines.append(f"history: REGRESSION: {series.label} ({series.config_hash[:8]}): the newest segment "
+                         f"({step.after.commit[:8]} on) is {step.change.change:+.1%} in {key} against the one before, "
+                         f"past {percent:g}%")  # fmt: skip
+    return lines
+
+
+def notes(found: list[Series], outside: int, args: argparse.Namespace) -> list[str]:
+    """What was left out of the series and of the change points, and how the change points were found."""
+    lines = [f"change points: PELT (ruptures) on the log values, each kept at Welch p <= {MAX_P:g}"]
+    unstable = sum(len(series.left_out.get("timing unstable", [])) for series in found)
+    if unstable:
+        lines.append(f"left out of the change points: {unstable} run(s) flagged timing.stable=false (drawn hollow; "
+                     "--include-unstable takes them in)")  # fmt: skip
+    elif args.include_unstable:
+        lines.append("runs flagged timing.stable=false are in the change points (--include-unstable)")
+    if positive := sum(len(series.left_out.get("not positive", [])) for series in found):
+        lines.append(f"left out of the change points: {positive} run(s) whose value is not positive")
+    if outside:
+        lines.append(f"left out of the series: {outside} run(s) whose commit HEAD of {args.repo} does not descend from")
+    return lines
+
+
+def document(found: list[Series], args: argparse.Namespace, notes_: list[str], failed: list[str]) -> dict[str, Any]:
+    """The JSON report: every configuration's points and change points, the notes and the regressions."""
+    return {
+        "metric": args.metric,
+        "order": args.order,
+        "notes": notes_,
+        "regressions": failed,
+        "configurations": [
+            {
+                "configuration": series.label,
+                "config_hash": series.config_hash,
+                "left_out": series.left_out,
+                "points": [
+                    {**vars(p), "interval": list(p.interval) if p.interval else None, "used": k in series.used}
+                    for k, p in enumerate(series.points)
+                ],
+                "change_points": [
+                    {
+                        "before_commit": step.before.commit,
+                        "after_commit": step.after.commit,
+                        "before_run": step.before.run_id,
+                        "after_run": step.after.run_id,
+                        "before": step.change.before,
+                        "after": step.change.after,
+                        "change": step.change.change,
+                        "p_value": step.change.p_value,
+                    }
+                    for step in series.steps
+                ],
+            }
+            for series in found
+        ],
+    }
+
+
+def markdown(found: list[Series], args: argparse.Namespace, notes_: list[str], failed: list[str]) -> str:
+    """The Markdown report: the notes, a table of the configurations and one of the change points, the plots."""
+    lines = [f"# History of {args.metric}", "", f"In {args.order} order, oldest first.", ""]
+    lines += [f"- {line}" for line in [*notes_, *failed]] + ["", render(summary_rows(found), "markdown"), ""]
+    if steps := step_rows(found):
+        lines += ["## Change points", "", render(steps, "markdown"), ""]
+    left_out = [(series, why, run_id) for series in found for why, runs in series.left_out.items() for run_id in runs]
+    if left_out:
+        lines += ["## Runs left out of the change points", ""]
+        lines += [f"- {series.label}: run {run_id} ({why})" for series, why, run_id in left_out] + [""]
+    lines += ["## Plots", ""]
+    for series in found:
+        plot = f"{names.PLOTS_FOLDER}/{names.HISTORY_PLOT_FILE.format(config_hash=series.config_hash)}"
+        lines += [f"![{series.label}]({plot})", ""]
+    return "\n".join(lines)
+
+
+def write_report(
+    found: list[Series], args: argparse.Namespace, notes_: list[str], failed: list[str], out: Path
+) -> None:
+    """history.md, history.json and plots/history_<hash>.png in `out`."""
+    from runner.report.plots import history_figure, save
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / names.HISTORY_TEXT_FILE).write_text(markdown(found, args, notes_, failed))
+    (out / names.HISTORY_FILE).write_text(json.dumps(document(found, args, notes_, failed), indent=2))
+    for series in found:
+        plot = names.HISTORY_PLOT_FILE.format(config_hash=series.config_hash)
+        save(history_figure(series, args.metric), out / names.PLOTS_FOLDER / plot)
+
+
+def log_report(client: MlflowClient, experiment_id: str, args: argparse.Namespace, folder: Path) -> str:
+    """A run of kind `history` holding the report's files; its page in the MLflow UI."""
+    tags = {names.TAG_KIND: names.KIND_HISTORY, names.TAG_HISTORY_METRIC: args.metric}
+    run = client.create_run(experiment_id, run_name=f"history {args.metric}", tags=tags)
+    for name in (names.HISTORY_TEXT_FILE, names.HISTORY_FILE):
+        client.log_artifact(run.info.run_id, str(folder / name))
+    client.log_artifacts(run.info.run_id, str(folder / names.PLOTS_FOLDER), names.PLOTS_FOLDER)
+    client.set_terminated(run.info.run_id, JobStatus.FINISHED)
+    return run_page(ui_for(client.tracking_uri), experiment_id, run.info.run_id)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print each configuration's history and its change points; exit 1 on a regression past --fail-on-regression."""
+    args = parse_args(argv)
+    try:
+        client, experiment_id = open_experiment(args)
+        found, outside = histories(client, experiment_id, args)
+    except SystemExit as missing:
+        print(missing, file=sys.stderr)
+        return NOT_FOUND_EXIT
+    notes_ = notes(found, outside, args)
+    failed = regressions(found, args.metric, args.fail_on_regression)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.out or Path(scratch)
+        write_report(found, args, notes_, failed, folder)
+        link = log_report(client, experiment_id, args, folder)
+    if args.format == "json":
+        print(json.dumps(document(found, args, notes_, failed), indent=2))
+    else:
+        print(render(summary_rows(found), args.format))
+        if steps := step_rows(found):
+            print(f"\nchange points:\n{render(steps, args.format)}")
+        print("\n" + "\n".join([*notes_, f"plots and report (history.md, history.json): {link}", *failed]))
+    return REGRESSION_EXIT if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

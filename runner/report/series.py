@@ -1,0 +1,144 @@
+"""A configuration's runs as a series over time: one point per FINISHED job run, and where the series stepped.
+
+The history command (`runner.history`) and its plot both read through here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from runner import names
+from runner.measure.stats import geometric_interval
+from runner.report.change_points import ChangePoint, change_points
+from runner.report.reader import label, metric, rounds
+
+# metrics where a fall is the regression (rates and shares of a peak); for every other one, a rise
+HIGHER_IS_BETTER = ("_per_s", "gbps", "gflops", "_fraction")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of the series: its value of the metric, its 95% interval where it has one, its timing verdict."""
+
+    run_id: str
+    name: str
+    # the run's runner.git_commit ('-dirty' when the tree had changes), '-' when not tagged
+    commit: str
+    start_time: int
+    value: float
+    interval: tuple[float, float] | None
+    # False only for runs tagged timing.stable=false
+    stable: bool
+
+
+@dataclass(frozen=True)
+class Step:
+    """A change point, and the runs either side of it: the older segment's last, the newer's first."""
+
+    change: ChangePoint
+    before: Point
+    after: Point
+
+
+@dataclass
+class Series:
+    """A configuration's points in order, which of them the change points were found on, and the steps."""
+
+    config_hash: str
+    label: str
+    points: list[Point]
+    # positions in `points` of the points the change points were found on
+    used: list[int] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    # why points were left out of the change points, and the ids of their runs
+    left_out: dict[str, list[str]] = field(default_factory=dict)
+
+    def left_out_positions(self) -> list[int]:
+        """Positions of the points the change points were not found on."""
+        used = set(self.used)
+        return [k for k in range(len(self.points)) if k not in used]
+
+    def segments(self) -> list[list[int]]:
+        """The used points' positions, split at each step: the oldest segment first."""
+        cuts = [0, *(self.used.index(self.points.index(step.after)) for step in self.steps), len(self.used)]
+        return [self.used[start:end] for start, end in zip(cuts, cuts[1:], strict=False) if end > start]
+
+
+def higher_is_better(key: str) -> bool:
+    """A rate or a share of a peak: a fall is the regression."""
+    return key.endswith(HIGHER_IS_BETTER)
+
+
+def worse_by(step: Step, key: str) -> float:
+    """How much worse the newer segment is than the older, as a fraction (negative: better)."""
+    return -step.change.change if higher_is_better(key) else step.change.change
+
+
+def job_runs(client: MlflowClient, experiment_id: str, key: str) -> list[Run]:
+    """The experiment's FINISHED job runs (no sweep parents, doctor or history runs) that logged `key`."""
+    runs = client.search_runs([experiment_id], "attributes.status = 'FINISHED'", max_results=50000)
+    return [
+        run
+        for run in runs
+        if run.data.tags.get(names.TAG_SWEEP) != "true"
+        and names.TAG_KIND not in run.data.tags
+        and names.TAG_CONFIG_HASH in run.data.tags
+        and metric(run, key) is not None
+    ]
+
+
+def point(client: MlflowClient, run: Run, key: str) -> Point:
+    """The run as a point; a step-time run's interval comes from its per-process medians."""
+    value = metric(run, key)
+    assert value is not None  # job_runs keeps runs that logged it
+    interval = geometric_interval(rounds(client, run).in_order()) if key == names.STEP_MEDIAN_MS else None
+    return Point(
+        run_id=run.info.run_id,
+        name=label(run),
+        commit=run.data.tags.get(names.TAG_GIT_COMMIT, "-"),
+        start_time=run.info.start_time,
+        value=value,
+        interval=interval,
+        stable=run.data.tags.get(names.TAG_TIMING_STABLE) != "false",
+    )
+
+
+def by_configuration(runs: list[Run]) -> dict[str, list[Run]]:
+    """The runs grouped by config hash."""
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[run.data.tags[names.TAG_CONFIG_HASH]].append(run)
+    return dict(groups)
+
+
+def find_steps(series: Series, include_unstable: bool) -> None:
+    """Fill in the points the change points are found on, what was left out and why, and the steps."""
+    series.used, series.left_out = [], {}
+    for position, found in enumerate(series.points):
+        why = "not positive" if found.value <= 0 else None if found.stable or include_unstable else "timing unstable"
+        if why is None:
+            series.used.append(position)
+        else:
+            series.left_out.setdefault(why, []).append(found.run_id)
+    values = [series.points[position].value for position in series.used]
+    series.steps = [
+        Step(found, series.points[series.used[found.index - 1]], series.points[series.used[found.index]])
+        for found in change_points(values)
+    ]
+
+
+def in_order(points: list[Point], commits: list[str] | None) -> tuple[list[Point], int]:
+    """The points by start time, or by commit (`commits`: oldest first) then start time; and how many were left out.
+
+    In commit order a run of a commit that is not in `commits` (another branch, an untagged run) is left out.
+    """
+    if commits is None:
+        return sorted(points, key=lambda p: p.start_time), 0
+    position = {commit: index for index, commit in enumerate(commits)}
+    placed = [p for p in points if p.commit.removesuffix("-dirty") in position]
+    placed.sort(key=lambda p: (position[p.commit.removesuffix("-dirty")], p.start_time))
+    return placed, len(points) - len(placed)
