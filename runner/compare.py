@@ -30,7 +30,7 @@ from mlflow.entities import Run, RunTag
 from mlflow.exceptions import MlflowException
 
 from runner import names
-from runner.config import TrackingConfig
+from runner.config import ConfigError, TrackingConfig
 from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
 from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
@@ -55,7 +55,7 @@ from runner.report.reader import (
 from runner.report.scaling import scaling_curves, scaling_report
 from runner.secrets import redact
 from runner.tracking.links import comparison_links, describe_links, swept_columns, ui_for
-from runner.tracking.store import sqlite_path
+from runner.tracking.store import check_usable, sqlite_path
 
 # the same store and experiment a job logs to by default (tracking=local)
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
@@ -383,6 +383,10 @@ def open_experiment(args: argparse.Namespace) -> tuple[MlflowClient, str]:
     path = sqlite_path(args.uri)
     if path is not None and not path.is_file():
         raise SystemExit(f"error: --uri {redact(args.uri)}: no MLflow store there (run a job first, or pass --uri)")
+    try:
+        check_usable(args.uri)  # a missing driver or an unreachable server, in one line
+    except ConfigError as err:
+        raise SystemExit(f"error: {str(err).replace('tracking.uri=', '--uri ', 1)}") from None
     client = MlflowClient(args.uri)
     experiment = client.get_experiment_by_name(args.experiment)
     if experiment is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from runner import names
+from runner import compare, history, names
 from runner.compare import comparison_rows, render
 from runner.measure.stats import mann_whitney_p
 from runner.report.plots import roof
@@ -74,3 +74,13 @@ def test_priced_runs_get_a_cost_frontier_plot(tracking_uri: str, tmp_path: Path)
     costs = {row["run"]: row["$/1M steps"] for row in csv.DictReader(io.StringIO(table))}
     assert costs == {"trn": "$0.2978", "gpu": "$0.3333", "cpu": "$0.8333", "unpriced": "-"}
     assert tmp_path / "none" / names.COST_FRONTIER_PLOT_FILE not in write_plots(client, runs[3:], tmp_path / "none")
+
+
+def test_a_store_nothing_answers_is_one_line_with_its_password_masked(capsys: pytest.CaptureFixture[str]) -> None:
+    uri = "postgresql://bob:s3cret@127.0.0.1:1/db"
+    with pytest.raises(SystemExit) as stop:
+        compare.main(["--uri", uri])
+    assert history.main(["--uri", uri]) == history.NOT_FOUND_EXIT
+    for message in (str(stop.value.code), capsys.readouterr().err.strip()):
+        assert message.startswith("error: --uri postgresql://bob:***@127.0.0.1:1/db: nothing answers at 127.0.0.1:1")
+        assert "s3cret" not in message and "\n" not in message
