@@ -185,7 +185,7 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
     versions = []
     for path in metadata:
         for row in pq.read_table(path).to_pylist():
-            version = str(row.get("profile_schema_version"))
+            version = str(row.get("profile_schema_version") or "(none)")
             if version.split(".")[0] not in KNOWN_SCHEMAS:
                 raise UnknownSchema(
                     f"{path}: profile schema {version} is not one the runner reads "
