@@ -87,6 +87,10 @@ NEURON_PROFILES = "neuron/profiles"
 NEURON_TOTAL_TIME_SUM = "neuron/total_time_sum"
 # neuron-explorer's own summary metrics are logged under this prefix, with its names
 NEURON_SUMMARY_PREFIX = "neuron/"
+# device-time coverage: key_averages()'s device time (ms, as the profiler's footer sums it) over
+# Explorer's on-device total (neuron/total_time_sum), as a fraction
+NEURON_FRAMEWORK_DEVICE_MS = "neuron/framework_device_ms"
+NEURON_DEVICE_TIME_COVERAGE = "neuron/device_time_coverage"
 
 # --- tags: what ran where ---
 TAG_WORKLOAD = "runner.workload"
@@ -165,6 +169,11 @@ TAG_NEURON_CAPTURE = "neuron.capture"
 TAG_NEURON_CAPTURE_PROBLEMS = "neuron.capture_problems"
 TAG_NEURON_CORRELATE = "neuron.correlate_device_time"
 TAG_NEURON_EXPLORER = "neuron.explorer"
+# the format neuron-explorer's summary was read from (parquet or summary-json) and its profile schema version
+TAG_NEURON_EXPLORER_FORMAT = "neuron.explorer_format"
+TAG_NEURON_EXPLORER_SCHEMA = "neuron.explorer_schema"
+# ok, or what key_averages() misses of the device time Explorer measured (below 95% covered)
+TAG_NEURON_DEVICE_TIME_COVERAGE = "neuron.device_time_coverage"
 # set when a job pins more NeuronCores than its workload executes on
 TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
 

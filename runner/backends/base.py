@@ -297,8 +297,13 @@ class Backend(ABC):
         """Extra torch.profiler.profile arguments: here, the Chrome trace exporter."""
         return {"on_trace_ready": chrome_trace_writer(capture_dir)}
 
-    def inspect_capture(self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str) -> CaptureReport:
+    def inspect_capture(
+        self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str, framework_device_ms: float
+    ) -> CaptureReport:
         """Check that every trace was written whole; a Chrome trace has no device-side metrics.
+
+        `framework_device_ms` is the window's device time in key_averages(), for a backend whose
+        own tools measure the device to compare against.
 
         Raises:
             CaptureIncomplete: a trace is truncated or was never moved into place.

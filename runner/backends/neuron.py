@@ -33,6 +33,7 @@ from runner.backends.base import (
 )
 from runner.backends.cores import format_cores, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
+from runner.backends.neuron_coverage import device_time_coverage, driver_events
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.backends.user_env import ASYNC_NRT_ENV, set_by_user
 from runner.config import BackendConfig, ConfigError, NeuronBackendConfig, ProfilerConfig, RunSpec
@@ -331,8 +332,13 @@ class NeuronBackend(Backend):
             config = NeuronConfig(**kwargs)
         return {"experimental_config": config, "on_trace_ready": NeuronProfiler(config).export_trace}
 
-    def inspect_capture(self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str) -> CaptureReport:
+    def inspect_capture(
+        self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str, framework_device_ms: float
+    ) -> CaptureReport:
         """Check the capture against the documented failure signs, summarise it, note idle cores.
+
+        Then compare `framework_device_ms` (key_averages()'s device time) with Explorer's
+        on-device total, and warn when the op table covers less than 95% of it.
 
         Raises:
             CaptureIncomplete: the framework trace is truncated (device files only warn).
@@ -353,8 +359,18 @@ class NeuronBackend(Backend):
         summary = explorer_summary(session_dirs(capture_dir), self.config.explorer_timeout_s)
         report.metrics.update(summary.metrics)
         report.tags.update(summary.tags)
+        report.warnings.extend(summary.warnings)
         if summary.raw:
             report.texts[names.NEURON_SUMMARY_FILE] = summary.raw
+        coverage = device_time_coverage(
+            framework_device_ms,
+            summary.metrics.get(names.NEURON_TOTAL_TIME_SUM),
+            driver_events(capture_dir),
+            summary.tags[names.TAG_NEURON_EXPLORER],
+        )
+        report.metrics.update(coverage.metrics)
+        report.tags.update(coverage.tags)
+        report.warnings.extend(coverage.warnings)
         return report
 
     def reset_peak_memory(self) -> None:

@@ -1,4 +1,4 @@
-"""Reading a Neuron capture: the documented failure signs, and neuron-explorer's summary.
+"""Reading a Neuron capture: the documented failure signs, and neuron-explorer's summary (Parquet or summary-json).
 
 Pure functions over a directory and some text, so they are tested without Neuron hardware.
 The layout is searched recursively: the documented `<instance>_pid_<pid>/<timestamp>/` levels
@@ -7,11 +7,13 @@ may or may not be there, and older builds wrote `*_instid_*_vnc_*.ntff` without 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,17 @@ DROPPED_EVENTS = re.compile(r"(\d[\d,]*) trace events were dropped")
 # neuron-explorer replaced neuron-profile (SDK 2.30) with the same `view` interface.
 EXPLORERS = ("neuron-explorer", "neuron-profile")
 PROFILE_FILES = ("*.ntff", "*.pb")
+# Explorer's summary formats, in the order asked for: Parquet is its default and programmatic output
+# (the full-profile JSON ends after Neuron SDK 2.33); summary-json stays, and is all an Explorer
+# without Parquet (the legacy neuron-profile) writes
+PARQUET = "parquet"
+SUMMARY_JSON = "summary-json"
+EXPLORER_FORMATS = (PARQUET, SUMMARY_JSON)
+# Parquet profile schemas the runner reads, by MAJOR version (a MAJOR change removes or renames
+# tables or fields; MINOR and PATCH changes are compatible: profile-schema-reference.rst)
+KNOWN_SCHEMAS = {"7": "7.x (7.4.0: Neuron SDK 2.31)"}
+UNVERSIONED = "unversioned (summary-json carries no schema version)"
+SUMMARY_JSON_SHAPES = "{profile: {metric: value}} or one flat object of metrics"
 
 
 @dataclass
@@ -116,7 +129,16 @@ def first_json_object(text: str) -> dict[str, Any]:
     raise ValueError("no JSON object in the summary output")
 
 
-def parse_summary_json(stdout: str) -> dict[str, dict[str, float]]:
+def numeric(metrics: dict[str, Any]) -> dict[str, float]:
+    """The numeric values of one profile's metrics (names, flags and missing values dropped)."""
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class UnknownSchema(ValueError):
+    """Explorer's output is in a schema the runner does not read: said in one line, never a KeyError."""
+
+
+def parse_summary_json(stdout: str, source: str = "summary-json") -> dict[str, dict[str, float]]:
     """Parse `view --output-format summary-json`: log lines, then one object per profile.
 
     The shape is undocumented ({profile name: {metric: value}} in public parsers); a flat
@@ -124,13 +146,58 @@ def parse_summary_json(stdout: str) -> dict[str, dict[str, float]]:
 
     Raises:
         ValueError: no JSON object in the output.
+        UnknownSchema: the object holds no metric in either shape (`source` names where it came from).
     """
     data = first_json_object(stdout)
     entries = data if data and all(isinstance(v, dict) for v in data.values()) else {"summary": data}
-    return {
-        str(name): {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        for name, metrics in entries.items()
+    found = {str(name): numeric(metrics) for name, metrics in entries.items()}
+    if data and not any(found.values()):
+        keys = ", ".join(sorted(data)[:6])
+        raise UnknownSchema(
+            f"{source}: summary-json holds no metric (top-level keys: {keys}); the runner reads {SUMMARY_JSON_SHAPES}"
+        )
+    return found
+
+
+def parquet_available() -> bool:
+    """Whether pyarrow can be imported (MLflow depends on it; a bare environment may still lack it)."""
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def _tables(folder: Path, table: str) -> list[Path]:
+    """The files of one Parquet table, split or not (`Summary.parquet`, `Summary_0.parquet`, ...)."""
+    pattern = re.compile(rf"^{table}(_\d+)?\.parquet$")
+    return sorted(p for p in folder.rglob("*.parquet") if pattern.match(p.name))
+
+
+def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str]:
+    """The `Summary` rows of a processed profile (one entry per row) and its `profile_schema_version`.
+
+    Raises:
+        ValueError: the folder holds no Summary or no Metadata table.
+        UnknownSchema: a schema whose MAJOR version the runner does not read.
+    """
+    import pyarrow.parquet as pq
+
+    metadata, summaries = _tables(folder, "Metadata"), _tables(folder, "Summary")
+    if not metadata or not summaries:
+        raise ValueError(f"no Summary and Metadata tables in Explorer's Parquet output {folder}")
+    versions = []
+    for path in metadata:
+        for row in pq.read_table(path).to_pylist():
+            version = str(row.get("profile_schema_version") or "(none)")
+            if version.split(".")[0] not in KNOWN_SCHEMAS:
+                raise UnknownSchema(
+                    f"{path}: profile schema {version} is not one the runner reads "
+                    f"(it reads {', '.join(KNOWN_SCHEMAS.values())})"
+                )
+            versions.append(version)
+    entries = {
+        f"{path.stem}#{number}": numeric(row)
+        for path in summaries
+        for number, row in enumerate(pq.read_table(path).to_pylist())
     }
+    return entries, ", ".join(sorted(set(versions)))
 
 
 @dataclass
@@ -140,10 +207,55 @@ class ExplorerSummary:
     metrics: dict[str, float] = field(default_factory=dict)
     tags: dict[str, Any] = field(default_factory=dict)
     raw: str = ""
+    # lines for the console: a schema the runner does not read
+    warnings: list[str] = field(default_factory=list)
 
 
-def explorer_summary(sessions: list[Path], timeout_s: int) -> ExplorerSummary:
-    """Run `view --output-format summary-json` on each session; never raise.
+# one session's summary: metrics by profile, the schema version, and the summary as Explorer wrote it (JSON)
+Summary = tuple[dict[str, dict[str, float]], str, str]
+
+
+def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
+    """One session's summary in one format.
+
+    Raises:
+        OSError, subprocess.SubprocessError, ValueError: the tool failed or wrote nothing readable.
+    """
+    cmd = [tool, "view", "-d", str(session), "--output-format", fmt]
+    if fmt == SUMMARY_JSON:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
+        found = parse_summary_json(done.stdout, str(session))
+        return found, UNVERSIONED, json.dumps(first_json_object(done.stdout))
+    with tempfile.TemporaryDirectory(prefix="neuron_explorer_") as out:
+        subprocess.run([*cmd, "--output-file", out], capture_output=True, text=True, timeout=timeout_s, check=True)
+        found, schema = read_parquet_summary(Path(out))
+        return found, schema, json.dumps(found)
+
+
+def _summarise(tool: str, session: Path, formats: tuple[str, ...], timeout_s: int) -> tuple[str, Summary]:
+    """The format, and the session's summary in it: the first of `formats` the installed Explorer produces.
+
+    Raises:
+        UnknownSchema: the output is in a schema the runner does not read.
+        OSError, subprocess.SubprocessError, ValueError: no format gave a summary (the last one's error).
+    """
+    for fmt in formats:
+        try:
+            return fmt, _view(tool, session, fmt, timeout_s)
+        except UnknownSchema:
+            raise
+        except (OSError, subprocess.SubprocessError, ValueError) as err:
+            if fmt == formats[-1]:
+                raise
+            detail = getattr(err, "stderr", None) or str(err)
+            log.info("%s gave no %s summary of %s (%s); asking for the next format", tool, fmt, session, detail)
+    raise ValueError("no Explorer format to ask for")
+
+
+def explorer_summary(
+    sessions: list[Path], timeout_s: int, formats: tuple[str, ...] = EXPLORER_FORMATS
+) -> ExplorerSummary:
+    """Summarise each session with neuron-explorer, Parquet first where pyarrow can read it; never raise.
 
     With several profiles (one per NEFF in eager mode), `neuron/<metric>` comes from the one
     with the largest total_time, and `neuron/total_time_sum` adds them all up.
@@ -153,21 +265,33 @@ def explorer_summary(sessions: list[Path], timeout_s: int) -> ExplorerSummary:
         return ExplorerSummary(tags={names.TAG_NEURON_EXPLORER: "not on PATH (install aws-neuronx-tools)"})
     if not sessions:
         return ExplorerSummary(tags={names.TAG_NEURON_EXPLORER: f"{tool}: no session directory to summarise"})
+    tags: dict[str, Any] = {}
+    if PARQUET in formats and not parquet_available():
+        formats = tuple(f for f in formats if f != PARQUET)
+        tags[names.TAG_NEURON_EXPLORER_FORMAT] = f"{SUMMARY_JSON} (pyarrow is not installed: no Parquet)"
+        log.info("pyarrow is not installed: reading neuron-explorer's summary-json instead of its Parquet")
     entries: dict[str, dict[str, float]] = {}
+    used: set[tuple[str, str]] = set()
     outputs = []
     for session in sessions:
-        cmd = [tool, "view", "-d", str(session), "--output-format", "summary-json"]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
-            found = parse_summary_json(done.stdout)
+            fmt, (found, schema, raw) = _summarise(tool, session, formats, timeout_s)
+        except UnknownSchema as err:
+            tags[names.TAG_NEURON_EXPLORER] = f"{tool}: {err}"
+            return ExplorerSummary(tags=tags, warnings=[f"neuron-explorer's summary is not read: {err}"])
         except (OSError, subprocess.SubprocessError, ValueError) as err:
             detail = getattr(err, "stderr", None) or str(err)
             log.warning("%s failed on %s: %s", tool, session, str(detail).strip()[:500])
-            return ExplorerSummary(tags={names.TAG_NEURON_EXPLORER: f"{tool} failed: {str(detail).strip()[:200]}"})
-        outputs.append(json.dumps(first_json_object(done.stdout)))
+            tags[names.TAG_NEURON_EXPLORER] = f"{tool} failed: {str(detail).strip()[:200]}"
+            return ExplorerSummary(tags=tags)
+        used.add((fmt, schema))
+        outputs.append(raw)
         entries.update({f"{session.name}/{name}": metrics for name, metrics in found.items()})
-    largest = max(entries.values(), key=lambda m: m.get("total_time", 0.0))
+    tags.setdefault(names.TAG_NEURON_EXPLORER_FORMAT, ", ".join(sorted({fmt for fmt, _ in used})))
+    tags[names.TAG_NEURON_EXPLORER_SCHEMA] = ", ".join(sorted({schema for _, schema in used}))
+    tags[names.TAG_NEURON_EXPLORER] = f"{tool}: ok"
+    largest = max(entries.values(), key=lambda m: m.get("total_time", 0.0), default={})
     metrics = {f"{names.NEURON_SUMMARY_PREFIX}{k}": v for k, v in largest.items()}
     metrics[names.NEURON_PROFILES] = float(len(entries))
     metrics[names.NEURON_TOTAL_TIME_SUM] = sum(m.get("total_time", 0.0) for m in entries.values())
-    return ExplorerSummary(metrics=metrics, tags={names.TAG_NEURON_EXPLORER: f"{tool}: ok"}, raw="\n".join(outputs))
+    return ExplorerSummary(metrics=metrics, tags=tags, raw="\n".join(outputs))

@@ -26,7 +26,15 @@ import torch
 from runner import names
 from runner.backends.cores import parse_cores
 from runner.backends.neuron import INFLIGHT_ENV, NEFF_CACHE_ENV, VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
-from runner.backends.neuron_capture import DROPPED_EVENTS, first_json_object
+from runner.backends.neuron_capture import (
+    DROPPED_EVENTS,
+    PARQUET,
+    SUMMARY_JSON,
+    explorer_summary,
+    first_json_object,
+    session_dirs,
+)
+from runner.backends.neuron_coverage import driver_events
 from runner.backends.user_env import ASYNC_NRT_ENV
 from runner.config import (
     NEURON_MODES,
@@ -191,15 +199,19 @@ def profiled_run(spec: RunSpec, capture_dir: Path) -> dict[str, Any]:
     timed_step(workload, backend)
     with tee_fd(STDOUT_FD) as stdout:
         table, _, stderr, _ = profiled_window(workload, backend, spec, capture_dir)
-    report = backend.inspect_capture(capture_dir, spec.profiler, stderr)
+    report = backend.inspect_capture(capture_dir, spec.profiler, stderr, table.device_self_ms)
+    # summary-json asked for by name: the report read Explorer's first format it produces (Parquet)
+    summary_json = explorer_summary(session_dirs(capture_dir), backend.config.explorer_timeout_s, (SUMMARY_JSON,))
     files = sorted(p for p in capture_dir.rglob("*") if p.is_file())
     return {
         "device_time": table.has_device_time,
+        "drivers": driver_events(capture_dir),
         "stderr": stderr,
         "stdout": "".join(stdout),
         "files": {str(p.relative_to(capture_dir)): p.stat().st_size for p in files},
         "tags": {k: v for k, v in report.tags.items() if v is not None},
-        "summary": report.texts.get(names.NEURON_SUMMARY_FILE, ""),
+        "summary_json": summary_json.raw,
+        "summary_json_status": summary_json.tags[names.TAG_NEURON_EXPLORER],
         "owned": backend.cores,
     }
 
@@ -230,6 +242,9 @@ def first_executions(spec: RunSpec) -> dict[str, Any]:
 
 
 # --- the probes ----------------------------------------------------------------------------
+
+# the verdicts one profiled run gives
+PROFILED_RUN_PROBES = ("device_time", "capture_layout", "framework_trace_name", "summary_json", "explorer_parquet")
 
 
 def _run(host: NeuronHost, target: Callable[..., Any], *args: Any, env: dict[str, str | None] | None = None) -> Any:
@@ -439,9 +454,9 @@ def _profile_default(host: NeuronHost) -> dict[str, Any] | str:
 
 
 def probes_from_profiled_run(host: NeuronHost) -> list[Verdict]:
-    """Device time, capture layout, the framework trace's name and summary-json, from one run."""
+    """Device time, capture layout, the framework trace's name, summary-json and Parquet, from one run."""
     run = _profile_default(host)
-    names = ("device_time", "capture_layout", "framework_trace_name", "summary_json")
+    names = PROFILED_RUN_PROBES
     if isinstance(run, str):
         return [
             Verdict(
@@ -454,18 +469,33 @@ def probes_from_profiled_run(host: NeuronHost) -> list[Verdict]:
             )
             for name in names
         ]
-    return [_device_time(run), _capture_layout(run), _framework_trace_name(run), _summary_json(run)]
+    return [
+        _device_time(run),
+        _capture_layout(run),
+        _framework_trace_name(run),
+        _summary_json(run),
+        _explorer_parquet(run),
+    ]
 
 
 def _device_time(run: dict[str, Any]) -> Verdict:
+    """Which of the two cases holds on this torch: device columns filled, or PrivateUse1 driver events typed CPU."""
     assumption = "key_averages() carries Neuron device time"
     if run["device_time"]:
         return Verdict("device_time", assumption, PASS, "self_device_time_total > 0 for some ops")
     fix = (
-        "nothing breaks: the op table has CPU time only and device time comes from neuron-explorer "
-        "(neuron/total_time); try profiler.correlate_device_time=true where the build accepts it"
+        "nothing breaks: the op table has CPU time only, device time comes from neuron-explorer "
+        "(neuron/total_time_sum) and neuron/device_time_coverage reads 0 with a warning on every run"
     )
-    return Verdict("device_time", assumption, FAIL, "no op has device time", fix)
+    if run["drivers"]:
+        evidence = (
+            f"no op has device time; {run['drivers']} privateuse1_driver events reached the profiler as CPU "
+            f"events: torch {torch.__version__} maps PrivateUse1 driver events to the CPU device (pytorch issue 166205)"
+        )
+        return Verdict("device_time", assumption, FAIL, evidence, fix)
+    evidence = "no op has device time, and no privateuse1_driver event reached the profiler: torch-neuronx fed none"
+    fix += "; try profiler.correlate_device_time=true where the build accepts it"
+    return Verdict("device_time", assumption, FAIL, evidence, fix)
 
 
 def listing_by_folder(files: dict[str, int]) -> str:
@@ -500,13 +530,13 @@ def _framework_trace_name(run: dict[str, Any]) -> Verdict:
 
 def _summary_json(run: dict[str, Any]) -> Verdict:
     assumption = "summary-json is {profile: {metric: value}} with total_time"
-    explorer = str(run["tags"].get("neuron.explorer", ""))
+    explorer = run["summary_json_status"]
     if "not on PATH" in explorer:
         return Verdict("summary_json", assumption, UNKNOWN, explorer)
-    if not run["summary"]:
+    if not run["summary_json"]:
         fix = "neuron/ metrics will be missing; check the explorer version (backend.explorer_timeout_s)"
         return Verdict("summary_json", assumption, FAIL, explorer or "no output", fix, breaks_runner=True)
-    data = first_json_object(run["summary"].splitlines()[0])
+    data = first_json_object(run["summary_json"].splitlines()[0])
     nested = bool(data) and all(isinstance(v, dict) for v in data.values())
     entries = list(data.values()) if nested else [data]
     keys = sorted({k for entry in entries for k in entry})
@@ -518,6 +548,25 @@ def _summary_json(run: dict[str, Any]) -> Verdict:
         fix = "nothing breaks: a flat object is read as one profile"
         return Verdict("summary_json", assumption, FAIL, evidence, fix)
     return Verdict("summary_json", assumption, PASS, evidence)
+
+
+def _explorer_parquet(run: dict[str, Any]) -> Verdict:
+    assumption = "neuron-explorer writes its summary as Parquet (Summary, Metadata) in profile schema 7.x"
+    explorer = str(run["tags"].get(names.TAG_NEURON_EXPLORER, ""))
+    if "not on PATH" in explorer:
+        return Verdict("explorer_parquet", assumption, UNKNOWN, explorer)
+    found = run["tags"].get(names.TAG_NEURON_EXPLORER_FORMAT, "none")
+    schema = run["tags"].get(names.TAG_NEURON_EXPLORER_SCHEMA, "none")
+    if found == PARQUET and explorer.endswith(": ok"):
+        return Verdict("explorer_parquet", assumption, PASS, f"Parquet, profile schema {schema}")
+    if "is not one the runner reads" in explorer:
+        fix = (
+            "neuron/ metrics and device-time coverage are missing from every run: add the schema to "
+            "runner/backends/neuron_capture.py KNOWN_SCHEMAS (neuron-explorer --show-profile-schema prints it)"
+        )
+        return Verdict("explorer_parquet", assumption, FAIL, explorer, fix, breaks_runner=True)
+    fix = "nothing breaks: the runner reads summary-json instead (neuron.explorer_format says so on each run)"
+    return Verdict("explorer_parquet", assumption, FAIL, f"read as {found}; {explorer}", fix)
 
 
 def probe_dropped_events(host: NeuronHost) -> Verdict:
@@ -611,7 +660,7 @@ PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdi
     (("inflight_removed",), probe_inflight_removed),
     (("neff_cache_in_process",), probe_neff_cache_in_process),
     (("process_group",), probe_process_group),
-    (("device_time", "capture_layout", "framework_trace_name", "summary_json"), probes_from_profiled_run),
+    (PROFILED_RUN_PROBES, probes_from_profiled_run),
     (("acc_events", "captures_per_cycle"), probes_from_repeated_schedule),
     (("capture_numbering",), probe_capture_numbering),
     (("dropped_events",), probe_dropped_events),

@@ -53,7 +53,9 @@ def measure_job(
     neffs_before = backend.compiled_artifact_count()
     steady_state = steady_state_source(spec, backend, workload, timed)
     measurement = measure(workload, backend, spec, capture_dir, steady_state, memory_dir)
-    capture = backend.inspect_capture(capture_dir, spec.profiler, measurement.profiler_output)
+    capture = backend.inspect_capture(
+        capture_dir, spec.profiler, measurement.profiler_output, measurement.table.device_self_ms
+    )
     if neffs_before is not None:
         capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
     result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)

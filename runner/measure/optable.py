@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from torch._C._autograd import DeviceType
 from torch.autograd.profiler_util import EventList
 
 from runner import names
@@ -25,6 +26,8 @@ class OpTable:
     rows: list[dict[str, Any]]
     active_steps: int
     has_device_time: bool
+    # the self device time of the window (ms) as the profiler's own table footer sums it
+    device_self_ms: float = 0.0
 
     def columns(self) -> dict[str, list[Any]]:
         """The table column-wise, as mlflow.log_table wants it."""
@@ -71,7 +74,21 @@ def build_op_table(
         rows.append(row)
     time_key = names.self_time_column(has_device_time)
     rows.sort(key=lambda row: row[time_key], reverse=True)
-    return OpTable(rows=rows, active_steps=active_steps, has_device_time=has_device_time)
+    return OpTable(rows, active_steps, has_device_time, footer_device_us(events) / US_PER_MS)
+
+
+def footer_device_us(events: EventList) -> float:
+    """Self device time (us) as key_averages().table()'s footer sums it: device events, and legacy CPU ones.
+
+    An op's self device time repeats the time of the device events it launched, so summing
+    every row would count it twice.
+    """
+    return sum(
+        float(e.self_device_time_total)
+        for e in events
+        if (e.device_type == DeviceType.CPU and e.is_legacy)
+        or (e.device_type != DeviceType.CPU and not getattr(e, "is_user_annotation", False))
+    )
 
 
 def self_time_by_op(table: OpTable) -> dict[str, float]:

@@ -21,9 +21,13 @@ from runner.config import JobInfo
 REPO = CONF_DIR.parent
 HELPERS = Path(__file__).resolve().parent
 STANDIN = HELPERS / "neuron_standin"
+# PATH's head for the stand-in's tools: its bin/, then this Python's folder, so that their
+# `python3` is this one (the stand-in neuron-explorer writes Parquet with its pyarrow)
+STANDIN_PATH = os.pathsep.join([str(STANDIN / "bin"), str(Path(sys.executable).parent)])
 TRACES = HELPERS / "data" / "traces"
 __all__ = [
-    "HELPERS", "REPO", "STANDIN", "TRACES", "RunnerInProcess", "all_runs", "compose_cfg", "job_for", "serve_mlflow",
+    "HELPERS", "REPO", "STANDIN", "STANDIN_PATH", "TRACES", "RunnerInProcess", "all_runs", "compose_cfg", "job_for",
+    "serve_mlflow",
 ]  # fmt: skip
 # the `runner_in_process` fixture (tests/conftest.py): `python -m runner ARGS` in the pytest process
 RunnerInProcess = Callable[..., "subprocess.CompletedProcess[str]"]

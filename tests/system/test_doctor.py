@@ -21,7 +21,7 @@ from runner import names
 from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts
 from runner.doctor.probe import FAIL, PASS, Verdict
 from runner.doctor.report import exit_status
-from tests.helpers import REPO, STANDIN
+from tests.helpers import REPO, STANDIN, STANDIN_PATH
 
 # the stand-in with the two undocumented features on, so that every probe can pass
 FEATURES = {"NEURON_STANDIN_CORRELATE": "1", "NEURON_STANDIN_DEVICE_TIME": "1"}
@@ -31,7 +31,7 @@ def standin_env(tmp_path: Path, extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
     env.update(
         PYTHONPATH=str(STANDIN),
-        PATH=f"{STANDIN / 'bin'}{os.pathsep}{env['PATH']}",
+        PATH=f"{STANDIN_PATH}{os.pathsep}{env['PATH']}",
         NEURON_STANDIN_STATE=str(tmp_path / "state"),
         **extra,
     )
@@ -104,6 +104,7 @@ KNOBS = [
     ("NEURON_STANDIN_FAULT", "empty_ntff", "capture_layout", True),
     ("NEURON_STANDIN_DEVIATE", "trace_name", "framework_trace_name", False),
     ("NEURON_STANDIN_DEVIATE", "summary_shape", "summary_json", False),
+    ("NEURON_STANDIN_DEVIATE", "no_parquet", "explorer_parquet", False),
     ("NEURON_STANDIN_DEVIATE", "no_acc_events", "acc_events", True),
     ("NEURON_STANDIN_DEVIATE", "one_capture", "captures_per_cycle", False),
     ("NEURON_STANDIN_DEVIATE", "absolute_nc", "capture_numbering", True),
@@ -163,3 +164,37 @@ def test_a_users_removed_inflight_variable_is_warned_about(tmp_path: Path, monke
     assert verdict.status == FAIL and not verdict.breaks_runner
     assert "this environment has NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS=4" in verdict.evidence
     assert "Neuron SDK 2.32 removed it" in verdict.fix
+
+
+# the two cases of PrivateUse1 device time on a torch: which one holds is in the device_time verdict
+DEVICE_TIME_CASES = [
+    pytest.param("1", PASS, "self_device_time_total > 0 for some ops", id="device-columns-filled"),
+    pytest.param("cpu", FAIL, "privateuse1_driver events reached the profiler as CPU events: torch ", id="typed-cpu"),
+    pytest.param("", FAIL, "no privateuse1_driver event reached the profiler", id="nothing-fed-back"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("device_time", "status", "evidence"), DEVICE_TIME_CASES)
+def test_the_device_time_probe_says_which_case_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device_time: str, status: str, evidence: str
+) -> None:
+    verdicts = standin_probe(
+        tmp_path, monkeypatch, {**FEATURES, "NEURON_STANDIN_DEVICE_TIME": device_time}, "device_time"
+    )
+    verdict = next(v for v in verdicts if v.probe == "device_time")
+    assert verdict.status == status and evidence in verdict.evidence, verdict
+    if status == FAIL:
+        assert "neuron/device_time_coverage reads 0" in verdict.fix and not verdict.breaks_runner
+
+
+@pytest.mark.slow
+def test_an_unknown_explorer_schema_fails_its_probe_as_breaking_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verdicts = standin_probe(
+        tmp_path, monkeypatch, {**FEATURES, "NEURON_STANDIN_EXPLORER_SCHEMA": "8.0.0"}, "explorer_parquet"
+    )
+    verdict = next(v for v in verdicts if v.probe == "explorer_parquet")
+    assert verdict.status == FAIL and verdict.breaks_runner
+    assert "profile schema 8.0.0 is not one the runner reads" in verdict.evidence and "KNOWN_SCHEMAS" in verdict.fix

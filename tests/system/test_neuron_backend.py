@@ -23,7 +23,7 @@ from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import datasheet_peak
 from runner.config import BackendConfig, NeuronBackendConfig, load_run_spec
 from runner.measure.build import build_workload
-from tests.helpers import REPO, STANDIN, all_runs, compose_cfg
+from tests.helpers import REPO, STANDIN, STANDIN_PATH, all_runs, compose_cfg
 
 pytestmark = pytest.mark.slow
 SECRET = "do-not-leak-4f2a"
@@ -40,7 +40,7 @@ def neuron_host(tmp_path: Path, standin: bool = True, **env: str) -> dict[str, s
     environ.update(TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff_cache"), **env)
     if standin:
         environ["PYTHONPATH"] = str(STANDIN)
-        environ["PATH"] = f"{STANDIN / 'bin'}{os.pathsep}{environ['PATH']}"
+        environ["PATH"] = f"{STANDIN_PATH}{os.pathsep}{environ['PATH']}"
     return environ
 
 
@@ -106,6 +106,7 @@ def test_documented_procedure_end_to_end(tmp_path: Path, tracking_uri: str) -> N
     tags, metrics = run.data.tags, run.data.metrics
     assert tags[names.TAG_BACKEND] == "neuron" and tags[names.TAG_NEURON_CAPTURE] == "ok"
     assert tags[names.TAG_NEURON_EXPLORER] == "neuron-explorer: ok"
+    assert tags[names.TAG_NEURON_EXPLORER_FORMAT] == "parquet" and tags[names.TAG_NEURON_EXPLORER_SCHEMA] == "7.4.0"
     assert tags[names.TAG_DEVICE_TIME].startswith("absent")
     assert names.DEVICE_SELF_TOTAL_MS not in metrics
     assert (
@@ -158,6 +159,59 @@ def test_bad_capture_warns_and_the_run_still_finishes(tmp_path: Path, tracking_u
     assert "zero-byte NTFF" in problems and "no .neff" in problems and "1234 trace events were dropped" in problems
     assert run.data.metrics[names.NEURON_CAPTURE_OK] == 0 and run.data.metrics[names.NEURON_DROPPED_EVENTS] == 1234
     assert run.data.tags[names.TAG_NEURON_EXPLORER].startswith("neuron-explorer failed")
+
+
+# (stand-in settings, the coverage logged, the tag's start, what the warning names)
+COVERAGE_CASES = [
+    pytest.param({"NEURON_STANDIN_DEVICE_TIME": "1"}, 1.0, "ok: ", None, id="device-columns-filled"),
+    pytest.param({"NEURON_STANDIN_DEVICE_TIME": "cpu"}, 0.0, "warning: ", "pytorch issue 166205", id="typed-cpu"),
+    pytest.param({}, 0.0, "warning: ", "torch-neuronx fed no device activity back", id="nothing-fed-back"),
+    pytest.param({"NEURON_STANDIN_DEVICE_TIME": "1", "NEURON_STANDIN_FAULT": "unreported_device_time"}, 0.5,
+                 "warning: ", "device work that no op of the profile accounts for", id="half-unreported"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("env", "coverage", "tag", "named"), COVERAGE_CASES)
+def test_device_time_coverage_against_explorers_total(
+    tmp_path: Path, tracking_uri: str, env: dict[str, str], coverage: float, tag: str, named: str | None
+) -> None:
+    done = run_neuron(tmp_path, "backend=neuron", **env)
+    assert done.returncode == 0, done.stderr
+    run = the_run(tracking_uri)
+    metrics, tags = run.data.metrics, run.data.tags
+    assert metrics[names.NEURON_DEVICE_TIME_COVERAGE] == pytest.approx(coverage)
+    assert metrics[names.NEURON_FRAMEWORK_DEVICE_MS] == pytest.approx(
+        coverage * metrics[names.NEURON_TOTAL_TIME_SUM] * 1000
+    )
+    assert tags[names.TAG_NEURON_DEVICE_TIME_COVERAGE].startswith(tag)
+    warned = [line for line in done.stdout.splitlines() if "WARNING: device time below 95% covered" in line]
+    if named is None:
+        assert warned == []
+    else:
+        (line,) = warned
+        assert named in line and named in tags[names.TAG_NEURON_DEVICE_TIME_COVERAGE]
+
+
+def test_an_explorer_without_parquet_is_read_through_summary_json(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(tmp_path, "backend=neuron", NEURON_STANDIN_DEVIATE="no_parquet")
+    assert done.returncode == 0, done.stderr
+    tags = the_run(tracking_uri).data.tags
+    assert tags[names.TAG_NEURON_EXPLORER] == "neuron-explorer: ok"
+    assert tags[names.TAG_NEURON_EXPLORER_FORMAT] == "summary-json"
+    assert tags[names.TAG_NEURON_EXPLORER_SCHEMA].startswith("unversioned")
+
+
+def test_an_unknown_explorer_schema_is_one_line_and_the_run_finishes(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(tmp_path, "backend=neuron", NEURON_STANDIN_EXPLORER_SCHEMA="8.0.0")
+    assert done.returncode == 0, done.stderr
+    run = the_run(tracking_uri)
+    assert run.info.status == "FINISHED" and "Traceback" not in done.stderr + done.stdout
+    (line,) = [line for line in done.stdout.splitlines() if "neuron-explorer's summary is not read" in line]
+    assert line.endswith(
+        "Metadata.parquet: profile schema 8.0.0 is not one the runner reads (it reads 7.x (7.4.0: Neuron SDK 2.31))"
+    )
+    assert names.NEURON_TOTAL_TIME_SUM not in run.data.metrics
+    assert run.data.tags[names.TAG_NEURON_DEVICE_TIME_COVERAGE].startswith("unknown: ")
 
 
 def test_auto_prefers_neuron_and_correlate_is_passed_when_accepted(tmp_path: Path, tracking_uri: str) -> None:

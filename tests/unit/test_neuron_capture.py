@@ -9,15 +9,23 @@ import mlflow
 import pytest
 
 from runner import names
+from runner.backends import neuron_capture
 from runner.backends.cores import format_cores, parse_core_range, parse_cores
-from runner.backends.neuron_capture import check_capture, explorer_summary, parse_summary_json, session_dirs
+from runner.backends.neuron_capture import (
+    UnknownSchema,
+    check_capture,
+    explorer_summary,
+    parse_summary_json,
+    session_dirs,
+)
 from runner.config import ConfigError, NeuronBackendConfig, TrackingConfig
 from runner.job import open_run
 from runner.manifest import allowed_environment
 from runner.tracking.run import split_by_budget
-from tests.helpers import STANDIN
+from tests.helpers import STANDIN_PATH
 
-STANDIN_BIN = STANDIN / "bin"
+# the stand-in's tools first, then only the system's
+TOOLS_PATH = f"{STANDIN_PATH}:/usr/bin:/bin"
 
 
 @pytest.mark.parametrize(
@@ -108,17 +116,69 @@ def test_summary_json_flat_object_and_garbage() -> None:
         parse_summary_json("ERROR: nothing here")
 
 
-def test_explorer_summary_from_the_stand_in_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_summary_json_of_an_unknown_shape_is_one_line_not_an_empty_summary() -> None:
+    with pytest.raises(UnknownSchema) as raised:
+        parse_summary_json('INFO x\n{"profiles": [{"total_time": 1.5}], "version": "9"}', "cap/session")
+    assert str(raised.value) == (
+        "cap/session: summary-json holds no metric (top-level keys: profiles, version); "
+        "the runner reads {profile: {metric: value}} or one flat object of metrics"
+    )
+    assert parse_summary_json("{}") == {"summary": {}}  # an empty summary is no schema
+
+
+@pytest.mark.parametrize(
+    ("deviation", "fmt", "schema"),
+    [
+        pytest.param("", "parquet", "7.4.0", id="parquet"),
+        # an Explorer without Parquet (the legacy neuron-profile): the runner asks for summary-json next
+        pytest.param("no_parquet", "summary-json", neuron_capture.UNVERSIONED, id="summary-json"),
+    ],
+)
+def test_explorer_summary_from_the_stand_in_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deviation: str, fmt: str, schema: str
+) -> None:
     write_capture(tmp_path / "cap", {**GOOD, "neff_2_vnc_0.neff": b"x"})
-    monkeypatch.setenv("PATH", f"{STANDIN_BIN}:{Path('/usr/bin')}:{Path('/bin')}")
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_DEVIATE", deviation)
     summary = explorer_summary(session_dirs(tmp_path / "cap"), timeout_s=60)
     assert summary.tags[names.TAG_NEURON_EXPLORER] == "neuron-explorer: ok"
+    assert summary.tags[names.TAG_NEURON_EXPLORER_FORMAT] == fmt
+    assert summary.tags[names.TAG_NEURON_EXPLORER_SCHEMA] == schema
     assert summary.metrics[names.NEURON_PROFILES] == 2
     explorer = {k.removeprefix(names.NEURON_SUMMARY_PREFIX): v for k, v in summary.metrics.items()}
     assert explorer["total_time"] == pytest.approx(0.002)  # the larger of the two profiles
     assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.003)
     assert explorer["mbu_estimated_percent"] == 40.0 and "profile_name" not in explorer
-    assert json.loads(summary.raw)
+    assert json.loads(summary.raw) and summary.warnings == []
+
+
+def test_explorer_parquet_of_an_unknown_schema_fails_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_capture(tmp_path / "cap", GOOD)
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER_SCHEMA", "8.0.0")
+    summary = explorer_summary(session_dirs(tmp_path / "cap"), timeout_s=60)
+    (warning,) = summary.warnings
+    assert "\n" not in warning and warning.endswith(
+        "Metadata.parquet: profile schema 8.0.0 is not one the runner reads (it reads 7.x (7.4.0: Neuron SDK 2.31))"
+    )
+    assert summary.tags[names.TAG_NEURON_EXPLORER] == f"neuron-explorer: {warning.split(': ', 1)[1]}"
+    assert summary.metrics == {}
+    # a MINOR or PATCH change is compatible: read as usual
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER_SCHEMA", "7.9.1")
+    assert explorer_summary(session_dirs(tmp_path / "cap"), 60).tags[names.TAG_NEURON_EXPLORER_SCHEMA] == "7.9.1"
+
+
+def test_without_pyarrow_summary_json_is_read_and_the_tag_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_capture(tmp_path / "cap", GOOD)
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setattr(neuron_capture, "parquet_available", lambda: False)
+    summary = explorer_summary(session_dirs(tmp_path / "cap"), 60)
+    assert summary.tags[names.TAG_NEURON_EXPLORER_FORMAT] == "summary-json (pyarrow is not installed: no Parquet)"
+    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.001)
 
 
 def test_explorer_missing_or_failing_is_tagged_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,7 +187,7 @@ def test_explorer_missing_or_failing_is_tagged_not_raised(tmp_path: Path, monkey
     assert (
         explorer_summary(session_dirs(tmp_path / "cap"), 60).tags[names.TAG_NEURON_EXPLORER].startswith("not on PATH")
     )
-    monkeypatch.setenv("PATH", f"{STANDIN_BIN}:/usr/bin:/bin")
+    monkeypatch.setenv("PATH", TOOLS_PATH)
     monkeypatch.setenv("NEURON_STANDIN_EXPLORER", "fail")
     failed = explorer_summary(session_dirs(tmp_path / "cap"), 60)
     assert (

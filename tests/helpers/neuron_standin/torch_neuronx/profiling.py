@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import os
 import shutil
 import time
@@ -50,32 +51,62 @@ def _listed(spec: str) -> set[int]:
     return cores
 
 
-def _add_device_time(prof: torch.profiler.profile) -> None:
-    """NEURON_STANDIN_DEVICE_TIME=1: a device kernel per leaf aten op, as Kineto reports CUDA kernels.
+def _leaf_ops(prof: torch.profiler.profile) -> list[FunctionEvent]:
+    """The aten ops that launch no other op: what the device executes, one NEFF each in eager mode."""
+    events = prof.profiler.function_events if prof.profiler else None
+    return [e for e in events or [] if e.name.startswith("aten::") and not e.cpu_children]
 
-    Like a build whose profiler feeds device activities back: the op gets the kernel's time
-    (append_kernel) and the kernel is an event of its own on the PrivateUse1 device.
+
+def _add_device_time(prof: torch.profiler.profile, how: str) -> list[FunctionEvent]:
+    """NEURON_STANDIN_DEVICE_TIME: a driver event of 5 us per leaf aten op, fed back into the profile.
+
+    "1": as a torch that types PrivateUse1 driver events as device events (the change proposed in
+    pytorch PR 186433): the op gets the event's time (append_kernel) and the event is a device
+    event of its own. "cpu": as a torch that maps them to the CPU device (pytorch issue 166205):
+    the event is a CPU child of the op, so the device columns stay empty. Returns the events.
     """
     events = prof.profiler.function_events if prof.profiler else None
     if events is None:
-        return
-    for op in [e for e in events if e.name.startswith("aten::") and not e.cpu_children]:
+        return []
+    added = []
+    for op in _leaf_ops(prof):
         name = f"neff_{op.name[6:]}"
-        op.append_kernel(name, 0, DEVICE_US_PER_OP)
         start = op.time_range.start
-        events.append(
-            FunctionEvent(
-                id=-op.id,
-                name=name,
-                thread=0,
-                start_us=start,
-                end_us=start + DEVICE_US_PER_OP,
-                use_device="neuron",
-                device_type=DeviceType.PrivateUse1,
-                stack=[],
-                input_shapes=[],
-            )
-        )
+        if how == "cpu":  # a host-side event inside the op, so no longer than the op
+            end = start + min(DEVICE_US_PER_OP, op.time_range.elapsed_us())
+            event = FunctionEvent(
+                id=-op.id, name=name, thread=op.thread, start_us=start, end_us=end,
+                use_device="neuron", device_type=DeviceType.CPU, stack=[], input_shapes=[],
+            )  # fmt: skip
+            op.append_cpu_child(event)
+        else:
+            op.append_kernel(name, 0, DEVICE_US_PER_OP)
+            event = FunctionEvent(
+                id=-op.id, name=name, thread=0, start_us=start, end_us=start + DEVICE_US_PER_OP,
+                use_device="neuron", device_type=DeviceType.PrivateUse1, stack=[], input_shapes=[],
+            )  # fmt: skip
+        events.append(event)
+        added.append(event)
+    return added
+
+
+def _write_driver_events(trace: Path, events: list[FunctionEvent]) -> None:
+    """The driver events in the framework trace (category privateuse1_driver, whichever device type torch gave
+    them), each at the start of the op that launched it, on its thread."""
+    document = json.loads(trace.read_text())
+    ops: dict[str, list[dict[str, Any]]] = {}
+    for event in sorted(document.get("traceEvents", []), key=lambda e: e.get("ts", 0)):
+        if event.get("ph") == "X" and event.get("cat") == "cpu_op":
+            ops.setdefault(event["name"], []).append(event)
+    for event in sorted(events, key=lambda e: e.time_range.start):
+        launched = ops.get(f"aten::{event.name.removeprefix('neff_')}", [])
+        if launched:
+            op = launched.pop(0)
+            document["traceEvents"].append(
+                {"ph": "X", "cat": "privateuse1_driver", "name": event.name, "pid": op["pid"], "tid": op["tid"],
+                 "ts": op["ts"], "dur": min(DEVICE_US_PER_OP, op["dur"])}
+            )  # fmt: skip
+    trace.write_text(json.dumps(document))
 
 
 def _new_session(process_dir: Path) -> Path:
@@ -144,8 +175,13 @@ class NeuronProfiler:
         record("export_trace", activities=sorted(str(a) for a in prof.activities), step_num=prof.step_num)
         if deviates("no_acc_events") and getattr(prof, "acc_events", False):
             raise RuntimeError("NeuronProfiler: acc_events is not supported with Neuron activities")
-        if os.environ.get("NEURON_STANDIN_DEVICE_TIME"):
-            _add_device_time(prof)
+        # what the device executed, whether or not the profiler hears of it; the stand-in's
+        # neuron-explorer reads it back from the NTFF as the profile's total_time
+        executed_us = DEVICE_US_PER_OP * len(_leaf_ops(prof))
+        if "unreported_device_time" in faults():  # device work no op launched: the profile misses half
+            executed_us *= 2
+        how = os.environ.get("NEURON_STANDIN_DEVICE_TIME")
+        driver_events = _add_device_time(prof, how) if how else []
         self.exports += 1
         if "no_output" in faults() or (deviates("one_capture") and self.exports > 1):
             return
@@ -166,7 +202,8 @@ class NeuronProfiler:
             executing = owned[0] if deviates("absolute_nc") else 0
             for nc in _captured(self.config.capture_enabled_for_nc, owned):
                 busy = nc == executing and "empty_ntff" not in faults()
-                (session / f"profile_nc_{nc}_session_0.ntff").write_bytes(b"NTFF" * 256 if busy else b"")
+                ntff = b"NTFF" + json.dumps({"device_us": executed_us}).encode()
+                (session / f"profile_nc_{nc}_session_0.ntff").write_bytes(ntff if busy else b"")
             self._copy_neffs(session)
         dropped = 1234 if "dropped_events" in faults() else 0
         if self.config.max_events_per_nc is not None:
@@ -177,6 +214,8 @@ class NeuronProfiler:
             )
         name = "neuron_framework_trace_rank_0.json" if deviates("trace_name") else "trace.json"
         prof.export_chrome_trace(str(session / name))
+        if driver_events:
+            _write_driver_events(session / name, driver_events)
 
     def _copy_neffs(self, session: Path) -> None:
         """Eager mode compiles one NEFF per op into the cache; copy them at stop."""

@@ -1,0 +1,83 @@
+"""Device-time coverage: how much of the device time Explorer measured key_averages() accounts for.
+
+Explorer's `total_time` is the device's own measure, from the NTFF's start and stop
+notifications (the Parquet schema reference, Summary); key_averages()'s device time is what
+torch-neuronx fed back to the profiler. PyTorch maps PrivateUse1 driver events to the CPU
+device (pytorch issue 166205; PR 186433 proposed typing them as device events), so on such a
+torch the device columns stay empty however long the device ran, while the framework trace
+still holds the events under the category `privateuse1_driver`: that tells this case from a
+build that feeds nothing back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner import names
+from runner.traces import read_chrome_trace
+
+# below this fraction the run warns: the op table misses device time
+COVERAGE_WARN = 0.95
+DRIVER_CATEGORY = "privateuse1_driver"
+MS_PER_S = 1000.0
+
+
+def driver_events(capture_dir: Path) -> int:
+    """The `privateuse1_driver` events in the capture's framework traces."""
+    paths = sorted(capture_dir.rglob("*.json")) if capture_dir.is_dir() else []
+    traces = [trace for trace in map(read_chrome_trace, paths) if trace is not None]
+    return sum(1 for trace in traces for event in trace["traceEvents"] if event.get("cat") == DRIVER_CATEGORY)
+
+
+@dataclass
+class Coverage:
+    """The coverage metrics, its tag, and the console's warning when it is low."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def missing_device_time(framework_ms: float, drivers: int) -> str:
+    """Why key_averages() lacks device time Explorer saw."""
+    if framework_ms > 0:
+        return "device work that no op of the profile accounts for"
+    if drivers:
+        return (
+            f"all of it: the profiler got {drivers} privateuse1_driver events but typed them as CPU events "
+            "(this torch maps PrivateUse1 driver events to the CPU device, pytorch issue 166205), "
+            "so their time is in the CPU columns"
+        )
+    return (
+        "all of it: torch-neuronx fed no device activity back to the profiler "
+        "(profiler.correlate_device_time=true may, where the build accepts it)"
+    )
+
+
+def device_time_coverage(framework_ms: float, explorer_s: float | None, drivers: int, explorer: str) -> Coverage:
+    """Compare key_averages()'s device time (ms) with Explorer's on-device total (s), if it gave one.
+
+    `drivers` counts the framework trace's privateuse1_driver events; `explorer` says how
+    Explorer's summary went, for the tag when there is no total to compare with.
+    """
+    metrics = {names.NEURON_FRAMEWORK_DEVICE_MS: framework_ms}
+    if not explorer_s:
+        tag = f"unknown: neuron-explorer gave no on-device total_time ({explorer})"
+        return Coverage(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: tag})
+    explorer_ms = explorer_s * MS_PER_S
+    fraction = framework_ms / explorer_ms
+    metrics[names.NEURON_DEVICE_TIME_COVERAGE] = fraction
+    found = (
+        f"key_averages() has {framework_ms:.3f} ms of the {explorer_ms:.3f} ms neuron-explorer measured "
+        f"on the device ({fraction:.0%})"
+    )
+    if fraction >= COVERAGE_WARN:
+        return Coverage(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"ok: {found}"})
+    missing = f"missing {explorer_ms - framework_ms:.3f} ms, {missing_device_time(framework_ms, drivers)}"
+    return Coverage(
+        metrics,
+        {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"warning: {found}; {missing}"},
+        [f"device time below {COVERAGE_WARN:.0%} covered: {found}; {missing}"],
+    )
