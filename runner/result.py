@@ -36,6 +36,16 @@ MIB = 2**20
 TRAIN_COST_FACTOR = 3
 
 
+@dataclass(frozen=True)
+class SystemSample:
+    """One reading of the system metrics while the job measured (monitor.period_s)."""
+
+    # when it was read, in seconds since the epoch
+    time_s: float
+    # metric name (system/...) -> value
+    values: dict[str, float]
+
+
 @dataclass
 class JobResult:
     """Everything one job found, ready to log and to print."""
@@ -57,6 +67,8 @@ class JobResult:
     step_ms: list[float] = field(default_factory=list)
     # more MLflow tables: artifact file name -> columns (the per-layer accuracy)
     tables: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    # the system metrics sampled while the job measured, in the order they were read
+    system: list[SystemSample] = field(default_factory=list)
 
 
 def profiled_window_report(
