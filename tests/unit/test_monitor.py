@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from omegaconf import OmegaConf
 
 from runner import names
 from runner.backends.base import Backend
@@ -15,6 +16,8 @@ from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NeuronBackend
 from runner.config import ConfigError, MonitorConfig
 from runner.execute.monitor import gpu_values, memory_used_bytes, neuron_monitor_config, neuron_values, plan_monitor
+from runner.sweep import config_hash
+from tests.helpers import compose_cfg
 
 JOB, OTHER = 4242, 777
 
@@ -173,3 +176,11 @@ def test_without_nvidia_ml_py_a_gpu_job_samples_the_host(monkeypatch: pytest.Mon
     assert plan is not None and plan.source == "host"
     assert "nvidia-ml-py is not installed: pip install nvidia-ml-py" in plan.missing
     assert "\n" not in plan.missing
+
+
+def test_the_monitor_leaves_the_config_hash_as_it_was_before_the_key_existed() -> None:
+    resolved = OmegaConf.to_container(compose_cfg("+workload=rmsnorm_naive"), resolve=True)
+    monitored = OmegaConf.to_container(compose_cfg("+workload=rmsnorm_naive", "monitor=every_second"), resolve=True)
+    assert isinstance(resolved, dict) and isinstance(monitored, dict) and monitored["monitor"] == {"period_s": 1}
+    older = {key: value for key, value in resolved.items() if key != "monitor"}
+    assert config_hash(monitored) == config_hash(resolved) == config_hash(older)
