@@ -335,11 +335,6 @@ class NeuronMonitorSampler:
         )
         self._thread.start()
 
-    @property
-    def process_pid(self) -> int | None:
-        """neuron-monitor's process id (for a test's check that it is gone)."""
-        return self._process.pid if self._process is not None else None
-
     def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
         for line in self._process.stdout:
@@ -347,7 +342,10 @@ class NeuronMonitorSampler:
                 report = json.loads(line)
             except ValueError:  # a line that is not a report (a warning): not data
                 continue
-            values, errors = neuron_values(report, self.pid)
+            try:
+                values, errors = neuron_values(report, self.pid)
+            except (AttributeError, KeyError, TypeError, ValueError) as err:
+                errors, values = [f"a report not in the documented format ({type(err).__name__}: {err})"], {}
             for error in set(errors) - self._errors:
                 log.warning("neuron-monitor reported: %s", error)
             self._errors.update(errors)
@@ -357,6 +355,8 @@ class NeuronMonitorSampler:
     def stop(self) -> list[SystemSample]:
         """Stop neuron-monitor (terminate, then kill past the grace period) and keep what it reported."""
         assert self._process is not None
+        if self._process.poll() is not None:
+            log.warning("system metrics: neuron-monitor ended early (exit code %s)", self._process.returncode)
         self._process.terminate()
         try:
             self._process.wait(STOP_GRACE_S)
@@ -364,6 +364,8 @@ class NeuronMonitorSampler:
             self._process.kill()
             self._process.wait()
         self._thread.join()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
         return self.samples
 
 
@@ -397,7 +399,12 @@ def system_monitor(config: MonitorConfig, backend: Backend, folder: Path) -> Ite
     if plan.missing:
         log.warning("system metrics: %s", plan.missing)
     sampler = make_sampler(plan, backend, folder)
-    sampler.start()
+    try:
+        sampler.start()
+    except OSError as err:  # a monitor never fails the job it watches
+        log.warning("system metrics: %s did not start: %s", plan.source, err)
+        yield samples
+        return
     try:
         yield samples
     finally:

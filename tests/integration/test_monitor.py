@@ -1,7 +1,9 @@
-"""monitor.period_s on the CPU, in process: the host's series in the run, and nothing at all when it is off."""
+"""monitor.period_s in process: a CPU job's host series in the run, nothing when off, the samplers on their own."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -13,10 +15,10 @@ from omegaconf import OmegaConf
 from runner import names
 from runner.config import TrackingConfig, load_run_spec
 from runner.execute import monitor
-from runner.execute.monitor import PollingSampler, gpu_values
+from runner.execute.monitor import NeuronMonitorSampler, PollingSampler, gpu_values
 from runner.experiment import run_experiment
 from runner.tracking.run import MlflowRun, ensure_experiment
-from tests.helpers import all_runs, compose_cfg, job_for
+from tests.helpers import STANDIN, all_runs, compose_cfg, job_for
 
 TINY = ("+workload=rmsnorm_naive", "workload.hidden=16", "measure=quick", "backend=cpu")
 
@@ -84,3 +86,21 @@ def test_a_reader_that_fails_ends_the_sampling_with_one_warning_not_the_job(capl
     time.sleep(1.2)
     assert sampler.stop() == []
     assert [r.getMessage() for r in caplog.records] == ["system metrics: sampling stopped: OSError: GPU is lost"]
+
+
+def test_the_standins_neuron_monitor_is_read_for_this_process_and_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{STANDIN / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("NEURON_STANDIN_STATE", str(tmp_path / "nrt"))
+    monkeypatch.setenv("NEURON_STANDIN_LOG", str(tmp_path / "calls.jsonl"))
+    (tmp_path / "nrt").mkdir()
+    (tmp_path / "nrt" / "nc_3.owner").write_text(f"{os.getpid()}\n")  # this process holds NeuronCore 3
+    sampler = NeuronMonitorSampler(1, tmp_path / names.NEURON_MONITOR_CONFIG_FILE)
+    sampler.start()
+    time.sleep(2.5)
+    samples = sampler.stop()
+    assert len(samples) >= 1 and samples[0].values[names.SYSTEM_NEURON_CORE_UTILIZATION.format(core=3)] == 42.0
+    started, stopped = (json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines())
+    assert (started["event"], stopped["event"], stopped["pid"]) == ("monitor_start", "monitor_stop", started["pid"])
+    assert started["parent"] == os.getpid()
