@@ -312,8 +312,25 @@ class DistributedConfig:
             raise ConfigError(f"distributed.timeout_s must be a number of seconds > 0, got {self.timeout_s!r}")
 
 
+@dataclass
+class MonitorConfig:
+    """System metrics sampled while a job measures, as time series beside the runner's own metrics."""
+
+    # seconds between samples (neuron-monitor's period is whole seconds, 1 at least): on Neuron
+    # neuron-monitor's NeuronCore, memory, latency and error series, on CUDA NVML's, on every
+    # device the host's CPU and memory; null: off, nothing is started
+    period_s: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.period_s is not None:
+            _at_least("monitor.period_s", self.period_s, 1)
+
+
 # Keys of the composed config: the groups, and resume (sweeps skip FINISHED configurations).
-TOP_LEVEL_KEYS = ("workload", "backend", "profiler", "schedule", "measure", "tracking", "distributed", "resume")
+TOP_LEVEL_KEYS = (
+    "workload", "backend", "profiler", "schedule", "measure", "tracking", "distributed", "resume",
+    "monitor",
+)  # fmt: skip
 # the schema behind each config group the runner owns
 SCHEMAS: dict[str, type] = {
     "backend": BackendConfig,
@@ -322,6 +339,7 @@ SCHEMAS: dict[str, type] = {
     "measure": MeasureConfig,
     "tracking": TrackingConfig,
     "distributed": DistributedConfig,
+    "monitor": MonitorConfig,
 }
 # option files whose schema extends their group's, registered as `schema_<group>_<option>`
 OPTION_SCHEMAS: dict[tuple[str, str], type] = {("backend", "neuron"): NeuronBackendConfig}
@@ -389,6 +407,7 @@ class RunSpec:
     measure: MeasureConfig
     tracking: TrackingConfig
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
 
 def locate_target(target: str) -> Any:
@@ -500,6 +519,7 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
         measure=_to_object(cfg.measure, "measure"),
         tracking=_to_object(cfg.tracking, "tracking"),
         distributed=_to_object(cfg.distributed, "distributed"),
+        monitor=_to_object(cfg.monitor, "monitor"),
     )
 
 

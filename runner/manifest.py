@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
+from runner import names
 from runner.backends.base import Backend
 from runner.backends.registry import MANIFEST_ENV_PREFIXES, MANIFEST_PACKAGES, MANIFEST_SYSTEM_PACKAGES
+from runner.execute.monitor import NEURON_MONITOR, NEURON_MONITOR_PACKAGE, MonitorPlan
 from runner.execute.workers import worker_start
 from runner.secrets import redact
 
@@ -67,24 +69,39 @@ def system_package_versions() -> dict[str, str | None]:
     return versions
 
 
+def monitor_facts(plan: MonitorPlan | None, system_packages: Mapping[str, str | None]) -> dict[str, Any]:
+    """What sampled the system series and how often; neuron-monitor's version is its package's."""
+    if plan is None:
+        return {"period_s": None, "source": "off (monitor.period_s is null)"}
+    facts = plan.facts()
+    if plan.source == NEURON_MONITOR:
+        version = system_packages.get(NEURON_MONITOR_PACKAGE)
+        known = f"{NEURON_MONITOR_PACKAGE} {version}"
+        facts["version"] = known if version else f"unknown: dpkg and rpm know no {NEURON_MONITOR_PACKAGE}"
+    return facts
+
+
 def build_manifest(
     backend: Backend,
     environ: Mapping[str, str] = os.environ,
     placement: Mapping[str, Any] | None = None,
     requested_start: str = "auto",
+    monitor: MonitorPlan | None = None,
 ) -> dict[str, Any]:
     """Everything needed to tell two runs' environments apart, safe to publish, and how and where its workers run.
 
-    `placement`: where the job's workers or copies run (`Backend.placement_facts`), beside the device's facts;
-    `requested_start`: `measure.worker_start`.
+    `placement`: where the job's workers or copies run (`Backend.placement_facts`), beside the
+    device's facts; `requested_start`: `measure.worker_start`; `monitor`: what samples the job's system series.
     """
     workers = worker_start(backend, requested_start)
+    system_packages = system_package_versions()
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(),
-        "system_packages": system_package_versions(),
+        "system_packages": system_packages,
         "device": {**backend.manifest(), **(placement or {})},
         "workers": {"start_method": workers.method, "why": workers.why},
         "environment": allowed_environment(environ),
+        names.MANIFEST_MONITOR: monitor_facts(monitor, system_packages),
     }

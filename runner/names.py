@@ -177,12 +177,41 @@ TAG_NEURON_DEVICE_TIME_COVERAGE = "neuron.device_time_coverage"
 # set when a job pins more NeuronCores than its workload executes on
 TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
 
+# --- metrics: system series sampled while a job measures (monitor.period_s; runner.execute.monitor) ---
+# each a metric history, one step per sample, stamped with the sample's time; apart from the runner's own
+SYSTEM_PREFIX = "system/"
+# the host, from neuron-monitor on Neuron, else /proc: busy share of every CPU (user, nice, system,
+# irq, soft irq) and the memory in use
+SYSTEM_HOST_CPU_PCT = "system/host/cpu_pct"
+SYSTEM_HOST_MEMORY_USED_BYTES = "system/host/memory_used_bytes"
+# neuron-monitor, for the measuring process's runtime: each of its NeuronCores' utilisation, its
+# memory (device and host totals, device memory by category over its cores), the runtime's latency
+# percentiles in ms (total and device), and its error and execution counts per period
+SYSTEM_NEURON_PREFIX = "system/neuron/"
+SYSTEM_NEURON_CORE_UTILIZATION = "system/neuron/core{core}/utilization_pct"
+SYSTEM_NEURON_DEVICE_BYTES = "system/neuron/memory/device_bytes"
+SYSTEM_NEURON_HOST_BYTES = "system/neuron/memory/host_bytes"
+SYSTEM_NEURON_DEVICE_CATEGORY_BYTES = "system/neuron/memory/device_{category}_bytes"
+SYSTEM_NEURON_LATENCY_MS = "system/neuron/latency/{kind}_{percentile}_ms"
+SYSTEM_NEURON_ERRORS = "system/neuron/errors/{kind}"
+SYSTEM_NEURON_EXECUTIONS = "system/neuron/executions/{outcome}"
+# NVML, for the job's GPU
+SYSTEM_GPU_UTILIZATION_PCT = "system/gpu/utilization_pct"
+SYSTEM_GPU_MEMORY_USED_BYTES = "system/gpu/memory_used_bytes"
+SYSTEM_GPU_POWER_W = "system/gpu/power_w"
+
 # --- manifest keys (environment.json), read back by tests ---
 MANIFEST_NEURON_CORE_COUNT = "neuron.core_count"
 MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"
 # backend.cpu_placement, and per steady-state worker (or copy) in order: {"cores": [...] or null, "threads": n}
 MANIFEST_CPU_PLACEMENT = "cpu.placement"
 MANIFEST_CPU_WORKERS = "cpu.workers"
+# monitor.period_s: what sampled the system series, every how many seconds, and its version
+MANIFEST_MONITOR = "monitor"
+
+# --- files of a job's folder ---
+# monitor.period_s on Neuron: the configuration neuron-monitor ran with
+NEURON_MONITOR_CONFIG_FILE = "neuron_monitor.json"
 
 # --- artifacts of a job's run ---
 # the op table (mlflow.log_table: {"columns": [...], "data": [...]}) and the profiler's own printed table

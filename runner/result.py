@@ -36,6 +36,16 @@ MIB = 2**20
 TRAIN_COST_FACTOR = 3
 
 
+@dataclass(frozen=True)
+class SystemSample:
+    """One reading of the system metrics while the job measured (monitor.period_s)."""
+
+    # when it was read, in seconds since the epoch
+    time_s: float
+    # metric name (system/...) -> value
+    values: dict[str, float]
+
+
 @dataclass
 class JobResult:
     """Everything one job found, ready to log and to print."""
@@ -59,6 +69,8 @@ class JobResult:
     tables: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     # measure.memory_snapshot: the folder of the window's memory snapshot (logged as an artifact folder)
     memory_dir: Path | None = None
+    # the system metrics sampled while the job measured, in the order they were read
+    system: list[SystemSample] = field(default_factory=list)
 
 
 def profiled_window_report(

@@ -21,10 +21,11 @@ from runner.job import STATUS_FILE, JobStatus, close_dead_job, read_status
 if TYPE_CHECKING:
     from runner.backends.base import Backend
 
-# Config keys that say where results go and how a sweep treats finished work, not what a job
-# measures: left out of the config hash. Every other key is in, cache folders too (a cold
-# job's folder decides what a warm one finds).
-UNHASHED_TOP = ("tracking", "resume")
+# Config keys that say where results go, how a sweep treats finished work and what is watched
+# beside the measurement (the system series, so a run keeps the hash it had before `monitor`
+# existed), not what a job measures: left out of the config hash. Every other key is in, cache
+# folders too (a cold job's folder decides what a warm one finds).
+UNHASHED_TOP = ("tracking", "resume", "monitor")
 # the launcher that gives every job a process of its own
 ISOLATED_LAUNCHER = "hydra/launcher=isolated"
 

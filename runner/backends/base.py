@@ -154,6 +154,9 @@ class Backend(ABC):
     # how a cache job counts its hits and misses: "torch" (inductor's and AOT autograd's lookup
     # counters) or "neff" (the NEFF cache folder before and after, and the NEFFs the capture holds)
     compile_cache_counting: ClassVar[str] = "torch"
+    # what samples this device's system series for monitor.period_s (runner.execute.monitor):
+    # "host" (the host's CPU and memory only), "nvml" (and the GPU's) or "neuron-monitor" (and the runtime's)
+    system_monitor: ClassVar[str] = "host"
     # what the environment manifest records for this device: variables (by prefix), Python and system packages
     manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
     manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)

@@ -31,6 +31,8 @@ class CudaBackend(Backend):
 
     name = "cuda"
     collective_backend = "nccl"
+    # NVML (nvidia-ml-py): the GPU's utilisation, memory and power
+    system_monitor = "nvml"
     manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
     # a child forked after its parent created a CUDA context cannot use CUDA; the fork server
     # only imports torch, which creates none (nor calls torch.cuda, whose device count starts the driver)

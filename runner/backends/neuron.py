@@ -90,6 +90,8 @@ class NeuronBackend(Backend):
     compile_caches = {**Backend.compile_caches, "neff": NEFF_CACHE_ENV}
     # torch-neuronx compiles to NEFFs in its own cache: inductor's counters stay at 0
     compile_cache_counting = "neff"
+    # the Neuron tools' neuron-monitor: NeuronCores, device memory, the runtime's latency and errors
+    system_monitor = "neuron-monitor"
     manifest_env_prefixes = ("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_")
     manifest_packages = (*Backend.manifest_packages, "torch-neuronx", "neuronx-cc", "nki", "libneuronxla")
     # Debian/RPM packages of the Neuron runtime, tools and driver

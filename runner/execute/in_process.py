@@ -15,6 +15,7 @@ from runner import names
 from runner.backends.base import Backend
 from runner.backends.peaks import Peak
 from runner.config import RunSpec
+from runner.execute.monitor import system_monitor
 from runner.execute.workers import steady_state_in_processes
 from runner.measure.build import BuiltWorkload
 from runner.measure.compile_cache import cache_report
@@ -52,13 +53,15 @@ def measure_job(
     backend.reset_peak_memory()
     neffs_before = backend.compiled_artifact_count()
     steady_state = steady_state_source(spec, backend, workload, timed)
-    measurement = measure(workload, backend, spec, capture_dir, steady_state, memory_dir)
+    with system_monitor(spec.monitor, backend, output_dir) as system:  # from the first call to the window's end
+        measurement = measure(workload, backend, spec, capture_dir, steady_state, memory_dir)
     capture = backend.inspect_capture(
         capture_dir, spec.profiler, measurement.profiler_output, measurement.table.device_self_ms
     )
     if neffs_before is not None:
         capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
     result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
+    result.system = system
     metrics, tags = cache_report(spec, backend, capture_dir, capture.metrics.get(names.COMPILE_NEFFS_NEW))
     result.metrics.update(metrics)
     result.tags.update(tags)

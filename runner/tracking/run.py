@@ -23,7 +23,7 @@ from runner.signals import signals_held
 from runner.tracking.store import SQLITE_FULL, StoreFull, prepare_store, sqlite_path, store_lock
 
 if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
-    from runner.result import JobResult
+    from runner.result import JobResult, SystemSample
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ SUPPRESS_URL_PRINTING_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 # MLflow caps param values at 6000 characters; longer values are cut, not rejected.
 MAX_PARAM_CHARS = 6000
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+# MLflow refuses a log_batch of more metrics than this
+MAX_BATCH_METRICS = 1000
 # Parallel jobs share one SQLite file; a writer that finds it locked waits and tries again.
 LOCKED_RETRIES = 12
 T = TypeVar("T")
@@ -176,6 +178,9 @@ class NullRun:
     def log_series(self, series: dict[str, list[float]]) -> None:
         """Ignore metric histories."""
 
+    def log_samples(self, samples: list[SystemSample], prefix: str = "") -> None:
+        """Ignore system samples."""
+
     def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
         """Ignore a table."""
 
@@ -191,14 +196,15 @@ class NullRun:
     def log_result(self, result: JobResult, max_artifact_mb: int, folder: str = "") -> None:
         """Log a job's result: metrics, tags, the op table, text artifacts, the capture and memory folders.
 
-        With `folder` (another rank's, e.g. rank1), its metrics are logged as `rank1/<name>`
-        and its files under `rank1/`; the run's tags and series stay the job's own.
+        With `folder` (another rank's, e.g. rank1), its metrics and system samples are logged as
+        `rank1/<name>` and its files under `rank1/`; the run's tags and series stay the job's own.
         """
         prefix = f"{folder}/" if folder else ""
         self.log_metrics({prefix + name: value for name, value in result.metrics.items()})
         if not folder:
             self.log_series(result.series)
             self.set_tags({**result.tags, names.TAG_OP_TABLE_VERSION: names.OP_TABLE_VERSION})
+        self.log_samples(result.system, prefix)
         self.log_table(result.table.columns(), prefix + names.OP_TABLE_FILE)
         for name, columns in result.tables.items():
             self.log_table(columns, prefix + name)
@@ -249,6 +255,20 @@ class MlflowRun(NullRun):
         batch = [Metric(key, value, now, step) for key, values in series.items() for step, value in enumerate(values)]
         if batch:
             mlflow_write(lambda: MlflowClient(self.tracking.uri).log_batch(str(self.run_id), metrics=batch))
+
+    def log_samples(self, samples: list[SystemSample], prefix: str = "") -> None:
+        """Log system samples as metric histories: step = the sample's index, timestamp = when it was read."""
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric
+
+        batch = [
+            Metric(prefix + key, value, int(sample.time_s * 1000), step)
+            for step, sample in enumerate(samples)
+            for key, value in sample.values.items()
+        ]
+        client = MlflowClient(self.tracking.uri)
+        for start in range(0, len(batch), MAX_BATCH_METRICS):
+            mlflow_write(partial(client.log_batch, str(self.run_id), metrics=batch[start : start + MAX_BATCH_METRICS]))
 
     def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
         """Log a table the MLflow UI can show (a JSON artifact)."""

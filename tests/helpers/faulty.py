@@ -20,23 +20,34 @@ class Faulty(nn.Module):
     raise: a Python exception; abort: os.abort() (SIGABRT, like a native crash);
     kill: SIGKILL to itself (like the out-of-memory killer); nonfinite: returns NaN without raising;
     slow: sleeps `slow_ms` in every call; anything else never fails. With `rank`, only that
-    torch.distributed rank misbehaves.
+    torch.distributed rank misbehaves; with `fail_after_s`, it fails no sooner than that many
+    seconds after its first call.
     """
 
-    def __init__(self, fault: str = "none", label: str = "", rank: int | None = None, slow_ms: float = 5.0) -> None:
+    def __init__(
+        self,
+        fault: str = "none",
+        label: str = "",
+        rank: int | None = None,
+        slow_ms: float = 5.0,
+        fail_after_s: float = 0.0,
+    ) -> None:
         super().__init__()
         self.fault = fault  # label only tells otherwise equal configurations apart
-        self.rank, self.slow_ms = rank, slow_ms
+        self.rank, self.slow_ms, self.fail_after_s = rank, slow_ms, fail_after_s
         self.scale = nn.Parameter(torch.ones(1))  # something to train, so train_step all-reduces
         self.calls = 0
+        self.first_call = 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
+        if self.calls == 1:
+            self.first_call = time.monotonic()
         if self.rank is not None and (not dist.is_initialized() or dist.get_rank() != self.rank):
             return x * self.scale
         if self.fault == "slow":
             time.sleep(self.slow_ms / 1000)
-        if self.calls > 1:
+        if self.calls > 1 and time.monotonic() - self.first_call >= self.fail_after_s:
             if self.fault == "raise":
                 raise RuntimeError("injected failure")
             if self.fault == "abort":

@@ -76,3 +76,16 @@ def test_cuda_memory_snapshot_peaks_at_the_workloads_own_lines(tmp_path: Path) -
     with snapshot.open("rb") as f:
         dumped = pickle.load(f)
     assert any(entry["action"] == "alloc" for trace in dumped["device_traces"] for entry in trace)
+
+
+def test_a_cuda_job_logs_nvml_series_of_its_gpu_beside_the_hosts(tmp_path: Path) -> None:
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed (pip install nvidia-ml-py)")
+    run_cuda(tmp_path, "+workload=rmsnorm_naive", "backend=cuda", "monitor=every_second", "measure.warmup_s=2.5")
+    run = all_runs()[0]
+    gpu = (names.SYSTEM_GPU_UTILIZATION_PCT, names.SYSTEM_GPU_MEMORY_USED_BYTES, names.SYSTEM_GPU_POWER_W)
+    assert {*gpu, names.SYSTEM_HOST_CPU_PCT} <= set(run.data.metrics)
+    power = mlflow.MlflowClient().get_metric_history(run.info.run_id, names.SYSTEM_GPU_POWER_W)
+    assert len(power) >= 2 and all(m.value > 0 for m in power)
+    assert run.data.metrics[names.SYSTEM_GPU_MEMORY_USED_BYTES] > 0  # the job's tensors and context at least
+    facts = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{names.ENVIRONMENT_FILE}")[names.MANIFEST_MONITOR]
+    assert facts["source"] == "nvml" and facts["version"].startswith("nvidia-ml-py")
