@@ -107,7 +107,7 @@ def summary_metrics(table: OpTable) -> dict[str, float]:
         return {}
     metrics: dict[str, float] = {names.CPU_SELF_TOTAL_MS: sum(r[names.OP_SELF_CPU_MS] for r in table.rows)}
     if table.has_device_time:
-        metrics[names.DEVICE_SELF_TOTAL_MS] = sum(r[names.OP_SELF_DEVICE_MS] for r in table.rows)
+        metrics[names.DEVICE_SELF_TOTAL_MS] = table.device_self_ms  # each device event once (footer_device_us)
         kernels = {
             r[names.OP_NAME]
             for r in table.rows

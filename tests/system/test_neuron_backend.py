@@ -183,6 +183,8 @@ def test_device_time_coverage_against_explorers_total(
     assert metrics[names.NEURON_FRAMEWORK_DEVICE_MS] == pytest.approx(
         coverage * metrics[names.NEURON_TOTAL_TIME_SUM] * 1000
     )
+    if coverage:  # the device columns are filled: the headline total counts each device event once
+        assert metrics[names.DEVICE_SELF_TOTAL_MS] == pytest.approx(metrics[names.NEURON_FRAMEWORK_DEVICE_MS])
     assert tags[names.TAG_NEURON_DEVICE_TIME_COVERAGE].startswith(tag)
     warned = [line for line in done.stdout.splitlines() if "WARNING: device time below 95% covered" in line]
     if named is None:
