@@ -57,7 +57,7 @@ from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, paired_time_rati
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds, label, rounds, sweep_children
 from runner.signals import exit_code_of, stop_on_signals
-from runner.worktree import NoCheckout, checkout, commit_of
+from runner.worktree import NoCheckout, checkout, commit_of, snapshot_of
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
 TIMES_LEGEND = (
@@ -297,7 +297,10 @@ def side_servers(trees: dict[str, Path], overrides: list[str]) -> Iterator[dict[
 
 
 def measure_both(rev: str, overrides: list[str], count: int, seed: int) -> tuple[str, SideRounds]:
-    """The commit `rev` names and both sides' rounds: the baseline from its worktree, the candidate from this tree.
+    """The commit `rev` names and both sides' rounds, each side in a worktree of its own.
+
+    The baseline is `rev`'s tree, the candidate this checkout as it is now (`snapshot_of`:
+    uncommitted and untracked files included), so neither side's modules sit at paths of another shape.
 
     Raises:
         NoCheckout: no commit, no checkout, or a baseline without the side server.
@@ -305,10 +308,10 @@ def measure_both(rev: str, overrides: list[str], count: int, seed: int) -> tuple
     """
     commit = commit_of(PROJECT_TREE, rev)
     stop_on_signals()  # from here on SIGTERM too stops both servers and removes the worktree
-    with checkout(PROJECT_TREE, commit) as baseline_tree:
+    with checkout(PROJECT_TREE, commit) as baseline_tree, checkout(PROJECT_TREE, snapshot_of(PROJECT_TREE)) as tree:
         if not (baseline_tree / SERVER_FILE).is_file():
             raise NoCheckout(f"--against {rev}: its tree has no {SERVER_FILE.as_posix()} (the gate's worker server)")
-        with side_servers({"baseline": baseline_tree, "candidate": PROJECT_TREE}, overrides) as servers:
+        with side_servers({"baseline": baseline_tree, "candidate": tree}, overrides) as servers:
             return commit, run_rounds(servers, count, seed)
 
 

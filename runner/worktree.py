@@ -6,6 +6,7 @@ only; the tree and git's record of it are removed when the block ends, however i
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -18,8 +19,13 @@ class NoCheckout(ValueError):
     """The folder is not in a git checkout, or the revision names no commit; the message says which."""
 
 
-def _git(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True)
+# who the snapshot commit is by, whatever the user's git config holds (it is never on a branch)
+SNAPSHOT_AUTHOR = {"GIT_AUTHOR_NAME": "runner", "GIT_AUTHOR_EMAIL": "runner@localhost",
+                   "GIT_COMMITTER_NAME": "runner", "GIT_COMMITTER_EMAIL": "runner@localhost"}  # fmt: skip
+
+
+def _git(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, env=env)
 
 
 def commit_of(folder: Path, rev: str) -> str:
@@ -34,6 +40,32 @@ def commit_of(folder: Path, rev: str) -> str:
     if found.returncode != 0:
         raise NoCheckout(f"--against {rev}: no such commit in the repository of {folder}")
     return found.stdout.strip()
+
+
+def snapshot_of(folder: Path) -> str:
+    """A commit of the checkout holding `folder` as it is now: uncommitted and untracked (not ignored) files too.
+
+    Built in an index of its own, so the user's index, branches and stash are left as they were;
+    the commit is on no branch (git's gc removes it in time).
+
+    Raises:
+        NoCheckout: `folder` is not in a git checkout with a commit, or git could not write the snapshot.
+    """
+    head = commit_of(folder, "HEAD")
+    top = _git(folder, "rev-parse", "--show-toplevel").stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="runner-index-") as scratch:
+        env = {**os.environ, **SNAPSHOT_AUTHOR, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        steps = [("read-tree", head), ("add", "--all"), ("write-tree",)]
+        for step in steps:
+            done = _git(Path(top), *step, env=env)
+            if done.returncode != 0:
+                why = (done.stderr.strip() or f"exit status {done.returncode}").splitlines()[0]
+                raise NoCheckout(f"the checkout's snapshot: git {step[0]} failed: {why}")
+        tree = done.stdout.strip()
+        made = _git(Path(top), "commit-tree", tree, "-p", head, "-m", "the checkout as the gate measured it", env=env)
+    if made.returncode != 0:
+        raise NoCheckout(f"the checkout's snapshot: git commit-tree failed: {made.stderr.strip().splitlines()[0]}")
+    return made.stdout.strip()
 
 
 @contextmanager

@@ -65,6 +65,23 @@ def test_a_commit_against_itself_passes(slower_commit: Path) -> None:
     assert worktrees(slower_commit) == 1
 
 
+def test_the_candidate_is_the_checkout_as_it_is_uncommitted_and_untracked_files_too(tmp_path: Path) -> None:
+    repo = project_repository(tmp_path / "dirty")
+    (repo / "workloads" / "slower_step.py").write_text(  # untracked, and only the uncommitted edit imports it
+        "def slower(x):\n    for _ in range(50):  # fifty more ops a step\n        x = x + 0.0\n    return x\n"
+    )
+    source = repo / "workloads" / "rmsnorm.py"
+    source.write_text(source.read_text().replace(NAIVE_STEP, "        x = slower(x)\n" + NAIVE_STEP, 1))
+    source.write_text(
+        source.read_text().replace("import torch\n", "import torch\n\nfrom workloads.slower_step import slower\n", 1)
+    )
+    status = git(repo, "status", "--porcelain")
+    gated = run_gate(repo, "HEAD", "--rounds", "3", *JOB)
+    assert gated.returncode == gate.REGRESSION_EXIT, gated.stdout + gated.stderr
+    assert git(repo, "status", "--porcelain") == status  # the user's index and files as they were
+    assert worktrees(repo) == 1
+
+
 def test_a_side_that_fails_is_named_in_one_line(slower_commit: Path) -> None:
     gated = run_gate(slower_commit, "HEAD", "+workload=no_such_workload")
     assert gated.returncode == gate.INCOMPLETE_EXIT
