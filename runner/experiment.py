@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 
 from runner import CONF_DIR, names
 from runner.config import ConfigError, JobInfo, RunSpec
-from runner.execute.monitor import plan_monitor
 from runner.execute.plan import Execution, plan
 from runner.job import JobLife, close_dead_runs, finished_run_id
 from runner.manifest import build_manifest
@@ -118,13 +117,7 @@ def run_experiment(
         execution = prepare(spec, job, life, published_config, digest)
     if spec.tracking.enabled and not resume:  # (a resumed job closed them above)
         close_dead_runs(spec.tracking, digest)
-    monitor = plan_monitor(spec.monitor, execution.backend.system_monitor)
-    manifest = build_manifest(
-        execution.backend,
-        placement=execution.backend.placement_facts(spec),
-        requested_start=spec.measure.worker_start,
-        monitor=monitor,
-    )
+    manifest = build_manifest(execution.backend, spec)
     log.info("%s on %s (%s)", job.run_name, execution.backend.name, execution.placement)
     with life.run(spec.tracking) as run:
         run.log_params(job_params(published_config, job))

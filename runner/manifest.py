@@ -18,7 +18,8 @@ from typing import Any
 from runner import names
 from runner.backends.base import Backend
 from runner.backends.registry import MANIFEST_ENV_PREFIXES, MANIFEST_PACKAGES, MANIFEST_SYSTEM_PACKAGES
-from runner.execute.monitor import NEURON_MONITOR, NEURON_MONITOR_PACKAGE, MonitorPlan
+from runner.config import RunSpec
+from runner.execute.monitor import NEURON_MONITOR, NEURON_MONITOR_PACKAGE, MonitorPlan, plan_monitor
 from runner.execute.workers import worker_start
 from runner.secrets import redact
 
@@ -82,17 +83,17 @@ def monitor_facts(plan: MonitorPlan | None, system_packages: Mapping[str, str | 
 
 
 def build_manifest(
-    backend: Backend,
-    environ: Mapping[str, str] = os.environ,
-    placement: Mapping[str, Any] | None = None,
-    requested_start: str = "auto",
-    monitor: MonitorPlan | None = None,
+    backend: Backend, spec: RunSpec | None = None, environ: Mapping[str, str] = os.environ
 ) -> dict[str, Any]:
     """Everything needed to tell two runs' environments apart, safe to publish, and how and where its workers run.
 
-    `placement`: where the job's workers or copies run (`Backend.placement_facts`), beside the
-    device's facts; `requested_start`: `measure.worker_start`; `monitor`: what samples the job's system series.
+    With the job's `spec`: where its workers or copies run (`Backend.placement_facts`, beside the
+    device's facts), how they start (`measure.worker_start`) and what samples its system series
+    (`monitor.period_s`).
     """
+    placement = backend.placement_facts(spec) if spec is not None else {}
+    requested_start = spec.measure.worker_start if spec is not None else "auto"
+    monitor = plan_monitor(spec.monitor, backend.system_monitor) if spec is not None else None
     workers = worker_start(backend, requested_start)
     system_packages = system_package_versions()
     return {
@@ -100,7 +101,7 @@ def build_manifest(
         "platform": platform.platform(),
         "packages": package_versions(),
         "system_packages": system_packages,
-        "device": {**backend.manifest(), **(placement or {})},
+        "device": {**backend.manifest(), **placement},
         "workers": {"start_method": workers.method, "why": workers.why},
         "environment": allowed_environment(environ),
         names.MANIFEST_MONITOR: monitor_facts(monitor, system_packages),

@@ -50,7 +50,7 @@ def test_the_cache_study_moves_every_backends_compile_caches(tmp_path: Path, mon
 
 def test_the_manifest_records_every_backends_variables_and_packages() -> None:
     environ = {"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": "1", "NEURON_RT_VISIBLE_CORES": "0-1", "HOME": "/root"}
-    manifest = build_manifest(CpuBackend(BackendConfig(name="cpu")), environ)
+    manifest = build_manifest(CpuBackend(BackendConfig(name="cpu")), environ=environ)
     assert manifest["environment"] == {key: value for key, value in environ.items() if key != "HOME"}
     for cls in (CpuBackend, CudaBackend, NeuronBackend):
         assert set(cls.manifest_packages) <= set(manifest["packages"])
@@ -81,12 +81,13 @@ def test_the_manifest_names_each_workers_cores_and_threads(
 
 def test_the_manifest_says_how_workers_start_and_why_they_are_spawned(monkeypatch: pytest.MonkeyPatch) -> None:
     backend = CpuBackend(BackendConfig(name="cpu"))
-    forked = build_manifest(backend, {})["workers"]
+    forked = build_manifest(backend, environ={})["workers"]
     assert forked == {"start_method": "forkserver", "why": "forked from a server that imported " + ", ".join(
         ["torch", "runner.execute.workers", "workloads"]
     )}  # fmt: skip
-    asked = build_manifest(backend, {}, requested_start="spawn")["workers"]
+    spawn = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "measure.worker_start=spawn"))
+    asked = build_manifest(backend, spawn, environ={})["workers"]
     assert asked == {"start_method": "spawn", "why": "measure.worker_start=spawn"}
     monkeypatch.setattr(CpuBackend, "fork_server", False)
-    spawned = build_manifest(backend, {})["workers"]
+    spawned = build_manifest(backend, environ={})["workers"]
     assert spawned == {"start_method": "spawn", "why": "backend=cpu does not allow forking its workers"}
