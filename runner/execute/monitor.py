@@ -33,7 +33,7 @@ from typing import Any
 from runner import names
 from runner.backends.base import Backend
 from runner.config import MonitorConfig
-from runner.execute.processes import STOP_GRACE_S, die_with_parent
+from runner.execute.processes import die_with_parent, end_process
 from runner.result import SystemSample
 
 log = logging.getLogger(__name__)
@@ -357,12 +357,7 @@ class NeuronMonitorSampler:
         assert self._process is not None
         if self._process.poll() is not None:
             log.warning("system metrics: neuron-monitor ended early (exit code %s)", self._process.returncode)
-        self._process.terminate()
-        try:
-            self._process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        end_process(self._process)
         self._thread.join()
         if self._process.stdout is not None:
             self._process.stdout.close()

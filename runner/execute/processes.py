@@ -18,6 +18,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -252,6 +253,16 @@ def answered(children: Iterable[Child]) -> list[Child]:
     children = list(children)
     ready = set(wait([waitable for child in children for waitable in (child._answers, child.sentinel)]))
     return [child for child in children if child._answers in ready or child.sentinel in ready]
+
+
+def end_process(process: subprocess.Popen[Any]) -> None:
+    """Terminate a process this one started, and kill it if it is still there after the grace period."""
+    process.terminate()
+    try:
+        process.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def stop(children: Iterable[Child]) -> None:

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from runner.compose import compose_config
 from runner.config import load_run_spec
-from runner.execute.processes import STOP_GRACE_S, ChildFailed, die_with_parent
+from runner.execute.processes import ChildFailed, die_with_parent, end_process
 
 # the server's module, run in each side's tree
 MODULE = "runner.execute.serve"
@@ -130,12 +130,7 @@ class SideServer:
         if self._process.stdin is not None:
             with suppress(BrokenPipeError):  # it ended already
                 self._process.stdin.close()
-        self._process.terminate()
-        try:
-            self._process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        end_process(self._process)
 
 
 if __name__ == "__main__":
