@@ -370,6 +370,11 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that say which store, experiment and runs (shared with runner.gate)."""
     parser.add_argument("--sweep", help="sweep parent run id or name (default: the latest sweep)")
     parser.add_argument("--runs", nargs="+", metavar="ID", help="compare these runs instead of a sweep")
+    add_store_arguments(parser)
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say which store and experiment (shared with runner.history)."""
     parser.add_argument(
         "--uri",
         default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI),

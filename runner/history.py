@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner import CONF_DIR, names
-from runner.compare import DEFAULT_EXPERIMENT, DEFAULT_URI, open_experiment, render
+from runner.compare import add_store_arguments, open_experiment, render
 from runner.job import JobStatus
 from runner.report.change_points import MAX_P
 from runner.report.reader import find_sweep, sweep_children
@@ -48,12 +47,7 @@ FORMATS = ("table", "markdown", "json")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m runner.history", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--uri",
-        default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI),
-        help=f"MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})",
-    )
-    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: runner)")
+    add_store_arguments(parser)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--config", metavar="HASH", help="one configuration: its runner.config_hash, or a prefix")
     which.add_argument("--sweep", metavar="RUN", help="the configurations of a sweep's jobs (parent run id or name)")
