@@ -22,6 +22,7 @@ from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas,
 from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus, one_line
 from runner.secrets import redact, redact_file, redact_process_output
 from runner.signals import exit_code_of
+from runner.teardown import skip_final_collections
 from runner.tracking.store import StoreFull
 
 register_schemas()
@@ -116,6 +117,7 @@ def cli() -> None:
     error that is not bad input keeps its whole traceback, and a user who set it gets Hydra's.
     """
     record_user_environment()  # before anything imports torch, which may load torch-neuronx
+    skip_final_collections()
     wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     args = sys.argv[1:]

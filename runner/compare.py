@@ -54,6 +54,7 @@ from runner.report.reader import (
 )
 from runner.report.scaling import scaling_curves, scaling_report
 from runner.secrets import redact
+from runner.teardown import skip_final_collections
 from runner.tracking.links import comparison_links, describe_links, swept_columns, ui_for
 from runner.tracking.store import check_usable, sqlite_path
 
@@ -573,4 +574,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    skip_final_collections()
     sys.exit(main())

@@ -57,6 +57,7 @@ from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, paired_time_rati
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds, label, rounds, sweep_children
 from runner.signals import exit_code_of, stop_on_signals
+from runner.teardown import skip_final_collections
 from runner.worktree import NoCheckout, checkout, commit_of, snapshot_of
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
@@ -416,4 +417,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    skip_final_collections()
     sys.exit(main())

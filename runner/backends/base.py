@@ -169,6 +169,9 @@ class Backend(ABC):
     # interpreter: the server never touches the device (no CUDA context, no runtime), so each
     # child starts it afresh as a spawned one would
     fork_server: ClassVar[bool] = True
+    # what that fork server imports for workers that torch.compile, so that each need not: torch's
+    # compiler (seconds of imports)
+    compiler_preload: ClassVar[tuple[str, ...]] = ("torch._dynamo", "torch._inductor.compile_fx")
     # Config keys this device reads once per process, each with what reads it: a later job in a
     # process that already measured one runs on the first job's values, whatever its config says
     process_keys: ClassVar[dict[str, str]] = {}

@@ -45,6 +45,8 @@ class CpuBackend(Backend):
     process_keys: ClassVar[dict[str, str]] = {
         "backend.cpu_placement": "torch's threads in this process are that job's workers'",
     }
+    # and inductor's probe of the CPU's vector instruction sets, which each process would run again
+    compiler_preload = (*Backend.compiler_preload, "runner.backends.cpu_compiler_probe")
 
     @classmethod
     def available(cls) -> bool:

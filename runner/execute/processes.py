@@ -34,8 +34,6 @@ StartMethod = Literal["spawn", "forkserver"]
 # what the fork server imports so that its children need not (named, not imported: this module
 # stays torch-free); a name the server fails to import is skipped, and a child imports it itself
 FORK_SERVER_PRELOAD = ("torch", "runner.execute.workers", "workloads")
-# and, for workers that torch.compile, its compiler: seconds of imports each would pay again
-COMPILER_PRELOAD = ("torch._dynamo", "torch._inductor.compile_fx")
 
 # seconds a child gets to end after a terminate (or a release) before it is killed
 STOP_GRACE_S = 5.0
@@ -148,16 +146,15 @@ def _answer(
             hold.recv()
 
 
-def start_fork_server(compiler: bool = False) -> None:
+def start_fork_server(preload: Iterable[str] = ()) -> None:
     """Start this process's fork server, if it is not running: its imports take seconds.
 
     A job that will fork workers starts it early, so those imports overlap the job's own work
-    (the first call, opening its run) instead of delaying its first worker; `compiler` preloads
-    torch.compile's too. It starts with this process's environment and SIGINT ignored, which
-    its children inherit.
+    (the first call, opening its run) instead of delaying its first worker; `preload` names
+    more modules for it to import (what the backend names for compiled workers). It starts
+    with this process's environment and SIGINT ignored, which its children inherit.
     """
-    preload = [*FORK_SERVER_PRELOAD, *(COMPILER_PRELOAD if compiler else ())]
-    forkserver.set_forkserver_preload(preload)  # read when the server starts
+    forkserver.set_forkserver_preload([*FORK_SERVER_PRELOAD, *preload])  # read when the server starts
     with _born_ignoring_interrupts():
         forkserver.ensure_running()
 

@@ -24,6 +24,7 @@ from typing import IO, Any
 from runner.compose import compose_config
 from runner.config import load_run_spec
 from runner.execute.processes import ChildFailed, die_with_parent, end_process
+from runner.teardown import skip_final_collections
 
 # the server's module, run in each side's tree
 MODULE = "runner.execute.serve"
@@ -134,4 +135,5 @@ class SideServer:
 
 
 if __name__ == "__main__":
+    skip_final_collections()
     sys.exit(main(sys.argv[1:]))

@@ -99,11 +99,14 @@ def _worker(
 
 def prepare_workers(specs: list[RunSpec]) -> None:
     """Get ready to start these specs' workers: a fork server starts now, its imports beside the job's work."""
-    if any(
-        worker_start(backend_class(spec.backend.name), spec.measure.worker_start).method == "forkserver"
+    forked = [
+        spec
         for spec in specs
-    ):
-        start_fork_server(compiler=any(spec.workload.compile for spec in specs))
+        if worker_start(backend_class(spec.backend.name), spec.measure.worker_start).method == "forkserver"
+    ]
+    if forked:
+        compiled = {backend_class(spec.backend.name) for spec in forked if spec.workload.compile}
+        start_fork_server(dict.fromkeys(module for backend in compiled for module in backend.compiler_preload))
 
 
 def _first_call(spec: RunSpec) -> float:

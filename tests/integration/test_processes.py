@@ -230,3 +230,34 @@ def test_a_child_dies_with_a_parent_killed_without_a_word(start_method: StartMet
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"{left} outlived their killed parent by 10 s (child {child}, fork server {server})"
+
+
+def vector_isa_probed() -> bool:
+    """Whether inductor's probe of this CPU's vector instruction sets already ran in this process."""
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    return valid_vec_isa_list.cache_info().currsize == 1
+
+
+# a job's process that prepares the workers of one job, then asks a forked and a spawned child
+PREPARED = """
+import sys
+from runner.compose import compose_config
+from runner.config import load_run_spec
+from runner.execute.processes import Child
+from runner.execute.workers import prepare_workers
+from tests.integration.test_processes import vector_isa_probed
+spec = load_run_spec(compose_config("+workload=rmsnorm_naive", "backend=cpu", *sys.argv[1:]))
+prepare_workers([spec])
+for method in ("forkserver", "spawn"):
+    with Child("probe", vector_isa_probed, start_method=method) as child:
+        print(method, child.result())
+"""
+
+
+def test_workers_forked_for_a_compiled_cpu_job_inherit_inductors_probe_of_the_cpu() -> None:
+    # the probe builds and loads a library per instruction set: seconds each fresh process would pay
+    # again; a spawned child, whose imports are its own, has not run it
+    command = [sys.executable, "-c", PREPARED, "workload.compile=true"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
+    assert dict(line.split() for line in done.stdout.splitlines()) == {"forkserver": "True", "spawn": "False"}
