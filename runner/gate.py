@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import time
@@ -66,14 +67,18 @@ TIMES_LEGEND = (
     " a paired test compares the rounds both runs have, round by round)"
 )
 PAIRED_LEGEND = (
-    "baseline ms, job ms: geometric mean of each side's per-round medians; change: the median per-round ratio, "
-    "its interval and p from a paired t-test on the rounds' log ratios"
+    "baseline ms, job ms: geometric mean of each side's per-round medians; change: the median ratio of the server "
+    "pairs (each the ratio of its rounds' geometric means), its interval and p from a paired t-test on their log ratios"
 )
 # --against: the two sides, the rounds by default, the project's tree (the candidate, and where
 # the baseline's worktree comes from) and the server each side's tree must have
 SIDES = ("baseline", "candidate")
 # 30: on a quiet 2-core host 0 of 20 A/A gates alarmed and 10% more work was caught, at 28-75 s a gate
 ROUNDS = 30
+# Rounds one pair of side servers runs before both start afresh. Every worker of a side starts from
+# its server, and under load one side of an A/A gate read 15% slower in 28 of 30 rounds: whatever
+# a server started with holds for all its rounds, so the test pairs server pairs, not rounds.
+ROUNDS_PER_SERVERS = 3
 PROJECT_TREE = CONF_DIR.parent
 SERVER_FILE = Path(*MODULE.split(".")).with_suffix(".py")
 
@@ -254,32 +259,61 @@ def progress(message: str) -> None:
 
 @dataclass
 class SideRounds:
-    """Both sides' per-round medians, and the order each round ran the sides in."""
+    """Both sides' per-round medians, the order each round ran the sides in, and the server pair that ran it."""
 
     seed: int
     orders: list[list[str]] = field(default_factory=list)
     ms: dict[str, list[float]] = field(default_factory=lambda: {side: [] for side in SIDES})
+    # per round, which pair of side servers (from 1) ran it
+    servers: list[int] = field(default_factory=list)
+
+    def per_servers(self, side: str) -> list[float]:
+        """The side's geometric mean per server pair: the values the test pairs."""
+        pairs = sorted(set(self.servers))
+        return [
+            float(gmean([ms for ms, pair in zip(self.ms[side], self.servers, strict=True) if pair == number]))
+            for number in pairs
+        ]
 
 
-def run_rounds(servers: dict[str, SideServer], count: int, seed: int) -> SideRounds:
+def rounds_per_servers(count: int) -> int:
+    """How many of `count` rounds each pair of servers runs: `ROUNDS_PER_SERVERS`, fewer for three pairs at least.
+
+    The test has one degree of freedom fewer than pairs: two pairs would leave one, whose t
+    interval is too wide to judge anything.
+    """
+    return max(1, min(ROUNDS_PER_SERVERS, math.ceil(count / 3)))
+
+
+def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: int) -> SideRounds:
     """Each side's first worker (its first call compiles; not counted), then the rounds in random orders.
 
     One worker of each side per round, in an order drawn afresh, so a slow stretch of the host
-    falls on both sides of a round and cancels in its ratio.
+    falls on both sides of a round and cancels in its ratio. Every few rounds
+    (`rounds_per_servers`) both sides' servers are started afresh, so what one server started
+    with is one sample of the test, not a bias of its side.
     """
-    for side, server in servers.items():
-        progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
-        server.worker()
     from runner.execute.rounds import round_orders  # it loads torch: the stored-baseline gate needs none
 
     result = SideRounds(seed)
-    for number, drawn in enumerate(round_orders([count] * len(SIDES), random.Random(seed)), 1):
-        order = [SIDES[index] for index in drawn]
-        for side in order:
-            result.ms[side].append(servers[side].worker())
-        result.orders.append(order)
-        times = ", ".join(f"{side} {result.ms[side][-1]:.4f} ms" for side in order)
-        progress(f"gate: round {number}/{count}: {times}")
+    orders = round_orders([count] * len(SIDES), random.Random(seed))
+    per_pair = rounds_per_servers(count)
+    for pair, first in enumerate(range(0, count, per_pair), 1):
+        last = min(first + per_pair, count)
+        if pair > 1:
+            progress(f"gate: servers {pair}: both sides' servers start afresh for rounds {first + 1}-{last} ...")
+        with side_servers(trees, overrides) as servers:
+            for side, server in servers.items() if pair == 1 else ():
+                progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
+                server.worker()
+            for number in range(first + 1, last + 1):
+                order = [SIDES[index] for index in orders[number - 1]]
+                for side in order:
+                    result.ms[side].append(servers[side].worker())
+                result.orders.append(order)
+                result.servers.append(pair)
+                times = ", ".join(f"{side} {result.ms[side][-1]:.4f} ms" for side in order)
+                progress(f"gate: round {number}/{count} (servers {pair}): {times}")
     return result
 
 
@@ -313,8 +347,7 @@ def measure_both(rev: str, overrides: list[str], count: int, seed: int) -> tuple
     with checkout(PROJECT_TREE, commit) as baseline_tree, checkout(PROJECT_TREE, snapshot_of(PROJECT_TREE)) as tree:
         if not (baseline_tree / SERVER_FILE).is_file():
             raise NoCheckout(f"--against {rev}: its tree has no {SERVER_FILE.as_posix()} (the gate's worker server)")
-        with side_servers({"baseline": baseline_tree, "candidate": tree}, overrides) as servers:
-            return commit, run_rounds(servers, count, seed)
+        return commit, run_rounds({"baseline": baseline_tree, "candidate": tree}, overrides, count, seed)
 
 
 def against(args: argparse.Namespace) -> int:
@@ -332,17 +365,19 @@ def against(args: argparse.Namespace) -> int:
         return exit_code_of(stop)
     margin = args.fail_above / 100
     base_ms, job_ms = timed.ms["baseline"], timed.ms["candidate"]
-    estimate = paired_time_ratio(base_ms, job_ms, margin)
-    assert estimate is not None  # --rounds >= 2
+    estimate = paired_time_ratio(timed.per_servers("baseline"), timed.per_servers("candidate"), margin)
+    assert estimate is not None  # --rounds >= 2: two server pairs at least
+    test = f"paired, {len(base_ms)} rounds on {max(timed.servers)} server pairs"
     row = {
         "job": " ".join(args.overrides) or "(the default config)",
-        **measured(base_ms, job_ms, estimate, estimate.p_slower, margin, f"paired, {len(base_ms)} rounds", "one job"),
+        **measured(base_ms, job_ms, estimate, estimate.p_slower, margin, test, "one job"),
         "verdict": judged(estimate, estimate.p_slower, margin),
         "baseline": f"{args.against} at {commit[:12]}",
         "rounds": f"{args.rounds} (seed {seed})",
     }
     if args.format == "json":
-        print(json.dumps([{**row, "orders": timed.orders, "baseline rounds ms": base_ms, "job rounds ms": job_ms}]))
+        rounds_ms = {"baseline rounds ms": base_ms, "job rounds ms": job_ms, "servers": timed.servers}
+        print(json.dumps([{**row, "orders": timed.orders, **rounds_ms}]))
     else:
         print(render([row], args.format))
         firsts = " ".join(order[0][0] for order in timed.orders)

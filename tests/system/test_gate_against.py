@@ -53,7 +53,9 @@ def test_a_slower_commit_fails_against_its_parent(slower_commit: Path) -> None:
     assert len(row["baseline rounds ms"]) == len(row["job rounds ms"]) == 3
     assert min(row["job rounds ms"]) > max(row["baseline rounds ms"])
     assert [sorted(order) for order in row["orders"]] == [["baseline", "candidate"]] * 3
-    assert "gate: round 3/3:" in gated.stderr
+    assert row["servers"] == [1, 2, 3]  # both sides' servers started afresh each round: the test pairs the pairs
+    assert "gate: servers 3: both sides' servers start afresh for rounds 3-3" in gated.stderr
+    assert "gate: round 3/3 (servers 3):" in gated.stderr
     assert worktrees(slower_commit) == 1  # the baseline's worktree is gone
 
 

@@ -19,7 +19,7 @@ from scipy import stats
 
 from runner import compare, gate, names
 from runner.measure.stability import instability_reasons, two_modes
-from runner.measure.stats import holm, paired_time_ratio, time_ratio
+from runner.measure.stats import SIGNIFICANCE, holm, paired_time_ratio, time_ratio
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds
 
@@ -84,6 +84,25 @@ def test_pairing_by_round_catches_what_a_shared_slow_mode_hides_from_welch() -> 
     assert paired_time_ratio([1.0], [1.1]) is None  # one round: no spread, no test
     with pytest.raises(ValueError, match="paired rounds: 2 baseline and 1 new medians"):
         paired_time_ratio([1.0, 1.0], [1.1])
+
+
+def test_the_against_gate_tests_server_pairs_so_a_mode_of_one_server_is_one_sample() -> None:
+    # A/A: the candidate's first server runs 15% slow in each of its three rounds, its others do not
+    timed = gate.SideRounds(seed=0, servers=[1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4])
+    timed.ms["baseline"] = around(1.0, 12)
+    timed.ms["candidate"] = [
+        value * (1.15 if pair == 1 else 1.0) for value, pair in zip(around(1.0, 12), timed.servers, strict=True)
+    ]
+    by_round = paired_time_ratio(timed.ms["baseline"], timed.ms["candidate"], margin=0.05)
+    by_servers = paired_time_ratio(timed.per_servers("baseline"), timed.per_servers("candidate"), margin=0.05)
+    assert by_round is not None and by_servers is not None
+    assert len(timed.per_servers("candidate")) == 4
+    assert timed.per_servers("candidate")[0] == pytest.approx(
+        1.15 * float(stats.gmean(timed.ms["baseline"][:3])), rel=0.05
+    )
+    # the slow server is one sample of four, not three rounds of evidence: its spread widens the interval
+    assert by_servers.p_slower > SIGNIFICANCE and by_servers.high > 1.1 > by_round.high
+    assert [gate.rounds_per_servers(count) for count in (2, 3, 6, 9, 30, 31)] == [1, 1, 2, 3, 3, 3]
 
 
 @pytest.mark.parametrize(
