@@ -73,7 +73,8 @@ PAIRED_LEGEND = (
 # --against: the two sides, the rounds by default, the project's tree (the candidate, and where
 # the baseline's worktree comes from) and the server each side's tree must have
 SIDES = ("baseline", "candidate")
-# 30: on a quiet 2-core host 0 of 20 A/A gates alarmed and 10% more work was caught, at 28-75 s a gate
+# 30, ten server pairs: on a quiet 2-core host 0 of 8 A/A gates alarmed (0 of 5 under load), 87 s a
+# gate; 60 rounds caught 10% more work in 2 of 4 gates, 4 minutes each (docs/measurement.md)
 ROUNDS = 30
 # Rounds one pair of side servers runs before both start afresh. Every worker of a side starts from
 # its server, and under load one side of an A/A gate read 15% slower in 28 of 30 rounds: whatever
