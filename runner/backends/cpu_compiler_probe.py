@@ -10,6 +10,11 @@ touches no device.
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
-valid_vec_isa_list()
+# the server dies of any error but an ImportError while it preloads: a probe that fails leaves
+# each worker to probe in its own first call, as it would without the server, and say why there
+with suppress(Exception):
+    valid_vec_isa_list()
