@@ -304,9 +304,10 @@ def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: i
         if pair > 1:
             progress(f"gate: servers {pair}: both sides' servers start afresh for rounds {first + 1}-{last} ...")
         with side_servers(trees, overrides) as servers:
-            for side, server in servers.items() if pair == 1 else ():
-                progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
-                server.worker()
+            if pair == 1:  # the caches are on disk from then on: later servers' first workers count
+                for side, server in servers.items():
+                    progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
+                    server.worker()
             for number in range(first + 1, last + 1):
                 order = [SIDES[index] for index in orders[number - 1]]
                 for side in order:
