@@ -3,7 +3,7 @@
 On a busy 2-core host a worker with torch's default threads (one per core) sometimes sits in
 a slow mode: its steps take ~40x the median while another process holds the second core (the
 console's "11% of steps are 42.6x slower"). This runs the runner's own steady-state workers
-(`runner.execute.workers.worker_steps`, default measure: warm-up, then 200 steps) of
+(`runner.execute.workers.start_steady_state`, default measure: warm-up, then 200 steps) of
 rmsnorm_naive on backend=cpu in fresh processes, the variants interleaved (one worker of each
 per round, the order reversed every other round), and prints per variant the median of the
 workers' medians, the share of stalled steps and of stalled workers (a step, or a worker's
@@ -34,7 +34,7 @@ import torch
 
 from runner.compose import compose_config
 from runner.config import RunSpec, load_run_spec
-from runner.execute.workers import worker_steps
+from runner.execute.workers import start_steady_state, steps
 from runner.measure.stability import MAX_OUTLIER_SHARE, outlier_share, two_modes
 
 OVERRIDES = ["+workload=rmsnorm_naive", "backend=cpu", "tracking=off"]
@@ -81,7 +81,7 @@ def one_worker(variant: Variant, spec: RunSpec, number: int) -> list[float]:
     if variant.job_threads is not None:
         torch.set_num_threads(variant.job_threads)
     try:
-        return worker_steps(spec, number)[0]
+        return steps(start_steady_state(spec, f"{variant.name} worker {number}", number))[0]
     finally:
         torch.set_num_threads(default_threads)
 
