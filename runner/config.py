@@ -211,6 +211,14 @@ class MeasureConfig:
     warmup_s: float = 0.1
     # synchronized steps timed without the profiler, per repeat
     steps: int = 200
+    # or fewer, where they would take longer than this many seconds (at least 30; the warm-up's
+    # calls say how long a step takes): the host's drift, not the count, limits a process's median
+    # (runner.measure.loop.steps_to_time); null: always measure.steps
+    steps_s: float | None = 0.15
+    # stretches of each process's timed steps, with the inputs and the step's allocations moved to
+    # new memory between them, so a median is not one memory layout's luck (runner.measure.layouts);
+    # null = the backend's default (8 on the CPU, where it was measured; 1 elsewhere)
+    layouts: int | None = None
     # times the warm-up and timed phases run; > 1 logs the spread of per-repeat medians
     repeats: int = 1
     # fresh worker processes that each build the workload and run warm-up and steady state,
@@ -254,6 +262,10 @@ class MeasureConfig:
         _at_least("measure.warmup_s", self.warmup_s, 0)
         _at_least("measure.steps", self.steps, 1)
         _at_least("measure.repeats", self.repeats, 1)
+        if self.steps_s is not None and not self.steps_s > 0:
+            raise ConfigError(f"measure.steps_s must be > 0 seconds or null (every step), got {self.steps_s}")
+        if self.layouts is not None:
+            _at_least("measure.layouts", self.layouts, 1)
         if self.copies is not None:
             _at_least("measure.copies", self.copies, 1)
         if self.processes is not None:

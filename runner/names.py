@@ -17,6 +17,8 @@ STEP_P10_MS = "time/step_p10_ms"
 STEP_P90_MS = "time/step_p90_ms"
 STEP_IQR_MS = "time/step_iqr_ms"
 STEP_CV = "time/step_cv"
+# steady-state steps timed over all processes and repeats (measure.steps_s may time fewer than measure.steps)
+STEPS_TIMED = "time/steps_timed"
 REPEAT_CV = "time/repeat_cv"
 # one value per worker process (the metric's history; step = process index), and their spread
 PROCESS_MEDIAN_MS = "time/process_median_ms"

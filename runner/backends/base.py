@@ -147,6 +147,9 @@ class Backend(ABC):
     # measure.processes when the config leaves it null: three fresh processes give the
     # comparison a spread to test at a few seconds each (README, "Numbers you can trust")
     default_processes: ClassVar[int] = 3
+    # measure.layouts when the config leaves it null: one, the memory the workload was built in,
+    # where moving it was not measured to matter (runner.measure.layouts)
+    default_layouts: ClassVar[int] = 1
     # the torch.distributed process-group backend ranks join on this device
     collective_backend: ClassVar[str] = "gloo"
     # the compile caches this device's compilations fill: folder name -> the variable that moves it
@@ -213,6 +216,11 @@ class Backend(ABC):
                 "steps in its own process; use measure.processes=0 and measure.repeats for a spread"
             )
         return cls.default_processes if requested is None else requested
+
+    @classmethod
+    def memory_layouts(cls, requested: int | None) -> int:
+        """The stretches a process's timed steps run in, each in memory of its own (runner.measure.layouts)."""
+        return cls.default_layouts if requested is None else requested
 
     @classmethod
     def round_workers(cls, requested: int | None) -> int:

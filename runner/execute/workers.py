@@ -89,7 +89,11 @@ def _worker(
         warm_up(workload, backend, spec)
         start_together.wait(BARRIER_TIMEOUT_S)
         started = time.monotonic()  # one clock for every process on the machine
-        samples = [timed_steps(workload, backend, spec, "copy steady state") for _ in range(spec.measure.repeats)]
+        # every copy times all of measure.steps: their throughput is counted over one shared window
+        samples = [
+            timed_steps(workload, backend, spec, "copy steady state", spec.measure.steps)
+            for _ in range(spec.measure.repeats)
+        ]
         return samples, started, time.monotonic()
     except Exception:
         if start_together is not None:

@@ -23,11 +23,16 @@ COLLECTIVE_MARKERS = ("c10d::", "gloo:", "nccl", "allreduce", "all_reduce", "all
 
 def all_ranks_agree(flag: bool, device: torch.device) -> bool:
     """True while any rank says true: phases whose length depends on the clock stay in step."""
+    return bool(all_ranks_max(int(flag), device))
+
+
+def all_ranks_max(value: int, device: torch.device) -> int:
+    """The largest of the ranks' values (this one's without a process group): counts all ranks keep to."""
     if not dist.is_initialized():
-        return flag
-    vote = torch.tensor([int(flag)]).to(device)
+        return value
+    vote = torch.tensor([value]).to(device)
     dist.all_reduce(vote, op=dist.ReduceOp.MAX)
-    return bool(vote.item())
+    return int(vote.item())
 
 
 class GradientAverager:

@@ -9,6 +9,7 @@ work is asynchronous.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,12 +17,18 @@ from dataclasses import dataclass, field
 from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
-from runner.measure.collectives import all_ranks_agree
+from runner.measure.collectives import all_ranks_agree, all_ranks_max
+from runner.measure.layouts import MemoryLayouts
 from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
 # Seconds between progress lines within a phase.
 PROGRESS_EVERY_S = 2.0
+# the fewest steps `measure.steps_s` leaves a process to time (a median and p10/p90 to read)
+FEWEST_TIMED_STEPS = 30
+# untimed calls after the memory moves (runner.measure.layouts): the step's allocations land in
+# new places, whose first touches are not the steady state
+SETTLE_CALLS = 2
 
 
 @dataclass(frozen=True)
@@ -83,32 +90,58 @@ class Progress:
             self.last = now
 
 
-def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> None:
-    """`measure.warmup` calls, continued until `measure.warmup_s` have passed."""
-    calls, until = 0, time.perf_counter() + spec.measure.warmup_s
+def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> float:
+    """`measure.warmup` calls, continued until `measure.warmup_s` have passed; seconds per call (0 for none)."""
+    calls, start = 0, time.perf_counter()
+    until = start + spec.measure.warmup_s
     # ranks in lock step must agree on when to stop, or one would wait in a collective forever
     while all_ranks_agree(calls < spec.measure.warmup or time.perf_counter() < until, backend.device):
         workload.step()
         calls += 1
     backend.synchronize()
+    return (time.perf_counter() - start) / calls if calls else 0.0
 
 
-def timed_steps(workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str) -> list[float]:
-    """`measure.steps` synchronized steps, each timed alone, in ms."""
+def steps_to_time(spec: RunSpec, call_s: float, backend: Backend) -> int:
+    """`measure.steps`, or as many as fill `measure.steps_s` at `call_s` a step (at least `FEWEST_TIMED_STEPS`).
+
+    The host's drift, not the count, limits a process's median: on the project's 2-core host the
+    medians of 25 and of 400 consecutive steps spread 12% and 10% (docs/measurement.md), so long
+    steps need not each be timed 200 times. Every rank times the most any rank asked for.
+    """
+    steps = spec.measure.steps
+    if spec.measure.steps_s is not None and call_s > 0:
+        steps = min(steps, max(FEWEST_TIMED_STEPS, math.ceil(spec.measure.steps_s / call_s)))
+    return all_ranks_max(steps, backend.device)
+
+
+def timed_steps(workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int) -> list[float]:
+    """`steps` synchronized steps, each timed alone, in ms, in `measure.layouts` stretches.
+
+    Between stretches the inputs and the step's allocations move to new memory
+    (runner.measure.layouts), after which `SETTLE_CALLS` untimed calls touch it.
+    """
+    stretches = min(backend.memory_layouts(spec.measure.layouts), steps)
+    starts = {1 + stretch * steps // stretches for stretch in range(1, stretches)}
+    layouts = MemoryLayouts(workload.inputs)
     samples = []
-    progress = Progress(phase, spec.measure.steps)
-    for step in range(1, spec.measure.steps + 1):
+    progress = Progress(phase, steps)
+    for step in range(1, steps + 1):
+        if step in starts:
+            layouts.move()
+            for _ in range(SETTLE_CALLS):
+                workload.step()
         samples.append(timed_step(workload, backend) * 1000)
         progress.step(step)
     return samples
 
 
 def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[list[float]]:
-    """Warm up, then time `measure.steps` synchronized steps, `measure.repeats` times."""
+    """Warm up, then time the steady state's synchronized steps (`steps_to_time`), `measure.repeats` times."""
     repeats = []
     for repeat in range(1, spec.measure.repeats + 1):
-        warm_up(workload, backend, spec)
-        repeats.append(timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}"))
+        steps = steps_to_time(spec, warm_up(workload, backend, spec), backend)
+        repeats.append(timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}", steps))
     return repeats
 
 

@@ -100,6 +100,7 @@ class Measurement:
             metrics[names.THROUGHPUT_INFLIGHT] = float(self.inflight)
         metrics[names.COMPILE_GRAPHS] = float(self.compile_graphs)
         metrics[names.MEASURED_S] = self.measured_s
+        metrics[names.STEPS_TIMED] = float(len(self.samples()))
         return {**metrics, **summary_metrics(self.table)}
 
     def samples(self) -> list[float]:

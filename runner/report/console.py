@@ -68,7 +68,8 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
     lines = [
         f"== {run_name} ==",
         f"ran on: {placement}",
-        f"steady state: median {m[names.STEP_MEDIAN_MS]:.4f} ms/step (p10 {m[names.STEP_P10_MS]:.4f}, "
+        f"steady state: median {m[names.STEP_MEDIAN_MS]:.4f} ms/step over {m[names.STEPS_TIMED]:.0f} steps "
+        f"(p10 {m[names.STEP_P10_MS]:.4f}, "
         f"p90 {m[names.STEP_P90_MS]:.4f}, cv {m[names.STEP_CV]:.2f}); first call {m[names.FIRST_CALL_S]:.3f} s",
     ]
     if names.ROUNDS_FILE in result.tables:

@@ -1,6 +1,8 @@
-"""Modules used by tests as `_target_`s: they count calls or fail on purpose."""
+"""Modules used by tests as `_target_`s: they count calls, record their inputs or fail on purpose."""
 
 from __future__ import annotations
+
+import time
 
 import torch
 from torch import nn
@@ -17,6 +19,21 @@ class CountingModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         type(self).calls += 1
+        return x * 2.0
+
+
+class RecordingModule(nn.Module):
+    """Records each call's input address and sum, and sleeps `pause_s`: steps of known length and memory."""
+
+    seen: list[tuple[int, float]] = []
+
+    def __init__(self, hidden: int = 8, pause_s: float = 0.0) -> None:
+        super().__init__()
+        self.hidden, self.pause_s = hidden, pause_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        type(self).seen.append((x.data_ptr(), float(x.sum())))
+        time.sleep(self.pause_s)
         return x * 2.0
 
 

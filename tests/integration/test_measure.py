@@ -26,6 +26,7 @@ from runner.execute.workers import start_steady_state, steady_state_in_processes
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.host_memory import is_glibc
+from runner.measure.loop import FEWEST_TIMED_STEPS, SETTLE_CALLS, steady_state
 from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
@@ -33,6 +34,7 @@ from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.window import judge_window
 from runner.result import collect_result, derived_metrics, rounds_table
 from tests.helpers import compose_cfg
+from tests.helpers.counting import RecordingModule
 from workloads.rmsnorm import NaiveRMSNorm
 
 
@@ -196,6 +198,42 @@ def test_worker_processes_each_time_the_steady_state(tmp_path: Path) -> None:
     assert [(p.round, p.position, p.workers) for p in result.places] == [(1, 1, 1), (2, 1, 1)]
     assert result.rounds_id and len(result.rounds_id) == 32
     assert rounds_table(result) == {"round": [1, 2], "position": [1, 1], "workers": [1, 1], "median_ms": medians}
+
+
+def recorded_steady_state(*overrides: str) -> tuple[RunSpec, list[list[float]]]:
+    """The steady state of `RecordingModule` in this process, its calls recorded from the warm-up on."""
+    spec = load_run_spec(
+        compose_cfg(
+            "backend=cpu", "tracking=off", "measure=quick", "+workload=custom", "workload.inputs=[[4,4]]",
+            "workload._target_=tests.helpers.counting.RecordingModule", *overrides,
+        )
+    )  # fmt: skip
+    backend = CpuBackend(spec.backend)
+    workload = build_workload(spec.workload, backend)
+    RecordingModule.seen = []
+    return spec, steady_state(workload, backend, spec)
+
+
+def test_the_inputs_move_to_new_memory_between_stretches_and_keep_their_values() -> None:
+    spec, samples = recorded_steady_state("measure.warmup=0", "measure.steps=12", "measure.layouts=4")
+    assert [len(repeat) for repeat in samples] == [12]
+    assert len(RecordingModule.seen) == 12 + SETTLE_CALLS * 3  # the settling calls go untimed
+    addresses = [address for address, _ in RecordingModule.seen]
+    stretches = [address for i, address in enumerate(addresses) if i == 0 or address != addresses[i - 1]]
+    assert len(stretches) == 4  # each stretch reads its inputs from new memory
+    assert len({total for _, total in RecordingModule.seen}) == 1  # and the same values
+    recorded_steady_state("measure.warmup=0", "measure.steps=12", "measure.layouts=1")
+    assert len({address for address, _ in RecordingModule.seen}) == 1
+
+
+def test_long_steps_are_timed_for_measure_steps_s_and_no_fewer_than_the_floor() -> None:
+    pause = ["measure.warmup=2", "+workload.pause_s=0.004", "measure.layouts=1"]
+    _, floor = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.01")
+    assert [len(repeat) for repeat in floor] == [FEWEST_TIMED_STEPS]  # 0.01 s fits 2 steps of 4 ms
+    _, budget = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.2")
+    assert FEWEST_TIMED_STEPS < len(budget[0]) <= 50  # about 0.2 s of 4-ms steps
+    _, every = recorded_steady_state(*pause, "measure.steps=40", "measure.steps_s=null")
+    assert [len(repeat) for repeat in every] == [40]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from runner.backends.cpu import CpuBackend
 from runner.config import RunSpec, load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
+from runner.measure.loop import SETTLE_CALLS
 from runner.measure.optable import summary_metrics
 from runner.measure.phases import Measurement, measure
 from runner.measure.window import COST_SESSIONS, SETTLE_STEPS
@@ -80,7 +81,9 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
         "schedule.repeat=2",
         "schedule.skip_first=1",
     )
-    unprofiled = (spec.measure.warmup + spec.measure.steps) * spec.measure.repeats
+    # each repeat: its warm-up, its steps, and the settling calls after each move of the memory
+    settling = SETTLE_CALLS * (CpuBackend.memory_layouts(spec.measure.layouts) - 1)
+    unprofiled = (spec.measure.warmup + spec.measure.steps + settling) * spec.measure.repeats
     # each session of the profiler's cost: settling steps, the reference, a warm-up and two recorded steps
     cost = COST_SESSIONS * (SETTLE_STEPS + 4)
     # first call, steady state, the profiler's cost, schedule

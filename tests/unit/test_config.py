@@ -153,6 +153,8 @@ def test_runner_keys_default_from_one_dataclass_and_no_workload_file_repeats_a_d
         pytest.param("distributed.timeout_s=inf", r"distributed\.timeout_s=inf is not a finite", id="timeout-inf"),
         pytest.param("backend.price_per_hour=-5", r"backend\.price_per_hour must be >= 0, got -5", id="price"),
         pytest.param("measure.worker_start=fork", r"measure\.worker_start='fork'.*auto, spawn", id="worker-start"),
+        pytest.param("measure.steps_s=0", r"measure\.steps_s must be > 0 seconds or null", id="steps-s"),
+        pytest.param("measure.layouts=0", r"measure\.layouts must be >= 1, got 0", id="layouts"),
         pytest.param(
             "backend.cpu_placement=pinned",
             r"^backend\.cpu_placement='pinned' is not allowed; choose one of: one_core, slot_cores, unpinned$",
