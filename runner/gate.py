@@ -32,6 +32,7 @@ import json
 import math
 import random
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -55,6 +56,7 @@ from runner.compare import (
 from runner.execute.serve import MODULE, SideFailed, SideServer
 from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, paired_time_ratio
+from runner.measure.turns import give_turns, referee
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds, label, rounds, sweep_children
 from runner.signals import exit_code_of, stop_on_signals
@@ -267,6 +269,8 @@ class SideRounds:
     ms: dict[str, list[float]] = field(default_factory=lambda: {side: [] for side in SIDES})
     # per round, which pair of side servers (from 1) ran it
     servers: list[int] = field(default_factory=list)
+    # whether both sides' workers took turns (runner.measure.turns), not one after the other
+    turns: bool = False
 
     def per_servers(self, side: str) -> list[float]:
         """The side's geometric mean per server pair: the values the test pairs."""
@@ -308,15 +312,37 @@ def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: i
                 for side, server in servers.items():
                     progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
                     server.worker()
+            result.turns = all(server.takes_turns for server in servers.values())
             for number in range(first + 1, last + 1):
                 order = [SIDES[index] for index in orders[number - 1]]
-                for side in order:
-                    result.ms[side].append(servers[side].worker())
+                for side, ms in run_round(servers, order, result.turns).items():
+                    result.ms[side].append(ms)
                 result.orders.append(order)
                 result.servers.append(pair)
                 times = ", ".join(f"{side} {result.ms[side][-1]:.4f} ms" for side in order)
                 progress(f"gate: round {number}/{count} (servers {pair}): {times}")
     return result
+
+
+def run_round(servers: dict[str, SideServer], order: list[str], in_turns: bool) -> dict[str, float]:
+    """One worker of each side, started in `order`: taking turns a stretch at a time, or one after the other.
+
+    In turns (runner.measure.turns) the host's drift over seconds falls on both sides of the
+    round alike; a baseline whose code cannot take turns runs its workers one after the other.
+
+    Raises:
+        SideFailed: a worker failed, never came for its turns, or a server ended.
+    """
+    if not in_turns:
+        return {side: servers[side].worker() for side in order}
+    with tempfile.TemporaryDirectory(prefix="runner-turns-") as folder, referee(Path(folder)) as (path, listener):
+        for side in order:
+            servers[side].ask(path)
+        try:
+            give_turns(listener, order)
+        except TimeoutError as err:
+            raise SideFailed(str(err)) from None
+        return {side: servers[side].median_ms() for side in order}
 
 
 @contextmanager
@@ -369,7 +395,8 @@ def against(args: argparse.Namespace) -> int:
     base_ms, job_ms = timed.ms["baseline"], timed.ms["candidate"]
     estimate = paired_time_ratio(timed.per_servers("baseline"), timed.per_servers("candidate"), margin)
     assert estimate is not None  # --rounds >= 2: two server pairs at least
-    test = f"paired, {len(base_ms)} rounds on {max(timed.servers)} server pairs"
+    taking = "in turns" if timed.turns else "one worker after the other"
+    test = f"paired, {len(base_ms)} rounds on {max(timed.servers)} server pairs, {taking}"
     row = {
         "job": " ".join(args.overrides) or "(the default config)",
         **measured(base_ms, job_ms, estimate, estimate.p_slower, margin, test, "one job"),
@@ -378,7 +405,12 @@ def against(args: argparse.Namespace) -> int:
         "rounds": f"{args.rounds} (seed {seed})",
     }
     if args.format == "json":
-        rounds_ms = {"baseline rounds ms": base_ms, "job rounds ms": job_ms, "servers": timed.servers}
+        rounds_ms = {
+            "baseline rounds ms": base_ms,
+            "job rounds ms": job_ms,
+            "servers": timed.servers,
+            "turns": timed.turns,
+        }
         print(json.dumps([{**row, "orders": timed.orders, **rounds_ms}]))
     else:
         print(render([row], args.format))

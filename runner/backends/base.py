@@ -147,6 +147,10 @@ class Backend(ABC):
     # measure.processes when the config leaves it null: three fresh processes give the
     # comparison a spread to test at a few seconds each (README, "Numbers you can trust")
     default_processes: ClassVar[int] = 3
+    # whether a round's workers may be alive at once, taking turns (runner.measure.turns): on
+    # Neuron a worker holds its NeuronCores for its life, so the next could not start; with a GPU
+    # each would hold a context and a copy of the workload; measured on the CPU only
+    workers_take_turns: ClassVar[bool] = False
     # measure.layouts when the config leaves it null: one, the memory the workload was built in,
     # where moving it was not measured to matter (runner.measure.layouts)
     default_layouts: ClassVar[int] = 1

@@ -42,6 +42,7 @@ class CpuBackend(Backend):
     # where a process's tensors land held its median about 11% from its neighbours' on the
     # project's 2-core host, and 8 layouts a process took that to 0-5% (docs/measurement.md)
     default_layouts = 8
+    workers_take_turns = True
     manifest_env_prefixes = ("OMP_NUM_THREADS", CORES_VARIABLE)
     # a job's process takes its workers' torch threads (`match_workers`), which a later job in it
     # starts from; OMP_NUM_THREADS, read once when torch loads, no config key sets (a launcher's slot does)

@@ -6,7 +6,11 @@ measures with that tree's code: the gate runs one for a baseline commit's worktr
 the checkout it gates, so each side is measured as its own code measures. Each line on stdin
 asks for one fresh worker (`runner.execute.workers`); each answer is one JSON line on stdout,
 `{"median_ms": ...}` or `{"error": "..."}`, after a first `{"ready": true}` (or an error) once
-the config composed. The server ends when stdin closes, and the kernel ends it with its parent.
+the config composed. A request `{"turns": PATH, "name": NAME}` starts a worker that takes turns
+with the other side's (runner.measure.turns), at the referee listening on PATH; `"turns": true`
+in the ready line says this side's code and device can (a baseline from before turns cannot, nor
+a device whose workers may not be alive at once: then the rounds run one worker after the
+other). The server ends when stdin closes, and the kernel ends it with its parent.
 """
 
 from __future__ import annotations
@@ -54,14 +58,19 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
         from runner.measure.compile_cache import use_compile_cache
 
         use_compile_cache(spec)  # before anything compiles, as a job does
-        make_backend(spec.backend).worker_processes(1)  # a device whose process holds it refuses workers
+        backend = make_backend(spec.backend)
+        backend.worker_processes(1)  # a device whose process holds it refuses workers
     except Exception as err:  # noqa: BLE001  (bad config, an unknown option: the client reports it)
         _say(answers, {"error": _first_line(err)})
         return 1
-    _say(answers, {"ready": True})
-    for _ in requests:
+    from runner.measure.turns import TurnsAddress
+
+    _say(answers, {"ready": True, "turns": backend.workers_take_turns})
+    for line in requests:
+        request = json.loads(line)
+        turns_at = TurnsAddress(request["turns"], request["name"]) if "turns" in request else None
         try:
-            (worker,) = steady_state_in_processes(spec, 1).step_ms
+            (worker,) = steady_state_in_processes(spec, 1, turns_at).step_ms
         except ChildFailed as err:
             _say(answers, {"error": str(err).splitlines()[0]})
             continue
@@ -84,6 +93,7 @@ class SideServer:
 
     def __init__(self, side: str, tree: Path, overrides: list[str]) -> None:
         self.side = side
+        self.takes_turns = False
         path = [str(tree), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         self._process = subprocess.Popen(
             [sys.executable, "-m", MODULE, str(os.getpid()), *overrides],
@@ -105,26 +115,43 @@ class SideServer:
         return answer
 
     def ready(self) -> None:
-        """Wait until the server composed its config.
+        """Wait until the server composed its config; `takes_turns` then says whether its workers can.
 
         Raises:
             SideFailed: the config was refused, or the server ended.
         """
-        self._answer()
+        self.takes_turns = bool(self._answer().get("turns"))
 
-    def worker(self) -> float:
-        """One fresh worker's median step time in ms.
+    def ask(self, turns_path: str | None = None) -> None:
+        """Start one fresh worker; with `turns_path`, one that takes turns at the referee listening there.
+
+        Raises:
+            SideFailed: the server ended.
+        """
+        assert self._process.stdin is not None
+        request = {} if turns_path is None else {"turns": turns_path, "name": self.side}
+        try:
+            self._process.stdin.write(json.dumps(request) + "\n")
+            self._process.stdin.flush()
+        except BrokenPipeError:
+            raise SideFailed(f"{self.side}: its server ended (exit status {self._process.wait()})") from None
+
+    def median_ms(self) -> float:
+        """The worker's median step time in ms, once it answers.
 
         Raises:
             SideFailed: the worker failed, or the server ended.
         """
-        assert self._process.stdin is not None
-        try:
-            self._process.stdin.write("{}\n")
-            self._process.stdin.flush()
-        except BrokenPipeError:
-            raise SideFailed(f"{self.side}: its server ended (exit status {self._process.wait()})") from None
         return float(self._answer()["median_ms"])
+
+    def worker(self) -> float:
+        """One fresh worker, timed alone: its median step time in ms.
+
+        Raises:
+            SideFailed: the worker failed, or the server ended.
+        """
+        self.ask()
+        return self.median_ms()
 
     def stop(self) -> None:
         """Close its stdin and end it (it may be in a worker: its workers die with it)."""

@@ -31,6 +31,7 @@ from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, st
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory
 from runner.measure.loop import RoundPlace, SteadyState, steady_state, timed_step, timed_steps, warm_up
+from runner.measure.turns import TurnsAddress, turns_for
 
 log = logging.getLogger(__name__)
 # how long a copy waits for the others to be ready (their first calls may compile)
@@ -73,18 +74,23 @@ def _set_what_start_reads(spec: RunSpec) -> None:
 
 
 def _worker(
-    spec: RunSpec, start_together: Barrier | None, placement: Placement | None
+    spec: RunSpec, start_together: Barrier | None, placement: Placement | None, turns_at: TurnsAddress | None = None
 ) -> tuple[list[list[float]], float, float]:
     # born ignoring SIGINT (runner.execute.processes): the job stops its workers itself
     try:
+        turns = turns_for(turns_at)
+        turns.take()  # whatever this worker runs happens in its turns: the others time theirs meanwhile
         _set_what_start_reads(spec)
         if placement is not None:
             placement.take()  # before the workload's first call starts torch's threads
         backend = make_backend(spec.backend)
         workload = build_workload(spec.workload, backend)
         timed_step(workload, backend)  # its first call: compilation, caches
+        turns.give()
         if start_together is None:
-            return steady_state(workload, backend, spec), 0.0, 0.0
+            samples = steady_state(workload, backend, spec, turns)
+            turns.finish()
+            return samples, 0.0, 0.0
         # a copy: warm up, wait for the others, then time its steps while they time theirs
         warm_up(workload, backend, spec)
         start_together.wait(BARRIER_TIMEOUT_S)
@@ -135,9 +141,14 @@ def start_first_call(spec: RunSpec, name: str) -> Child:
     return _start(f"first-call worker of {name}", _first_call, spec)
 
 
-def start_steady_state(spec: RunSpec, name: str, number: int, slot: Slot = WHOLE_MACHINE) -> Child:
-    """Steady-state worker `number` (from 1; with `slot`, it decides the worker's cores): `steps(worker)` reads it."""
-    return _start(name, _worker, spec, None, _placement(spec, number, slot), slot=slot)
+def start_steady_state(
+    spec: RunSpec, name: str, number: int, slot: Slot = WHOLE_MACHINE, turns_at: TurnsAddress | None = None
+) -> Child:
+    """Steady-state worker `number` (from 1; with `slot`, it decides the worker's cores): `steps(worker)` reads it.
+
+    With `turns_at` it runs only in the turns its referee gives it (runner.measure.turns).
+    """
+    return _start(name, _worker, spec, None, _placement(spec, number, slot), turns_at, slot=slot)
 
 
 def _result(worker: Child) -> tuple[list[list[float]], float, float]:
@@ -150,12 +161,15 @@ def steps(worker: Child) -> list[list[float]]:
     return _result(worker)[0]
 
 
-def steady_state_in_processes(spec: RunSpec, count: int) -> SteadyState:
-    """Per worker process, its per-repeat step times in ms; workers run one at a time, each its own round."""
+def steady_state_in_processes(spec: RunSpec, count: int, turns_at: TurnsAddress | None = None) -> SteadyState:
+    """Per worker process, its per-repeat step times in ms; workers run one at a time, each its own round.
+
+    With `turns_at` (one worker), it takes turns with another process's worker (runner.measure.turns).
+    """
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
-        runs.append(steps(start_steady_state(spec, f"steady-state worker {number}", number)))
+        runs.append(steps(start_steady_state(spec, f"steady-state worker {number}", number, turns_at=turns_at)))
     places = [RoundPlace(number, 1, 1) for number in range(1, count + 1)]
     return SteadyState(runs, places=places, rounds_id=uuid.uuid4().hex)
 

@@ -19,6 +19,7 @@ from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.collectives import all_ranks_agree, all_ranks_max
 from runner.measure.layouts import MemoryLayouts
+from runner.measure.turns import NoTurns, Turns
 from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 2.0
 # the fewest steps `measure.steps_s` leaves a process to time (a median and p10/p90 to read)
 FEWEST_TIMED_STEPS = 30
+# a process timing its steps alone
+NO_TURNS = NoTurns()
 # untimed calls after the memory moves (runner.measure.layouts): the step's allocations land in
 # new places, whose first touches are not the steady state
 SETTLE_CALLS = 2
@@ -115,33 +118,45 @@ def steps_to_time(spec: RunSpec, call_s: float, backend: Backend) -> int:
     return all_ranks_max(steps, backend.device)
 
 
-def timed_steps(workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int) -> list[float]:
-    """`steps` synchronized steps, each timed alone, in ms, in `measure.layouts` stretches.
+def timed_steps(
+    workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = NO_TURNS
+) -> list[float]:
+    """`steps` synchronized steps, each timed alone, in ms, in `measure.layouts` stretches, each in its turn.
 
     Between stretches the inputs and the step's allocations move to new memory
-    (runner.measure.layouts), after which `SETTLE_CALLS` untimed calls touch it.
+    (runner.measure.layouts), after which `SETTLE_CALLS` untimed calls touch it. A worker taking
+    turns with another (runner.measure.turns) runs each stretch only while it holds the turn.
     """
     stretches = min(backend.memory_layouts(spec.measure.layouts), steps)
-    starts = {1 + stretch * steps // stretches for stretch in range(1, stretches)}
     layouts = MemoryLayouts(workload.inputs)
-    samples = []
+    samples: list[float] = []
     progress = Progress(phase, steps)
-    for step in range(1, steps + 1):
-        if step in starts:
+    for stretch in range(stretches):
+        turns.take()
+        if stretch:
             layouts.move()
             for _ in range(SETTLE_CALLS):
                 workload.step()
-        samples.append(timed_step(workload, backend) * 1000)
-        progress.step(step)
+        while len(samples) < (stretch + 1) * steps // stretches:
+            samples.append(timed_step(workload, backend) * 1000)
+            progress.step(len(samples))
+        turns.give()
     return samples
 
 
-def steady_state(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[list[float]]:
+def steady_state(
+    workload: BuiltWorkload, backend: Backend, spec: RunSpec, turns: Turns = NO_TURNS
+) -> list[list[float]]:
     """Warm up, then time the steady state's synchronized steps (`steps_to_time`), `measure.repeats` times."""
     repeats = []
     for repeat in range(1, spec.measure.repeats + 1):
-        steps = steps_to_time(spec, warm_up(workload, backend, spec), backend)
-        repeats.append(timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}", steps))
+        turns.take()
+        call_s = warm_up(workload, backend, spec)
+        turns.give()
+        steps = steps_to_time(spec, call_s, backend)
+        repeats.append(
+            timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}", steps, turns)
+        )
     return repeats
 
 

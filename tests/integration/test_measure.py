@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import os
 import re
 import signal
 import statistics
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ from runner.measure.phases import Measurement, measure
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
+from runner.measure.turns import RefereedTurns, TurnsAddress, give_turns, referee
 from runner.measure.window import judge_window
 from runner.result import collect_result, derived_metrics, rounds_table
 from tests.helpers import compose_cfg
@@ -200,14 +203,19 @@ def test_worker_processes_each_time_the_steady_state(tmp_path: Path) -> None:
     assert rounds_table(result) == {"round": [1, 2], "position": [1, 1], "workers": [1, 1], "median_ms": medians}
 
 
-def recorded_steady_state(*overrides: str) -> tuple[RunSpec, list[list[float]]]:
-    """The steady state of `RecordingModule` in this process, its calls recorded from the warm-up on."""
-    spec = load_run_spec(
+def recording_spec(*overrides: str) -> RunSpec:
+    """A job of `RecordingModule` on the CPU, timed in its own process."""
+    return load_run_spec(
         compose_cfg(
             "backend=cpu", "tracking=off", "measure=quick", "+workload=custom", "workload.inputs=[[4,4]]",
             "workload._target_=tests.helpers.counting.RecordingModule", *overrides,
         )
     )  # fmt: skip
+
+
+def recorded_steady_state(*overrides: str) -> tuple[RunSpec, list[list[float]]]:
+    """The steady state of `RecordingModule` in this process, its calls recorded from the warm-up on."""
+    spec = recording_spec(*overrides)
     backend = CpuBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
     RecordingModule.seen = []
@@ -224,6 +232,36 @@ def test_the_inputs_move_to_new_memory_between_stretches_and_keep_their_values()
     assert len({total for _, total in RecordingModule.seen}) == 1  # and the same values
     recorded_steady_state("measure.warmup=0", "measure.steps=12", "measure.layouts=1")
     assert len({address for address, _ in RecordingModule.seen}) == 1
+
+
+def test_workers_taking_turns_run_their_warm_ups_and_stretches_one_at_a_time(tmp_path: Path) -> None:
+    spec = recording_spec("measure.warmup=1", "measure.steps=6", "measure.layouts=3")
+    backend = CpuBackend(spec.backend)
+    shapes = {"a": "[[4,4]]", "b": "[[2,2]]"}  # the inputs' sums tell the workers apart
+    workloads = {
+        name: build_workload(recording_spec(f"workload.inputs={shape}").workload, backend)
+        for name, shape in shapes.items()
+    }
+    RecordingModule.seen = []
+
+    def worker(name: str, path: str) -> None:
+        turns = RefereedTurns(TurnsAddress(path, name))
+        steady_state(workloads[name], backend, spec, turns)
+        turns.finish()
+
+    with referee(tmp_path) as (path, listener):
+        threads = [threading.Thread(target=worker, args=(name, path)) for name in shapes]
+        for thread in threads:
+            thread.start()
+        give_turns(listener, ["a", "b"])
+        for thread in threads:
+            thread.join(timeout=30)
+    owners = {float(workloads[name].inputs[0].sum()): name for name in shapes}
+    calls = [owners[total] for _, total in RecordingModule.seen]
+    runs = [(name, len(list(group))) for name, group in itertools.groupby(calls)]
+    # the warm-up's call, then three stretches of 2 steps, the later two after 2 settling calls each
+    settled = SETTLE_CALLS + 2
+    assert runs == [(name, count) for count in (1, 2, settled, settled) for name in ("a", "b")]
 
 
 def test_long_steps_are_timed_for_measure_steps_s_and_no_fewer_than_the_floor() -> None:

@@ -30,6 +30,12 @@ def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
     )
 
 
+def unprofiled_calls(spec: RunSpec) -> int:
+    """The steady state's calls: per repeat, its warm-up, its steps and the settling calls after each move of memory."""
+    settling = SETTLE_CALLS * (CpuBackend.memory_layouts(spec.measure.layouts) - 1)
+    return (spec.measure.warmup + spec.measure.steps + settling) * spec.measure.repeats
+
+
 def calls_per_step(result: Measurement) -> Counter[str]:
     counts: Counter[str] = Counter()
     for row in result.table.rows:
@@ -81,9 +87,7 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
         "schedule.repeat=2",
         "schedule.skip_first=1",
     )
-    # each repeat: its warm-up, its steps, and the settling calls after each move of the memory
-    settling = SETTLE_CALLS * (CpuBackend.memory_layouts(spec.measure.layouts) - 1)
-    unprofiled = (spec.measure.warmup + spec.measure.steps + settling) * spec.measure.repeats
+    unprofiled = unprofiled_calls(spec)
     # each session of the profiler's cost: settling steps, the reference, a warm-up and two recorded steps
     cost = COST_SESSIONS * (SETTLE_STEPS + 4)
     # first call, steady state, the profiler's cost, schedule
@@ -98,14 +102,14 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
 
 def test_profiler_off_runs_the_steps_without_recording(tmp_path: Path) -> None:
     CountingModule.calls = 0
-    _, result = run_measure(
+    spec, result = run_measure(
         tmp_path,
         "+workload=custom",
         "workload._target_=tests.helpers.counting.CountingModule",
         "workload.inputs=[[2]]",
         "profiler=none",
     )
-    assert CountingModule.calls == 1 + 1 + 20 + 4  # first call, quick warm-up and steps, the schedule
+    assert CountingModule.calls == 1 + unprofiled_calls(spec) + 4  # first call, steady state, the schedule
     assert result.table.rows == [] and summary_metrics(result.table) == {}
     assert result.profiler_cost is None  # no profiler, no cost to measure
     assert not (tmp_path / "trace").exists()

@@ -54,6 +54,7 @@ def test_a_slower_commit_fails_against_its_parent(slower_commit: Path) -> None:
     assert min(row["job rounds ms"]) > max(row["baseline rounds ms"])
     assert [sorted(order) for order in row["orders"]] == [["baseline", "candidate"]] * 3
     assert row["servers"] == [1, 2, 3]  # both sides' servers started afresh each round: the test pairs the pairs
+    assert row["turns"] is True and row["test"] == "paired, 3 rounds on 3 server pairs, in turns"
     assert "gate: servers 3: both sides' servers start afresh for rounds 3-3" in gated.stderr
     assert "gate: round 3/3 (servers 3):" in gated.stderr
     assert worktrees(slower_commit) == 1  # the baseline's worktree is gone
@@ -65,6 +66,22 @@ def test_a_commit_against_itself_passes(slower_commit: Path) -> None:
     (row,) = json.loads(gated.stdout)
     assert not row["verdict"].startswith("REGRESSION")
     assert worktrees(slower_commit) == 1
+
+
+def test_a_baseline_whose_server_cannot_take_turns_runs_one_worker_after_the_other(tmp_path: Path) -> None:
+    repo = project_repository(tmp_path / "before-turns")
+    server = repo / "runner" / "execute" / "serve.py"
+    current = server.read_text()
+    ready = '{"ready": True, "turns": backend.workers_take_turns}'
+    assert ready in current
+    server.write_text(current.replace(ready, '{"ready": True}'))  # what a server from before turns says
+    commit(repo, "a server that cannot take turns")
+    server.write_text(current)  # the candidate, uncommitted, can
+    gated = run_gate(repo, "HEAD", "--rounds", "2", *JOB)
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    (row,) = json.loads(gated.stdout)
+    assert row["turns"] is False and row["test"].endswith(", one worker after the other")
+    assert len(row["baseline rounds ms"]) == len(row["job rounds ms"]) == 2
 
 
 def test_the_candidate_is_the_checkout_as_it_is_uncommitted_and_untracked_files_too(tmp_path: Path) -> None:

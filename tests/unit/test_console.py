@@ -21,6 +21,7 @@ STEADY = {
     names.STEP_P10_MS: 0.9,
     names.STEP_P90_MS: 1.1,
     names.STEP_CV: 0.01,
+    names.STEPS_TIMED: 600.0,
     names.FIRST_CALL_S: 0.1,
 }
 
@@ -108,3 +109,8 @@ def test_the_rounds_say_whether_the_workers_ran_alone_or_interleaved_with_the_sw
     text = summary(tmp_path, {}, {}, tables={names.ROUNDS_FILE: shared})
     assert "rounds: 3, each one fresh worker of this job and of 2 other job(s) of the sweep in a random order" in text
     assert "rounds:" not in summary(tmp_path, {}, {})  # timed in the job's own process: no rounds
+
+
+def test_the_steady_state_line_says_how_many_steps_it_timed(tmp_path: Path) -> None:
+    # measure.steps_s may have timed fewer than measure.steps: the count is what the median rests on
+    assert "steady state: median 1.0000 ms/step over 600 steps (p10 0.9000," in summary(tmp_path, {}, {})

@@ -1,0 +1,67 @@
+"""Turns between workers: the referee hands the turn round in order, and a worker that ends is left out."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from runner.measure import turns
+from runner.measure.turns import RefereedTurns, TurnsAddress, TurnsLost, give_turns, referee
+
+
+def take_turns(path: str, name: str, parts: int, events: list[str], hang_up_after: int | None = None) -> None:
+    """A worker of `parts` parts, each logged in its turn; it may hang up without saying it is done."""
+    worker = RefereedTurns(TurnsAddress(path, name))
+    try:
+        for part in range(parts):
+            worker.take()
+            events.append(f"{name}{part}")
+            if part + 1 == hang_up_after:
+                worker._socket.close()  # as a worker that failed mid-way
+                return
+            worker.give()
+        worker.finish()
+    except TurnsLost:
+        events.append(f"{name} lost its referee")
+
+
+def refereed(tmp_path: Path, order: list[str], workers: list[tuple[str, int, int | None]]) -> list[str]:
+    """What the workers logged, in the order they ran, with the referee handing turns in `order`."""
+    events: list[str] = []
+    with referee(tmp_path) as (path, listener):
+        threads = [
+            threading.Thread(target=take_turns, args=(path, name, parts, events, hang_up))
+            for name, parts, hang_up in workers
+        ]
+        for thread in threads:
+            thread.start()
+        give_turns(listener, order)
+        for thread in threads:
+            thread.join(timeout=10)
+    assert not (tmp_path / "turns.sock").exists()  # the referee's socket goes with it
+    return events
+
+
+def test_the_referee_hands_the_turn_round_in_order_until_each_is_done(tmp_path: Path) -> None:
+    events = refereed(tmp_path, ["b", "a"], [("a", 3, None), ("b", 5, None)])
+    # one part at a time, the round's order first; the worker with parts left goes on alone
+    assert events == ["b0", "a0", "b1", "a1", "b2", "a2", "b3", "b4"]
+
+
+def test_a_worker_that_ends_without_saying_done_is_left_out(tmp_path: Path) -> None:
+    events = refereed(tmp_path, ["a", "b"], [("a", 3, None), ("b", 3, 1)])
+    assert events == ["a0", "b0", "a1", "a2"]
+
+
+def test_a_worker_that_never_comes_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(turns, "CONNECT_TIMEOUT_S", 0.2)
+    with referee(tmp_path) as (path, listener):
+        events: list[str] = []
+        alone = threading.Thread(target=take_turns, args=(path, "a", 1, events))
+        alone.start()
+        with pytest.raises(TimeoutError, match=r"^b: its worker did not come for its turns in 0\.2 s$"):
+            give_turns(listener, ["a", "b"])
+        alone.join(timeout=10)
+    assert events == ["a lost its referee"]  # it hung up before any turn: the waiting worker stops
