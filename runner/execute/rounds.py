@@ -5,8 +5,9 @@ noise, and a slow minute reads as a difference between them. Here every job of a
 makes its first call in a worker of its own (its compilation fills the caches); then the steady
 state runs in rounds, each starting one fresh worker of every job in a new random order, so a
 slow stretch falls on all variants alike and the comparison pairs them round by round
-(`runner.measure.stats.paired_time_ratio`). Workers run one at a time, or, given slots (the
-parallel launcher's), each takes a free slot as the sweep's jobs do. The sweep's process never
+(`runner.measure.stats.paired_time_ratio`). A round's workers take turns a stretch of steps at
+a time where their device allows it (`Backend.workers_take_turns`: the CPU), else run one at a
+time; given slots (the parallel launcher's), each takes a free slot as the sweep's jobs do. The sweep's process never
 touches the device: each worker is a process of its own (on Neuron, one runtime each).
 
 Each job finds its rounds in the sweep's rounds folder under its config hash and uses them as
@@ -20,16 +21,19 @@ import json
 import logging
 import os
 import random
+import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from runner import names
 from runner.backends.base import Backend, Slot
+from runner.backends.registry import backend_class
 from runner.config import RunSpec
 from runner.execute.processes import Child, ChildFailed, answered, stop
 from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps
 from runner.files import write_whole
 from runner.measure.loop import RoundPlace, SteadyState
+from runner.measure.turns import TurnsAddress, give_turns, referee
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +109,13 @@ def time_rounds(
 def _round(
     jobs: list[RoundJob], order: list[int], number: int, slots: list[Slot] | None
 ) -> list[tuple[int, list[list[float]] | ChildFailed]]:
-    """One worker of each job in `order`, started in that order: one at a time, or each in a free slot."""
+    """One worker of each job in `order`, started in that order: in turns, one at a time, or each in a free slot."""
+    if (
+        not slots
+        and len(order) > 1
+        and all(backend_class(jobs[job].spec.backend.name).workers_take_turns for job in order)
+    ):
+        return _round_in_turns(jobs, order, number)
     results: list[tuple[int, list[list[float]] | ChildFailed]] = []
     free = list(slots or [])
     running: dict[Child, tuple[int, Slot]] = {}
@@ -130,6 +140,29 @@ def _round(
         stop(running)
     started = {job: place for place, job in enumerate(order)}  # positions are start order, not end order
     return sorted(results, key=lambda result: started[result[0]])
+
+
+def _round_in_turns(
+    jobs: list[RoundJob], order: list[int], number: int
+) -> list[tuple[int, list[list[float]] | ChildFailed]]:
+    """One worker of each job, all started at once, running a stretch at a time in `order`'s turns.
+
+    The host's drift over seconds then falls on every job's stretches alike (runner.measure.turns);
+    a worker that fails is left out of the turns, and its job out of the rounds.
+    """
+    workers: dict[int, Child] = {}
+    with tempfile.TemporaryDirectory(prefix="runner-turns-") as folder, referee(Path(folder)) as (path, listener):
+        try:
+            for job in order:
+                name = f"round {number} worker of {jobs[job].name}"
+                workers[job] = start_steady_state(jobs[job].spec, name, number, turns_at=TurnsAddress(path, str(job)))
+            try:
+                give_turns(listener, [str(job) for job in order])
+            except TimeoutError as err:  # the workers waiting for turns then fail too
+                log.warning("rounds: round %d: %s", number, err)
+            return [(job, _steps_or_failure(worker)) for job, worker in workers.items()]
+        finally:
+            stop(workers.values())
 
 
 def _steps_or_failure(worker: Child) -> list[list[float]] | ChildFailed:

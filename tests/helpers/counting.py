@@ -23,16 +23,22 @@ class CountingModule(nn.Module):
 
 
 class RecordingModule(nn.Module):
-    """Records each call's input address and sum, and sleeps `pause_s`: steps of known length and memory."""
+    """Records each call's input address and sum, and sleeps `pause_s`: steps of known length and memory.
+
+    With `log_to`, each call also appends `label` to that file, so calls in other processes show.
+    """
 
     seen: list[tuple[int, float]] = []
 
-    def __init__(self, hidden: int = 8, pause_s: float = 0.0) -> None:
+    def __init__(self, hidden: int = 8, pause_s: float = 0.0, log_to: str | None = None, label: str = "") -> None:
         super().__init__()
-        self.hidden, self.pause_s = hidden, pause_s
+        self.hidden, self.pause_s, self.log_to, self.label = hidden, pause_s, log_to, label
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         type(self).seen.append((x.data_ptr(), float(x.sum())))
+        if self.log_to:
+            with open(self.log_to, "a") as log:
+                log.write(self.label + "\n")
         time.sleep(self.pause_s)
         return x * 2.0
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import random
+from pathlib import Path
 
 from runner.config import load_run_spec
 from runner.execute.rounds import RoundJob, time_rounds
@@ -26,3 +28,29 @@ def test_a_job_whose_worker_fails_is_left_out_and_the_others_keep_their_rounds()
     assert all(len(repeat) == 5 for process in steady.step_ms for repeat in process)
     # round 1 started both jobs' workers; round 2 only the one still taking part
     assert [(p.round, p.workers) for p in steady.places] == [(1, 2), (2, 1)]
+
+
+def test_a_rounds_workers_take_turns_a_stretch_at_a_time(tmp_path: Path) -> None:
+    calls = tmp_path / "calls.log"
+    specs = {
+        label: load_run_spec(
+            compose_cfg(
+                *QUICK,
+                "+workload=custom",
+                "workload._target_=tests.helpers.counting.RecordingModule",
+                "workload.inputs=[[4]]",
+                f"+workload.log_to={calls}",
+                f"+workload.label={label}",
+                "measure.steps=6",
+                "measure.layouts=3",
+            )
+        )  # fmt: skip
+        for label in ("a", "b")
+    }
+    time_rounds([RoundJob(label, label, spec, 1) for label, spec in specs.items()], "sweep-2", rng=random.Random(0))
+    labels = calls.read_text().split()
+    assert labels[:2] == ["a", "b"]  # the first-call workers, one after the other before the rounds
+    runs = [(label, len(list(group))) for label, group in itertools.groupby(labels[2:])]
+    first, second = runs[0][0], runs[1][0]
+    # in turns: the first call, the warm-up's call, then 3 stretches of 2 steps (2 settling calls before the later two)
+    assert runs == [(label, count) for count in (1, 1, 2, 4, 4) for label in (first, second)]

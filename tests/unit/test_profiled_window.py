@@ -58,7 +58,8 @@ def test_each_cycles_first_recorded_step_pays_the_profilers_start() -> None:
 def summary(tmp_path: Path, tags: dict[str, str]) -> str:
     metrics = {
         names.STEP_MEDIAN_MS: 0.21, names.STEP_P10_MS: 0.2, names.STEP_P90_MS: 8.3, names.STEP_CV: 3.0,
-        names.FIRST_CALL_S: 0.1, names.PROFILER_STEP_MS: 24.2, names.PROFILER_OVERHEAD_PCT: 11423.8,
+        names.STEPS_TIMED: 600.0, names.FIRST_CALL_S: 0.1, names.PROFILER_STEP_MS: 24.2,
+        names.PROFILER_OVERHEAD_PCT: 11423.8,
         names.PROFILER_COST_MS: 0.3,
     }  # fmt: skip
     rows = [{names.OP_NAME: "aten::mul", names.OP_SELF_CPU_MS: 20.0}]
