@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 TINY = ("+workload=rmsnorm_naive", "workload.hidden=16", "workload.seq_len=2", "measure=quick", "backend=neuron")
 # a job whose measured phases last a few seconds: several samples at one a second
 MONITORED = (*TINY, "backend.cores=0", "monitor=every_second", "measure.warmup_s=3")
-ENDLESS = (*TINY, "backend.cores=0", "monitor=every_second", "measure.steps=10000000")
+ENDLESS = (*TINY, "backend.cores=0", "monitor=every_second", "measure.steps=10000000", "measure.steps_s=null")
 
 
 def runner(tmp_path: Path, *args: str, **env: str) -> subprocess.Popen[str]:

@@ -332,7 +332,7 @@ def test_a_stop_dropped_inside_a_garbage_collector_callback_is_raised_at_the_nex
 def test_a_signal_leaves_nothing_running(
     tmp_path: Path, tracking_uri: str, signum: int, launcher: str | None, group: bool
 ) -> None:
-    long = ["measure.steps=10000000", *TINY[:2], "backend=cpu"]
+    long = ["measure.steps=10000000", "measure.steps_s=null", *TINY[:2], "backend=cpu"]
     if launcher is None:
         proc = start("+workload=rmsnorm_naive", *long, f"hydra.run.dir={tmp_path}/run")
         job_dir = tmp_path / "run"
@@ -367,8 +367,8 @@ def test_a_signal_leaves_nothing_running(
 
 def test_a_signal_during_the_sweeps_rounds_leaves_nothing_running(tmp_path: Path, tracking_uri: str) -> None:
     """Stopped while its rounds' workers time endless steps: exit 143, the parent KILLED, no process left."""
-    proc = start("-m", "+workload=rmsnorm_naive", "workload.seed=0,1", "measure.steps=10000000", *TINY[:2],
-                 "backend=cpu", f"hydra.sweep.dir={tmp_path}/sweep")  # fmt: skip
+    proc = start("-m", "+workload=rmsnorm_naive", "workload.seed=0,1", "measure.steps=10000000", "measure.steps_s=null",
+                 *TINY[:2], "backend=cpu", f"hydra.sweep.dir={tmp_path}/sweep")  # fmt: skip
     try:
         deadline = time.monotonic() + 180
         while not all_runs(tracking_uri) and time.monotonic() < deadline:  # the parent opens before the rounds
@@ -392,7 +392,7 @@ def test_a_signal_during_the_sweeps_rounds_leaves_nothing_running(tmp_path: Path
 
 
 def test_a_killed_single_run_is_closed_by_the_next_run_of_its_configuration(tmp_path: Path, tracking_uri: str) -> None:
-    long = ["+workload=rmsnorm_naive", "measure.steps=10000000", *TINY[:2], "backend=cpu"]
+    long = ["+workload=rmsnorm_naive", "measure.steps=10000000", "measure.steps_s=null", *TINY[:2], "backend=cpu"]
     first = start(*long, f"hydra.run.dir={tmp_path}/first")
     wait_for_run(tmp_path / "first")
     while not all_runs(tracking_uri)[0].data.tags.get(names.TAG_CONFIG_HASH):  # tagged right after it opens
