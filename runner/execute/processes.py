@@ -140,7 +140,10 @@ def _answer(
         answer = Answer(value=target(*args))
     except BaseException as err:  # noqa: BLE001  (any failure is the parent's to report)
         answer = Answer.of_error(err)
-    answers.send(answer)
+    try:
+        answers.send(answer)
+    except BrokenPipeError:  # the parent is gone (stopped by a signal): no one to tell, and this child ends with it
+        return
     if hold is not None:  # keep the process (and what it holds, a runtime, cores) alive until released
         with suppress(EOFError):
             hold.recv()
