@@ -2,12 +2,14 @@
 
 Workers timed one after another each meet the host in a different stretch of time, and this
 project's 2-core host drifts over seconds: the medians of 25 and of 400 consecutive steps
-spread 12% and 10%. Two workers of the same config, one after the other on one core, read
-medians 9.6% apart (sd of the log ratio, 20 pairs); taking turns a stretch at a time (8
-stretches of 25 steps), 1.3% (docs/measurement.md, "Turns"). So where both sides of a comparison
-can, their workers take turns: a referee (the gate) hands the turn to one worker at a time, in
-the round's order, and each worker runs its own part (building the workload, the warm-up, each
-stretch of timed steps) only while it holds the turn.
+spread 12% and 10%. Two workers of the same config forked from one process, one after the
+other on one core, read medians 9.6% apart (sd of the log ratio, 20 pairs), and 1.3% taking
+turns a stretch at a time (8 stretches of 25 steps); with new memory each stretch
+(runner.measure.layouts), 15.6% and 8.4% (30 pairs; docs/measurement.md, `--against`). So where
+the device allows, the workers of a round take turns: a referee (the gate, or a sweep's rounds)
+hands the turn to one worker at a time, in the round's order, and each worker runs its own
+parts (building the workload and its first call, the warm-up, each stretch of timed steps)
+only while it holds the turn.
 
 The referee listens on a Unix socket; each worker connects, names itself, then for each part
 waits for `GO`, runs the part and answers `MORE`, or `DONE` after its last. A worker that ends
