@@ -3,9 +3,10 @@
 Workers timed one after another each meet the host in a different stretch of time, and this
 project's 2-core host drifts over seconds: the medians of 25 and of 400 consecutive steps
 spread 12% and 10%. Two workers of the same config forked from one process, one after the
-other on one core, read medians 9.6% apart (sd of the log ratio, 20 pairs), and 1.3% taking
-turns a stretch at a time (8 stretches of 25 steps); with new memory each stretch
-(runner.measure.layouts), 15.6% and 8.4% (30 pairs; docs/measurement.md, `--against`). So where
+other on one core, read medians 6.2% and 9.6% apart (sd of the log ratio; two runs, 30 and 20
+pairs), and 3.9% and 1.3% taking turns a stretch at a time (8 stretches of 25 steps); with new
+memory each stretch (runner.measure.layouts), 10.9% and 15.6% against 7.0% and 8.4%
+(docs/measurement.md, `--against`). So where
 the device allows, the workers of a round take turns: a referee (the gate, or a sweep's rounds)
 hands the turn to one worker at a time, in the round's order, and each worker runs its own
 parts (building the workload and its first call, the warm-up, each stretch of timed steps)
