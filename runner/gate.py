@@ -32,7 +32,6 @@ import json
 import math
 import random
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -335,7 +334,7 @@ def run_round(servers: dict[str, SideServer], order: list[str], in_turns: bool) 
     """
     if not in_turns:
         return {side: servers[side].worker() for side in order}
-    with tempfile.TemporaryDirectory(prefix="runner-turns-") as folder, referee(Path(folder)) as (path, listener):
+    with referee() as (path, listener):
         for side in order:
             servers[side].ask(path)
         try:

@@ -7,8 +7,8 @@ state runs in rounds, each starting one fresh worker of every job in a new rando
 slow stretch falls on all variants alike and the comparison pairs them round by round
 (`runner.measure.stats.paired_time_ratio`). A round's workers take turns a stretch of steps at
 a time where their device allows it (`Backend.workers_take_turns`: the CPU), else run one at a
-time; given slots (the parallel launcher's), each takes a free slot as the sweep's jobs do. The sweep's process never
-touches the device: each worker is a process of its own (on Neuron, one runtime each).
+time; given slots (the parallel launcher's), each takes a free slot as the sweep's jobs do. The
+sweep's process never touches the device: each worker is a process of its own (on Neuron, one runtime each).
 
 Each job finds its rounds in the sweep's rounds folder under its config hash and uses them as
 its steady state; a job that is not there (it takes no part, or a worker of it failed) times
@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -151,7 +150,7 @@ def _round_in_turns(
     a worker that fails is left out of the turns, and its job out of the rounds.
     """
     workers: dict[int, Child] = {}
-    with tempfile.TemporaryDirectory(prefix="runner-turns-") as folder, referee(Path(folder)) as (path, listener):
+    with referee() as (path, listener):
         try:
             for job in order:
                 name = f"round {number} worker of {jobs[job].name}"

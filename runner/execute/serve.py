@@ -28,6 +28,7 @@ from typing import IO, Any
 from runner.compose import compose_config
 from runner.config import load_run_spec
 from runner.execute.processes import ChildFailed, die_with_parent, end_process
+from runner.measure.turns import TurnsAddress
 from runner.teardown import skip_final_collections
 
 # the server's module, run in each side's tree
@@ -63,8 +64,6 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
     except Exception as err:  # noqa: BLE001  (bad config, an unknown option: the client reports it)
         _say(answers, {"error": _first_line(err)})
         return 1
-    from runner.measure.turns import TurnsAddress
-
     _say(answers, {"ready": True, "turns": backend.workers_take_turns})
     for line in requests:
         request = json.loads(line)

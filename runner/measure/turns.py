@@ -20,6 +20,7 @@ without `DONE` (it failed) is simply left out of the turns; its side reports the
 from __future__ import annotations
 
 import socket
+import tempfile
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,17 +107,21 @@ def turns_for(address: TurnsAddress | None) -> Turns:
 
 
 @contextmanager
-def referee(folder: Path) -> Iterator[tuple[str, socket.socket]]:
-    """A listening socket in `folder` for one round's workers: its path, and the socket to `give_turns` on."""
-    path = str(folder / "turns.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(path)
-        listener.listen()
-        yield path, listener
-    finally:
-        listener.close()
-        Path(path).unlink(missing_ok=True)
+def referee(folder: Path | None = None) -> Iterator[tuple[str, socket.socket]]:
+    """A listening socket for one round's workers: its path, and the socket to `give_turns` on.
+
+    In `folder`, or in a temporary folder of its own, removed with it.
+    """
+    with tempfile.TemporaryDirectory(prefix="runner-turns-") as own:
+        path = str((folder or Path(own)) / "turns.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(path)
+            listener.listen()
+            yield path, listener
+        finally:
+            listener.close()
+            Path(path).unlink(missing_ok=True)
 
 
 def give_turns(listener: socket.socket, order: list[str]) -> None:
