@@ -268,8 +268,9 @@ def test_long_steps_are_timed_for_measure_steps_s_and_no_fewer_than_the_floor() 
     pause = ["measure.warmup=2", "+workload.pause_s=0.004", "measure.layouts=1"]
     _, floor = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.01")
     assert [len(repeat) for repeat in floor] == [FEWEST_TIMED_STEPS]  # 0.01 s fits 2 steps of 4 ms
-    _, budget = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.2")
-    assert FEWEST_TIMED_STEPS < len(budget[0]) <= 50  # about 0.2 s of 4-ms steps
+    # about 0.4 s of steps of at least 4 ms: over the floor even if a busy host doubles them
+    _, budget = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.4")
+    assert FEWEST_TIMED_STEPS < len(budget[0]) <= 100
     _, every = recorded_steady_state(*pause, "measure.steps=40", "measure.steps_s=null")
     assert [len(repeat) for repeat in every] == [40]
 
