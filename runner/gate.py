@@ -338,7 +338,7 @@ def run_round(servers: dict[str, SideServer], order: list[str], in_turns: bool) 
         for side in order:
             servers[side].ask(path)
         try:
-            give_turns(listener, order)
+            give_turns(listener, order, lambda side: servers[side].answered())
         except TimeoutError as err:
             raise SideFailed(str(err)) from None
         return {side: servers[side].median_ms() for side in order}

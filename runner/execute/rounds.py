@@ -156,7 +156,7 @@ def _round_in_turns(
                 name = f"round {number} worker of {jobs[job].name}"
                 workers[job] = start_steady_state(jobs[job].spec, name, number, turns_at=TurnsAddress(path, str(job)))
             try:
-                give_turns(listener, [str(job) for job in order])
+                give_turns(listener, [str(job) for job in order], lambda job: not workers[int(job)].is_alive())
             except TimeoutError as err:  # the workers waiting for turns then fail too
                 log.warning("rounds: round %d: %s", number, err)
             return [(job, _steps_or_failure(worker)) for job, worker in workers.items()]

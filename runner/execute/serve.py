@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import statistics
 import subprocess
@@ -134,6 +135,11 @@ class SideServer:
             self._process.stdin.flush()
         except BrokenPipeError:
             raise SideFailed(f"{self.side}: its server ended (exit status {self._process.wait()})") from None
+
+    def answered(self) -> bool:
+        """Whether an answer (or the server's end) is there to read: a worker that failed says so at once."""
+        assert self._process.stdout is not None
+        return bool(select.select([self._process.stdout], [], [], 0)[0])
 
     def median_ms(self) -> float:
         """The worker's median step time in ms, once it answers.

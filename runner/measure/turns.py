@@ -14,15 +14,17 @@ only while it holds the turn.
 
 The referee listens on a Unix socket; each worker connects, names itself, then for each part
 waits for `GO`, runs the part and answers `MORE`, or `DONE` after its last. A worker that ends
-without `DONE` (it failed) is simply left out of the turns; its side reports the failure.
+without `DONE` (it failed), or before it connected, is simply left out of the turns; its side
+reports the failure.
 """
 
 from __future__ import annotations
 
 import socket
 import tempfile
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,8 @@ GO, MORE, DONE = b"g", b"m", b"d"
 # how long the referee waits for every worker to connect: each connects first thing, but a
 # spawned worker imports torch first, and a busy host starts processes slowly
 CONNECT_TIMEOUT_S = 120.0
+# how often the referee, waiting for workers to connect, asks whether any has ended instead
+CONNECT_POLL_S = 0.25
 
 
 class TurnsLost(RuntimeError):
@@ -40,6 +44,9 @@ class TurnsLost(RuntimeError):
 
 class Turns(Protocol):
     """What a worker's timing loop calls around each part it runs in turn."""
+
+    # whether other workers take turns with this one (it moves its memory: runner.measure.layouts)
+    shared: bool
 
     def take(self) -> None:
         """Wait for this worker's turn."""
@@ -53,6 +60,8 @@ class Turns(Protocol):
 
 class NoTurns:
     """A worker alone: every turn is its own."""
+
+    shared = False
 
     def take(self) -> None:
         """Nothing to wait for."""
@@ -74,6 +83,8 @@ class TurnsAddress:
 
 class RefereedTurns:
     """A worker's turns, given by a referee at `address`."""
+
+    shared = True
 
     def __init__(self, address: TurnsAddress) -> None:
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -124,26 +135,31 @@ def referee(folder: Path | None = None) -> Iterator[tuple[str, socket.socket]]:
             Path(path).unlink(missing_ok=True)
 
 
-def give_turns(listener: socket.socket, order: list[str]) -> None:
+def give_turns(listener: socket.socket, order: list[str], ended: Callable[[str], bool] = lambda name: False) -> None:
     """Hand the turn round the workers named in `order` until each has answered `DONE` or ended.
+
+    A worker that `ended` says has ended before it connected is left out at once, not waited for.
 
     Raises:
         TimeoutError: a worker did not connect within `CONNECT_TIMEOUT_S` (its side says why).
     """
-    listener.settimeout(CONNECT_TIMEOUT_S)
+    listener.settimeout(CONNECT_POLL_S)
     workers: dict[str, socket.socket] = {}
+    waiting = list(order)
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
     try:
-        while len(workers) < len(order):
+        while waiting := [name for name in waiting if name not in workers and not ended(name)]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{', '.join(waiting)}: its worker did not come for its turns in {CONNECT_TIMEOUT_S:g} s"
+                )
             try:
                 connection, _ = listener.accept()
             except TimeoutError:
-                missing = ", ".join(name for name in order if name not in workers)
-                raise TimeoutError(
-                    f"{missing}: its worker did not come for its turns in {CONNECT_TIMEOUT_S:g} s"
-                ) from None
+                continue
             connection.settimeout(None)
             workers[connection.makefile("rb").readline().decode().strip()] = connection
-        queue = deque(order)
+        queue = deque(name for name in order if name in workers)
         while queue:
             name = queue.popleft()
             try:

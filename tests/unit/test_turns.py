@@ -1,4 +1,4 @@
-"""Turns between workers: the referee hands the turn round in order, and a worker that ends is left out."""
+"""Turns between workers: the referee hands the turn round in order, and leaves out a worker that ends."""
 
 from __future__ import annotations
 
@@ -65,3 +65,14 @@ def test_a_worker_that_never_comes_is_named(tmp_path: Path, monkeypatch: pytest.
             give_turns(listener, ["a", "b"])
         alone.join(timeout=10)
     assert events == ["a lost its referee"]  # it hung up before any turn: the waiting worker stops
+
+
+def test_a_worker_that_ended_before_it_came_is_left_out_at_once(tmp_path: Path) -> None:
+    # with the default timeout, waiting for "b" would take 120 s and raise
+    with referee(tmp_path) as (path, listener):
+        events: list[str] = []
+        alone = threading.Thread(target=take_turns, args=(path, "a", 2, events))
+        alone.start()
+        give_turns(listener, ["b", "a"], ended=lambda name: name == "b")
+        alone.join(timeout=10)
+    assert events == ["a0", "a1"]
