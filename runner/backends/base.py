@@ -151,8 +151,8 @@ class Backend(ABC):
     # Neuron a worker holds its NeuronCores for its life, so the next could not start; with a GPU
     # each would hold a context and a copy of the workload; measured on the CPU only
     workers_take_turns: ClassVar[bool] = False
-    # measure.layouts when the config leaves it null: one, the memory the workload was built in,
-    # where moving it was not measured to matter (runner.measure.layouts)
+    # measure.layouts when the config leaves it null and the worker takes turns: one, the memory
+    # the workload was built in, where moving it was not measured to matter (runner.measure.layouts)
     default_layouts: ClassVar[int] = 1
     # the torch.distributed process-group backend ranks join on this device
     collective_backend: ClassVar[str] = "gloo"
@@ -222,9 +222,16 @@ class Backend(ABC):
         return cls.default_processes if requested is None else requested
 
     @classmethod
-    def memory_layouts(cls, requested: int | None) -> int:
-        """The stretches a process's timed steps run in, each in memory of its own (runner.measure.layouts)."""
-        return cls.default_layouts if requested is None else requested
+    def memory_layouts(cls, requested: int | None, in_turns: bool) -> int:
+        """The stretches a process's timed steps run in, each in memory of its own (runner.measure.layouts).
+
+        By default only a worker taking turns moves its memory: there the host's drift cancels
+        and the layout is what is left between two workers, while a process timed alone reads
+        its own layout, as a script would (moved layouts read slower on average on the CPU).
+        """
+        if requested is not None:
+            return requested
+        return cls.default_layouts if in_turns else 1
 
     @classmethod
     def round_workers(cls, requested: int | None) -> int:
