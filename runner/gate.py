@@ -74,9 +74,9 @@ PAIRED_LEGEND = (
 # --against: the two sides, the rounds by default, the project's tree (the candidate, and where
 # the baseline's worktree comes from) and the server each side's tree must have
 SIDES = ("baseline", "candidate")
-# 30, ten server pairs: on a quiet 2-core host 0 of 8 A/A gates alarmed (0 of 5 under load), 87 s a
-# gate; 60 rounds caught 10% more work in 2 of 4 gates, 4 minutes each (docs/measurement.md)
-ROUNDS = 30
+# 60, twenty server pairs: on a quiet 2-core host 0 of 20 A/A gates alarmed, 143 s a gate, and 10%
+# more work was caught in 8 of 8 gates (30 rounds: 3 of 4), 134-177 s each (docs/measurement.md)
+ROUNDS = 60
 # Rounds one pair of side servers runs before both start afresh. Every worker of a side starts from
 # its server, and under load one side of an A/A gate read 15% slower in 28 of 30 rounds: whatever
 # a server started with holds for all its rounds, so the test pairs server pairs, not rounds.

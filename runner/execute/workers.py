@@ -11,6 +11,7 @@ same time, to measure how throughput scales.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing
 import os
@@ -18,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from multiprocessing.synchronize import Barrier
 from typing import Any
@@ -38,6 +40,9 @@ log = logging.getLogger(__name__)
 BARRIER_TIMEOUT_S = 1800
 # the variable torch takes its thread count from when it loads
 THREADS_ENV = "OMP_NUM_THREADS"
+# what torch.profiler imports as it first starts (`prepare_trace` asks `hasattr(torch,
+# "_inductor")`): 1.6-2.2 s on this project's 2-core host, paid by the job's first profiled window
+PROFILER_PRELOAD = ("torch._inductor",)
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,11 @@ def _worker(
 
 
 def prepare_workers(specs: list[RunSpec]) -> None:
-    """Get ready to start these specs' workers: a fork server starts now, its imports beside the job's work."""
+    """Get ready to start these specs' workers: a fork server starts now, its imports beside the job's work.
+
+    This process then imports what it will need later too, while the server starts and before
+    any worker times a step: `PROFILER_PRELOAD`, and a compiled job's `compiler_preload`.
+    """
     forked = [
         spec
         for spec in specs
@@ -116,7 +125,11 @@ def prepare_workers(specs: list[RunSpec]) -> None:
     ]
     if forked:
         compiled = {backend_class(spec.backend.name) for spec in forked if spec.workload.compile}
-        start_fork_server(dict.fromkeys(module for backend in compiled for module in backend.compiler_preload))
+        preload = dict.fromkeys(module for backend in compiled for module in backend.compiler_preload)
+        start_fork_server(preload)
+        for module in (*PROFILER_PRELOAD, *preload):
+            with suppress(ImportError):  # as in the server: whoever needs it imports it then, and says why
+                importlib.import_module(module)
 
 
 def _first_call(spec: RunSpec) -> float:
