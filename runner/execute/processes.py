@@ -265,6 +265,21 @@ def end_process(process: subprocess.Popen[Any]) -> None:
         process.wait()
 
 
+def end_process_group(process: subprocess.Popen[Any]) -> None:
+    """End a process started in a session of its own, and every process in its group.
+
+    Its fork server and that server's children are in the group too: one still starting when
+    the process ends would otherwise fork a worker afterwards, into a tree that may be gone.
+    """
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(STOP_GRACE_S)
+    with suppress(ProcessLookupError):  # what is left of the group, the process included
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
 def stop(children: Iterable[Child]) -> None:
     """Never leave a child behind: terminate the live ones, kill what outlives the grace period."""
     processes = [child._process for child in children]

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from runner.compose import compose_config
 from runner.config import load_run_spec
-from runner.execute.processes import ChildFailed, die_with_parent, end_process
+from runner.execute.processes import ChildFailed, die_with_parent, end_process_group
 from runner.measure.turns import TurnsAddress
 from runner.teardown import skip_final_collections
 
@@ -102,6 +102,7 @@ class SideServer:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # a group of its own, which `stop` ends whole (its fork server too)
         )
 
     def _answer(self) -> dict[str, Any]:
@@ -159,11 +160,11 @@ class SideServer:
         return self.median_ms()
 
     def stop(self) -> None:
-        """Close its stdin and end it (it may be in a worker: its workers die with it)."""
+        """Close its stdin and end it with its fork server and workers."""
         if self._process.stdin is not None:
             with suppress(BrokenPipeError):  # it ended already
                 self._process.stdin.close()
-        end_process(self._process)
+        end_process_group(self._process)
 
 
 if __name__ == "__main__":
