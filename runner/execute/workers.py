@@ -116,7 +116,8 @@ def prepare_workers(specs: list[RunSpec]) -> None:
     """Get ready to start these specs' workers: a fork server starts now, its imports beside the job's work.
 
     This process then imports what it will need later too, while the server starts and before
-    any worker times a step: `PROFILER_PRELOAD`, and a compiled job's `compiler_preload`.
+    any worker times a step: `PROFILER_PRELOAD` where a job profiles, and a compiled job's
+    `compiler_preload`.
     """
     forked = [
         spec
@@ -127,7 +128,8 @@ def prepare_workers(specs: list[RunSpec]) -> None:
         compiled = {backend_class(spec.backend.name) for spec in forked if spec.workload.compile}
         preload = dict.fromkeys(module for backend in compiled for module in backend.compiler_preload)
         start_fork_server(preload)
-        for module in (*PROFILER_PRELOAD, *preload):
+        profiled = PROFILER_PRELOAD if any(spec.profiler.enabled for spec in specs) else ()
+        for module in (*profiled, *preload):
             with suppress(ImportError):  # as in the server: whoever needs it imports it then, and says why
                 importlib.import_module(module)
 
