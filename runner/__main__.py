@@ -9,16 +9,15 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import CompactHydraException, MissingConfigException
+from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from runner import CONF_DIR, names
 from runner.backends.user_env import record_user_environment
 from runner.callbacks import JobFailure, UsageError
-from runner.compose import help_text
-from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas, unknown_key, unknown_option
+from runner.compose import help_text, refusal
+from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
 from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus, one_line
 from runner.secrets import redact, redact_file, redact_process_output
 from runner.signals import exit_code_of
@@ -91,23 +90,6 @@ def run(cfg: DictConfig) -> float:
 
 
 main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run)
-
-
-def refusal(err: CompactHydraException) -> str:
-    """What Hydra refused (an unknown key or option, a value of the wrong type), as one line.
-
-    Keys and options get the runner's "did you mean" hint, as a key added with `+` does;
-    Hydra's own advice to add a misspelled key with `+` is left out.
-    """
-    cause = err.__cause__
-    if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
-        group, _, option = err.missing_cfg_file.rpartition("/")
-        return str(unknown_option(group, option, err.options))
-    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(cause.parent_node, DictConfig):
-        return str(unknown_key(str(cause.full_key), [str(key) for key in cause.parent_node if key != "hydra"]))
-    texts = [str(err), str(cause.msg)] if isinstance(cause, OmegaConfBaseException) else [str(err)]
-    lines = [line for text in texts for line in text.splitlines() if line.strip() and not line[0].isspace()]
-    return "; ".join(lines)
 
 
 def cli() -> None:

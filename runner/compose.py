@@ -10,10 +10,12 @@ import string
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import CompactHydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from runner import CONF_DIR
-from runner.config import register_schemas
+from runner.config import register_schemas, unknown_key, unknown_option
 
 
 def compose_config(*overrides: str, with_hydra: bool = False) -> DictConfig:
@@ -41,3 +43,20 @@ def help_text(*overrides: str) -> str:
     with open_dict(cfg):
         del cfg["hydra"]
     return template.substitute(APP_CONFIG_GROUPS=config_groups(), CONFIG=OmegaConf.to_yaml(cfg))
+
+
+def refusal(err: CompactHydraException) -> str:
+    """What Hydra refused (an unknown key or option, a value of the wrong type), as one line.
+
+    Keys and options get the runner's "did you mean" hint, as a key added with `+` does;
+    Hydra's own advice to add a misspelled key with `+` is left out.
+    """
+    cause = err.__cause__
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
+        group, _, option = err.missing_cfg_file.rpartition("/")
+        return str(unknown_option(group, option, err.options))
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(cause.parent_node, DictConfig):
+        return str(unknown_key(str(cause.full_key), [str(key) for key in cause.parent_node if key != "hydra"]))
+    texts = [str(err), str(cause.msg)] if isinstance(cause, OmegaConfBaseException) else [str(err)]
+    lines = [line for text in texts for line in text.splitlines() if line.strip() and not line[0].isspace()]
+    return "; ".join(lines)

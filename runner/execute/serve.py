@@ -26,7 +26,9 @@ from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
 
-from runner.compose import compose_config
+from hydra.errors import CompactHydraException
+
+from runner.compose import compose_config, refusal
 from runner.config import load_run_spec
 from runner.execute.processes import ChildFailed, die_with_parent, end_process_group
 from runner.measure.turns import TurnsAddress
@@ -63,7 +65,7 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
         backend = make_backend(spec.backend)
         backend.worker_processes(1)  # a device whose process holds it refuses workers
     except Exception as err:  # noqa: BLE001  (bad config, an unknown option: the client reports it)
-        _say(answers, {"error": _first_line(err)})
+        _say(answers, {"error": refusal(err) if isinstance(err, CompactHydraException) else _first_line(err)})
         return 1
     _say(answers, {"ready": True, "turns": backend.workers_take_turns})
     for line in requests:
