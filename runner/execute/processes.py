@@ -197,8 +197,11 @@ class Child:
         self._process = context.Process(
             target=_answer, args=(target, args, send, keep, environment), name=name, daemon=daemon
         )
-        with _environment({} if forked else env or {}), _born_ignoring_interrupts():
+        if forked:  # born of a server that ignores SIGINT; the wait for its fork must still see a stop
             self._process.start()
+        else:
+            with _environment(env or {}), _born_ignoring_interrupts():
+                self._process.start()
         send.close()
 
     @property
@@ -328,7 +331,9 @@ def _born_ignoring_interrupts() -> Iterator[None]:
     `Fatal Python error: init_import_site` and a traceback. An ignored signal stays ignored
     across exec, so the child never sees one; this process ignores it only while it forks. The
     fork server, started in such a block, gives its children the SIGINT handling it started
-    with: ignored.
+    with: ignored. A fork server's child is therefore started outside such a block: asking the
+    server for it waits until the server has imported its preloads (seconds), and a Ctrl-C
+    ignored meanwhile was lost, leaving the job to time its steps to the end.
     """
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

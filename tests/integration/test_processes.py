@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -160,6 +161,33 @@ def test_a_child_is_born_ignoring_interrupts_and_the_parent_keeps_its_handler(st
     with Child("probe", interrupts_ignored, start_method=start_method) as child:
         assert child.result() is True
     assert signal.getsignal(signal.SIGINT) is before
+
+
+STOPPED_WHILE_THE_SERVER_IMPORTS = """
+import os, signal, sys, threading, time
+from runner.execute.processes import Child, start_fork_server, stop
+from runner.signals import Interrupted, stop_on_signals
+if __name__ == "__main__":
+    stop_on_signals()
+    start_fork_server(["slow_to_import"])
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    try:
+        stop([Child("probe", time.sleep, 30, start_method="forkserver")])
+        print("not stopped")
+    except Interrupted:
+        print("stopped", round(time.monotonic() - started) < 3)
+"""
+
+
+def test_a_ctrl_c_while_the_fork_server_imports_stops_the_start_of_its_child(tmp_path: Path) -> None:
+    """Asking the server for a child waits out its preloads: a Ctrl-C meanwhile is seen, not ignored."""
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(3)\n")
+    (tmp_path / "main.py").write_text(STOPPED_WHILE_THE_SERVER_IMPORTS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    done = subprocess.run([sys.executable, "main.py"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert done.stdout.split() == ["stopped", "True"], done.stderr[-2000:]
 
 
 def test_answered_names_the_children_with_an_answer_or_an_end() -> None:

@@ -39,6 +39,16 @@ def start(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO, **pop
     )  # fmt: skip
 
 
+def ended(proc: subprocess.Popen[str], timeout_s: float = 120) -> tuple[str, str]:
+    """Its stdout and stderr once it has ended; one still running after `timeout_s` is killed with its group."""
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # a job that missed its stop leaves nothing behind for the next test
+        out, err = proc.communicate()
+        pytest.fail(f"still running {timeout_s:g} s after its stop; it printed last:\n{out[-1500:]}\n{err[-1500:]}")
+
+
 def statuses(uri: str) -> list[str]:
     return [r.info.status for r in all_runs(uri)]
 
@@ -347,7 +357,7 @@ def test_a_signal_leaves_nothing_running(
         proc.communicate()
         raise
     os.killpg(proc.pid, signum) if group else proc.send_signal(signum)  # Ctrl-C reaches the whole group
-    out, err = proc.communicate(timeout=120)
+    out, err = ended(proc)
     assert proc.returncode == 128 + signum, err[-3000:]
     assert "Traceback" not in err
     runs = all_runs(tracking_uri)
@@ -376,7 +386,7 @@ def test_a_signal_during_the_sweeps_rounds_leaves_nothing_running(tmp_path: Path
         time.sleep(3)  # into the rounds' first calls or their endless steps
     finally:
         proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = ended(proc)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "Traceback" not in err
     (parent,) = all_runs(tracking_uri)  # no job opened a run
