@@ -118,13 +118,13 @@ def turns_for(address: TurnsAddress | None) -> Turns:
 
 
 @contextmanager
-def referee(folder: Path | None = None) -> Iterator[tuple[str, socket.socket]]:
+def referee() -> Iterator[tuple[str, socket.socket]]:
     """A listening socket for one round's workers: its path, and the socket to `give_turns` on.
 
-    In `folder`, or in a temporary folder of its own, removed with it.
+    In a temporary folder of its own, removed with it.
     """
     with tempfile.TemporaryDirectory(prefix="runner-turns-") as own:
-        path = str((folder or Path(own)) / "turns.sock")
+        path = str(Path(own) / "turns.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(path)

@@ -235,7 +235,7 @@ def test_the_inputs_move_to_new_memory_between_stretches_and_keep_their_values()
     assert len({address for address, _ in RecordingModule.seen}) == 1
 
 
-def test_workers_taking_turns_run_their_warm_ups_and_stretches_one_at_a_time(tmp_path: Path) -> None:
+def test_workers_taking_turns_run_their_warm_ups_and_stretches_one_at_a_time() -> None:
     spec = recording_spec("measure.warmup=1", "measure.steps=16")  # the CPU's default layouts: 8
     backend = CpuBackend(spec.backend)
     shapes = {"a": "[[4,4]]", "b": "[[2,2]]"}  # the inputs' sums tell the workers apart
@@ -250,7 +250,7 @@ def test_workers_taking_turns_run_their_warm_ups_and_stretches_one_at_a_time(tmp
         steady_state(workloads[name], backend, spec, turns)
         turns.finish()
 
-    with referee(tmp_path) as (path, listener):
+    with referee() as (path, listener):
         threads = [threading.Thread(target=worker, args=(name, path)) for name in shapes]
         for thread in threads:
             thread.start()

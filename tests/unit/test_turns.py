@@ -27,10 +27,10 @@ def take_turns(path: str, name: str, parts: int, events: list[str], hang_up_afte
         events.append(f"{name} lost its referee")
 
 
-def refereed(tmp_path: Path, order: list[str], workers: list[tuple[str, int, int | None]]) -> list[str]:
+def refereed(order: list[str], workers: list[tuple[str, int, int | None]]) -> list[str]:
     """What the workers logged, in the order they ran, with the referee handing turns in `order`."""
     events: list[str] = []
-    with referee(tmp_path) as (path, listener):
+    with referee() as (path, listener):
         threads = [
             threading.Thread(target=take_turns, args=(path, name, parts, events, hang_up))
             for name, parts, hang_up in workers
@@ -40,24 +40,24 @@ def refereed(tmp_path: Path, order: list[str], workers: list[tuple[str, int, int
         give_turns(listener, order)
         for thread in threads:
             thread.join(timeout=10)
-    assert not (tmp_path / "turns.sock").exists()  # the referee's socket goes with it
+    assert not Path(path).parent.exists()  # the referee's socket and its folder go with it
     return events
 
 
-def test_the_referee_hands_the_turn_round_in_order_until_each_is_done(tmp_path: Path) -> None:
-    events = refereed(tmp_path, ["b", "a"], [("a", 3, None), ("b", 5, None)])
+def test_the_referee_hands_the_turn_round_in_order_until_each_is_done() -> None:
+    events = refereed(["b", "a"], [("a", 3, None), ("b", 5, None)])
     # one part at a time, the round's order first; the worker with parts left goes on alone
     assert events == ["b0", "a0", "b1", "a1", "b2", "a2", "b3", "b4"]
 
 
-def test_a_worker_that_ends_without_saying_done_is_left_out(tmp_path: Path) -> None:
-    events = refereed(tmp_path, ["a", "b"], [("a", 3, None), ("b", 3, 1)])
+def test_a_worker_that_ends_without_saying_done_is_left_out() -> None:
+    events = refereed(["a", "b"], [("a", 3, None), ("b", 3, 1)])
     assert events == ["a0", "b0", "a1", "a2"]
 
 
-def test_a_worker_that_never_comes_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_that_never_comes_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(turns, "CONNECT_TIMEOUT_S", 0.2)
-    with referee(tmp_path) as (path, listener):
+    with referee() as (path, listener):
         events: list[str] = []
         alone = threading.Thread(target=take_turns, args=(path, "a", 1, events))
         alone.start()
@@ -67,9 +67,9 @@ def test_a_worker_that_never_comes_is_named(tmp_path: Path, monkeypatch: pytest.
     assert events == ["a lost its referee"]  # it hung up before any turn: the waiting worker stops
 
 
-def test_a_worker_that_ended_before_it_came_is_left_out_at_once(tmp_path: Path) -> None:
+def test_a_worker_that_ended_before_it_came_is_left_out_at_once() -> None:
     # with the default timeout, waiting for "b" would take 120 s and raise
-    with referee(tmp_path) as (path, listener):
+    with referee() as (path, listener):
         events: list[str] = []
         alone = threading.Thread(target=take_turns, args=(path, "a", 2, events))
         alone.start()
