@@ -14,6 +14,7 @@ terminate, then kill what outlives the grace period.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import multiprocessing
 import os
@@ -160,6 +161,22 @@ def start_fork_server(preload: Iterable[str] = ()) -> None:
     forkserver.set_forkserver_preload([*FORK_SERVER_PRELOAD, *preload])  # read when the server starts
     with _born_ignoring_interrupts():
         forkserver.ensure_running()
+    atexit.unregister(_end_fork_server)  # once, however often the server is asked for
+    atexit.register(_end_fork_server)
+
+
+def _end_fork_server() -> None:
+    """As this process exits: end its fork server now.
+
+    On its own the server ends once it sees this process gone, and only after its preloads:
+    a job stopped in its first seconds left it importing torch for 2-3 s after the job's exit.
+    It holds nothing to clean up, and its children end with it (`die_with_parent`).
+    """
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        with suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
 class Child:

@@ -190,6 +190,19 @@ def test_a_ctrl_c_while_the_fork_server_imports_stops_the_start_of_its_child(tmp
     assert done.stdout.split() == ["stopped", "True"], done.stderr[-2000:]
 
 
+def test_the_fork_server_ends_with_the_process_that_started_it() -> None:
+    """Not once it has imported torch and noticed, seconds later: a stopped job leaves nothing running."""
+    script = (
+        "from multiprocessing import forkserver\n"
+        "from runner.execute.processes import start_fork_server\n"
+        "start_fork_server()\n"
+        "print(forkserver._forkserver._forkserver_pid)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    with pytest.raises(ProcessLookupError):  # ended and reaped, while it would still be importing torch
+        os.kill(int(done.stdout), 0)
+
+
 def test_answered_names_the_children_with_an_answer_or_an_end() -> None:
     quick, slow, dead = Child("quick", pow, 2, 3), Child("slow", hangs), Child("dead", dies)
     try:
