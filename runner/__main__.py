@@ -18,8 +18,8 @@ from runner.backends.user_env import record_user_environment
 from runner.callbacks import JobFailure, UsageError
 from runner.compose import help_text, refusal
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
-from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus, one_line
-from runner.secrets import redact, redact_file, redact_process_output
+from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus
+from runner.secrets import one_line, redact, redact_file, redact_process_output
 from runner.signals import exit_code_of
 from runner.teardown import skip_final_collections
 from runner.tracking.store import StoreFull

@@ -35,6 +35,12 @@ def redact(text: str) -> str:
     return SECRET_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{MASK}", text)
 
 
+def one_line(error: BaseException) -> str:
+    """An exception as one line, secrets masked: a client's error repeats the URI it could not reach."""
+    message = str(error).strip().splitlines()
+    return redact(f"{type(error).__name__}: {message[0]}" if message else type(error).__name__)
+
+
 def redact_tree(tree: Any) -> Any:
     """A copy of nested dicts and lists with every string redacted."""
     if isinstance(tree, dict):

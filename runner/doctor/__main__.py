@@ -21,8 +21,8 @@ from runner.doctor.host import host_rows, usable_backends
 from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts, visible_cores
 from runner.doctor.probe import FAIL, PASS, ProcessFailed, Verdict, in_fresh_process
 from runner.doctor.report import as_json, exit_status, log_report, markdown, write_files
-from runner.job import one_line, open_run
-from runner.secrets import redact
+from runner.job import open_run
+from runner.secrets import one_line, redact
 from runner.signals import exit_code_of, stop_on_signals
 
 DEFAULT_URI = TrackingConfig.uri  # where jobs log by default

@@ -32,6 +32,7 @@ from runner.compose import compose_config, refusal
 from runner.config import load_run_spec
 from runner.execute.processes import ChildFailed, die_with_parent, end_process_group
 from runner.measure.turns import TurnsAddress
+from runner.secrets import one_line
 from runner.teardown import skip_final_collections
 
 # the server's module, run in each side's tree
@@ -40,11 +41,6 @@ MODULE = "runner.execute.serve"
 
 class SideFailed(RuntimeError):
     """A side's server refused its config, its worker failed, or the server died; the message names the side."""
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0] if text else 'no message'}"
 
 
 def _say(answers: IO[str], message: dict[str, Any]) -> None:
@@ -65,7 +61,7 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
         backend = make_backend(spec.backend)
         backend.worker_processes(1)  # a device whose process holds it refuses workers
     except Exception as err:  # noqa: BLE001  (bad config, an unknown option: the client reports it)
-        _say(answers, {"error": refusal(err) if isinstance(err, CompactHydraException) else _first_line(err)})
+        _say(answers, {"error": refusal(err) if isinstance(err, CompactHydraException) else one_line(err)})
         return 1
     _say(answers, {"ready": True, "turns": backend.workers_take_turns})
     for line in requests:

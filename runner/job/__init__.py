@@ -11,7 +11,6 @@ from runner.job.life import (
     JobLife,
     claim_folder,
     current_traceback,
-    one_line,
     release_folder,
 )
 from runner.job.run import open_run
@@ -32,7 +31,6 @@ __all__ = [
     "current_traceback",
     "fail_run",
     "finished_run_id",
-    "one_line",
     "open_run",
     "process_alive",
     "read_status",

@@ -19,7 +19,7 @@ from runner import names
 from runner.config import ConfigError, JobInfo, TrackingConfig
 from runner.job.dead import process_alive
 from runner.job.status import STATUS_FILE, SWEEP_ID_ENV, JobStatus, write_status
-from runner.secrets import redact
+from runner.secrets import one_line, redact
 from runner.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,6 @@ log = logging.getLogger(__name__)
 OWNER_FILE = "job_owner.json"
 # the traceback of a job that raised, in its folder and in its run
 ERROR_FILE = "error.txt"
-
-
-def one_line(error: BaseException) -> str:
-    """An exception as one line, secrets masked: a client's error repeats the URI it could not reach."""
-    message = str(error).strip().splitlines()
-    return redact(f"{type(error).__name__}: {message[0]}" if message else type(error).__name__)
 
 
 def current_traceback() -> str:
