@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
@@ -275,28 +276,20 @@ def answered(children: Iterable[Child]) -> list[Child]:
     return [child for child in children if child._answers in ready or child.sentinel in ready]
 
 
-def end_process(process: subprocess.Popen[Any]) -> None:
-    """Terminate a process this one started, and kill it if it is still there after the grace period."""
-    process.terminate()
-    try:
-        process.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def end_process(process: subprocess.Popen[Any], whole_group: bool = False) -> None:
+    """Terminate a process this one started, and kill what is still there after the grace period.
 
-
-def end_process_group(process: subprocess.Popen[Any]) -> None:
-    """End a process started in a session of its own, and every process in its group.
-
-    Its fork server and that server's children are in the group too: one still starting when
-    the process ends would otherwise fork a worker afterwards, into a tree that may be gone.
+    With `whole_group` (a process started in a session of its own), every process of its group:
+    its fork server and that server's children are in it too, and one still starting when the
+    process ends would otherwise fork a worker afterwards, into a tree that may be gone.
     """
+    send = partial(os.killpg, process.pid) if whole_group else process.send_signal  # no-op once reaped
     with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+        send(signal.SIGTERM)
     with suppress(subprocess.TimeoutExpired):
         process.wait(STOP_GRACE_S)
-    with suppress(ProcessLookupError):  # what is left of the group, the process included
-        os.killpg(process.pid, signal.SIGKILL)
+    with suppress(ProcessLookupError):  # what is left: of the group, the process included
+        send(signal.SIGKILL)
     process.wait()
 
 

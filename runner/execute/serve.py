@@ -30,7 +30,7 @@ from hydra.errors import CompactHydraException
 
 from runner.compose import compose_config, refusal
 from runner.config import load_run_spec
-from runner.execute.processes import ChildFailed, die_with_parent, end_process_group
+from runner.execute.processes import ChildFailed, die_with_parent, end_process
 from runner.measure.turns import TurnsAddress
 from runner.secrets import one_line
 from runner.teardown import skip_final_collections
@@ -162,7 +162,7 @@ class SideServer:
         if self._process.stdin is not None:
             with suppress(BrokenPipeError):  # it ended already
                 self._process.stdin.close()
-        end_process_group(self._process)
+        end_process(self._process, whole_group=True)
 
 
 if __name__ == "__main__":
