@@ -164,7 +164,7 @@ def test_a_child_is_born_ignoring_interrupts_and_the_parent_keeps_its_handler(st
 
 
 STOPPED_WHILE_THE_SERVER_IMPORTS = """
-import os, signal, sys, threading, time
+import os, signal, threading, time
 from runner.execute.processes import Child, start_fork_server, stop
 from runner.signals import Interrupted, stop_on_signals
 if __name__ == "__main__":
