@@ -17,10 +17,11 @@ from typing import Any, TextIO
 MASK = "***"
 # scheme://user:password@ or scheme://token@ (Hydra writes overrides with escaped colons: http\://a\:b@)
 USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*\\?://)(?P<userinfo>[^/@\s'\"]+)@")
-# ?token=..., &X-Amz-Signature=..., password: ..., api_key=...
+# ?token=..., &X-Amz-Signature=..., password: ..., api_key=..., 'token': '...' (a dict in a message), --token ...
+# (a flag and its value), and each as a sweep's job overrides write it, Hydra-escaped: ?token\=...
 SECRET_VALUE = re.compile(
-    r"(?i)(?P<name>\b(?:[a-z0-9_-]*(?:password|passwd|pwd|token|secret|signature|credential|api[_-]?key|"
-    r"access[_-]?key|auth|sig)))(?P<sep>\s*[=:]\s*)(?P<value>[^\s&'\",;}]+)"
+    r"(?i)(?P<name>(?P<flag>--)?\b[a-z0-9_-]*(?:password|passwd|pwd|token|secret|signature|credential|api[_-]?key|"
+    r"access[_-]?key|auth|sig))(?P<sep>['\"]?\s*\\?[=:](?:\\?\s)*['\"]?|(?(flag)\s+(?!-)|(?!)))(?P<value>[^\s&'\",;}]+)"
 )
 
 
