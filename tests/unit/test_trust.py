@@ -190,6 +190,9 @@ def client(tracking_uri: str) -> mlflow.MlflowClient:
         # passes (the gate fails on evidence only), but does not read "ok"
         pytest.param([0.8, 1.4, 1.1, 1.3], 5, 0, r"could not judge: its 95% interval reaches \+\d+\.\d%, "
                      r"past the \+5% margin", id="too-noisy-to-tell"),
+        # the change itself within the margin (+0.4%), its interval past it: still not "ok"
+        pytest.param([0.9, 1.1, 0.95, 1.08], 5, 0, r"could not judge: its 95% interval reaches \+17\.2%, "
+                     r"past the \+5% margin", id="centred-within-the-margin-too-noisy-to-tell"),
         pytest.param([0.90, 0.91, 0.89, 0.90], 5, 0, "faster", id="faster"),
         # the only job untested: the gate tested nothing
         pytest.param([1.10], 5, gate.INCOMPLETE_EXIT, "not tested: needs measure.processes >= 2 in both runs",
@@ -419,6 +422,24 @@ def test_gate_and_compare_pair_runs_timed_in_the_same_rounds(
     ]
     assert compare.main(["--runs", base, job, "--format", "markdown"]) == 0
     assert f"| {test} |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("fail_above", "code", "verdict"),
+    [
+        pytest.param("1", 1, "REGRESSION: slower by more than 1%", id="past-1%"),
+        pytest.param("5", 0, "ok", id="within-5%"),
+    ],
+)
+def test_runs_paired_by_round_fail_only_past_the_margin(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str], fail_above: str, code: int, verdict: str
+) -> None:
+    """3% slower in every round: beyond doubt, but a regression only against a margin under 3%."""
+    base = synthetic_run(client, SHARED_MODE_BASE, "base", tags=rounds_of("sweep-1"))
+    slower = [b * r for b, r in zip(SHARED_MODE_BASE, [1.03, 1.031, 1.029, 1.03, 1.032], strict=True)]
+    job = synthetic_run(client, slower, "new", tags=rounds_of("sweep-1"))
+    exit_code, (row,), _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", fail_above)
+    assert (exit_code, row["test"], row["verdict"]) == (code, "paired, 5 rounds", verdict)
 
 
 def test_a_run_missing_a_round_pairs_on_the_rounds_both_have(
