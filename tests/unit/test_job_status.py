@@ -4,14 +4,13 @@ a dead job's run is closed through the store's retried writes."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import RunStatus
 
 from runner import names
-from runner.job import NO_RESULT, JobStatus, fail_run, read_status, write_status
+from runner.job import JobStatus, fail_run, read_status, write_status
 
 
 def test_statuses_are_the_strings_status_files_and_mlflow_hold(tmp_path: Path) -> None:
@@ -23,10 +22,6 @@ def test_statuses_are_the_strings_status_files_and_mlflow_hold(tmp_path: Path) -
     # SKIPPED is the runner's own; every other value is one of MLflow's run statuses
     mlflow_statuses = {s for s in JobStatus if s is not JobStatus.SKIPPED}
     assert {RunStatus.to_string(RunStatus.from_string(s)) for s in mlflow_statuses} == {s.name for s in mlflow_statuses}
-
-
-def test_a_job_without_a_result_returns_nan_to_the_sweeper() -> None:
-    assert math.isnan(NO_RESULT)
 
 
 class LockedOnce:
