@@ -6,8 +6,8 @@ collide (`table experiments already exists`, half-applied migrations that leave
 on a file beside it, and a new store is created and migrated under a temporary name, then
 renamed into place, so a disk that fills up on the way leaves nothing half-made. Server URIs
 need no lock (the server owns its store); before any of it, `check_usable` refuses in one
-line and in seconds what cannot work: a store that cannot be written, a database URI whose
-driver is missing, a server nothing answers at.
+line and in seconds what cannot work: a store that cannot be written or is damaged, a database
+URI whose driver is missing, a server nothing answers at.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import socket
 import sqlite3
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 from urllib.request import getproxies, proxy_bypass
@@ -83,6 +83,7 @@ def check_usable(uri: str) -> None:
         ConfigError: naming tracking.uri and what is wrong.
     """
     check_writable(uri)
+    check_intact(uri)
     check_reachable(uri)
     check_driver(uri)
 
@@ -105,6 +106,33 @@ def check_writable(uri: str) -> None:
     # SQLite writes its journal, and the runner its lock, beside the database
     elif not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
         raise ConfigError(f"tracking.uri={redact(uri)}: the store cannot be written: {path} or its folder is read-only")
+
+
+def check_intact(uri: str) -> None:
+    """Refuse a SQLite store whose file is not a database or whose pages are damaged (a truncated copy).
+
+    MLflow would fail on it in every job, and in compare and history, with a SQLAlchemy traceback.
+    `PRAGMA quick_check` reads every page (0.6 s for a 180 MB SQLite file on the 2-core development
+    host, 2026-12-03); a store another process is writing just then is not waited for, nor judged.
+
+    Raises:
+        ConfigError: naming tracking.uri and what SQLite found.
+    """
+    path = sqlite_path(uri)
+    if path is None or not path.is_file():
+        return
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0)) as db:
+            ((found,),) = db.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.OperationalError:  # busy or locked: says nothing about its pages
+        return
+    except sqlite3.DatabaseError as err:  # not a database, or a page it needs to open is damaged
+        found = str(err)
+    if found != "ok":
+        raise ConfigError(
+            f"tracking.uri={redact(uri)}: the store {path} is damaged ({' '.join(found.split())}): "
+            "restore it from a backup, or move it aside to start a new store"
+        )
 
 
 def check_driver(uri: str) -> None:

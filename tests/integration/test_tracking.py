@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import mlflow
@@ -11,12 +13,13 @@ import torch
 from mlflow.entities import Run
 from omegaconf import OmegaConf
 
-from runner import names
-from runner.config import ConfigError, load_run_spec
+from runner import compare, history, names
+from runner.config import ConfigError, TrackingConfig, load_run_spec
 from runner.experiment import run_experiment
 from runner.report.reader import op_table
 from runner.tracking.run import flatten
-from tests.helpers import all_runs, compose_cfg, job_for
+from runner.tracking.store import store_lock
+from tests.helpers import REPO, RunnerInProcess, all_runs, compose_cfg, job_for
 
 
 def only_run() -> Run:
@@ -91,3 +94,40 @@ def test_auto_records_what_it_chose(tmp_path: Path) -> None:
     tags = only_run().data.tags
     assert tags[names.TAG_BACKEND_REQUESTED] == "auto"
     assert tags[names.TAG_BACKEND] == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random-bytes"])
+def test_a_damaged_store_is_refused_in_one_line_before_any_job(
+    damage: str,
+    tmp_path: Path,
+    tracking_uri: str,
+    runner_in_process: RunnerInProcess,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = Path(tracking_uri.removeprefix("sqlite:///"))
+    size = store.stat().st_size
+    if damage == "truncated":  # a copy cut short: a full disk, a backup interrupted
+        os.truncate(store, size // 2)
+    else:
+        store.write_bytes(os.urandom(size))
+    refusal = f"tracking.uri={tracking_uri}: the store {store} is damaged ("
+    for mode, folder in [([], "hydra.run.dir"), (["-m", "workload.seed=1,2"], "hydra.sweep.dir")]:
+        done = runner_in_process(*mode, "+workload=rmsnorm_naive", "measure=quick", f"{folder}={tmp_path}/{folder}")
+        assert done.returncode == 1
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"error: {refusal}") and "Traceback" not in done.stdout
+    assert not list(tmp_path.rglob("job_status.json"))  # refused before any job started
+    with pytest.raises(SystemExit) as stop:
+        compare.main(["--uri", tracking_uri])
+    assert history.main(["--uri", tracking_uri]) == history.NOT_FOUND_EXIT
+    for message in (str(stop.value.code), capsys.readouterr().err.strip()):
+        assert message.startswith(f"error: {refusal.replace('tracking.uri=', '--uri ')}") and "\n" not in message
+
+
+def test_the_default_stores_lock_is_ignored_by_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # where the lock of the default store, sqlite:///mlflow.db, lands
+    with store_lock(TrackingConfig.uri):
+        (lock,) = (path.name for path in (tmp_path / "cwd").iterdir())
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "-q", lock], check=False)
+    assert ignored.returncode == 0, f"{lock} would be committed"
