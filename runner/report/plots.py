@@ -501,7 +501,7 @@ def history_figure(series: Series, key: str) -> Figure:
         ax.axvline(at, color="#888888", linestyle="--", linewidth=1)
         where = {"xycoords": ("data", "axes fraction"), "fontsize": 8, "color": "#444444"}
         notes.append((_label_at(ax, f"{step.after.commit[:8]} {step.change.change:+.1%}", (at, 0.03), **where), ax))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one run: one integer in view
     ax.set_xlabel("run, oldest first (dashed: a change point, labelled with the first commit after it)")
     ax.set_ylabel(key)
     ax.set_title(_wrap(f"{series.label} ({series.config_hash[:8]}): {len(series.steps)} change point(s)"))

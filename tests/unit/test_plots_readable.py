@@ -436,3 +436,15 @@ def test_history_labels_each_step_with_its_commit_and_draws_left_out_runs_hollow
     assert "10101010 +29.8%" in shown_texts(fig)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [list(line.get_xdata()) for line in hollow] == [[4]]
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+def test_history_counts_runs_in_whole_numbers(runs: int) -> None:
+    series = Series(
+        "cfg-a", "rmsnorm_naive", [Point(f"run{k}", "rmsnorm_naive", "c", k, 1.0, None, True) for k in range(runs)]
+    )
+    find_steps(series, include_unstable=False)
+    ax = history_figure(series, names.STEP_MEDIAN_MS).axes[0]
+    low, high = ax.get_xlim()
+    shown = [tick for tick in ax.get_xticks() if low <= tick <= high]
+    assert shown and all(tick == int(tick) for tick in shown), shown  # one run drew ticks at -0.4 ... 0.4
