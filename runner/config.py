@@ -41,6 +41,8 @@ CPU_PLACEMENTS = ("one_core", "slot_cores", "unpinned")
 # Tracking URI schemes MLflow 3 accepts (a database dialect may follow '+': postgresql+psycopg2);
 # it refuses the old ./mlruns file store.
 TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+# the longest any duration key (`*_s`) takes, in seconds
+DAY_S = 86400
 
 
 def _allowed(key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -51,6 +53,12 @@ def _allowed(key: str, value: object, allowed: tuple[str, ...]) -> None:
 def _at_least(key: str, value: float, minimum: float) -> None:
     if value < minimum:
         raise ConfigError(f"{key} must be >= {minimum}, got {value}")
+
+
+def _at_most_a_day(key: str, value: float | None) -> None:
+    """Refuse a duration over a day: no job needs one, and a typo such as measure.warmup_s=1e308 runs for ever."""
+    if value is not None and value > DAY_S:
+        raise ConfigError(f"{key}={value} is out of range: at most {DAY_S} seconds (one day)")
 
 
 def _refuse_non_finite(value: Any, key: str) -> None:
@@ -110,6 +118,7 @@ class NeuronBackendConfig(BackendConfig):
         super().__post_init__()
         _allowed("backend.name", self.name, ("neuron",))
         _at_least("backend.explorer_timeout_s", self.explorer_timeout_s, 1)
+        _at_most_a_day("backend.explorer_timeout_s", self.explorer_timeout_s)
         if self.cores is not None:
             parse_core_range(self.cores, "backend.cores")
 
@@ -261,10 +270,12 @@ class MeasureConfig:
     def __post_init__(self) -> None:
         _at_least("measure.warmup", self.warmup, 0)
         _at_least("measure.warmup_s", self.warmup_s, 0)
+        _at_most_a_day("measure.warmup_s", self.warmup_s)
         _at_least("measure.steps", self.steps, 1)
         _at_least("measure.repeats", self.repeats, 1)
         if self.steps_s is not None and not self.steps_s > 0:
             raise ConfigError(f"measure.steps_s must be > 0 seconds or null (every step), got {self.steps_s}")
+        _at_most_a_day("measure.steps_s", self.steps_s)
         if self.layouts is not None:
             _at_least("measure.layouts", self.layouts, 1)
         if self.copies is not None:
@@ -323,6 +334,7 @@ class DistributedConfig:
         _at_least("distributed.ranks", self.ranks, 1)
         if not self.timeout_s > 0:
             raise ConfigError(f"distributed.timeout_s must be a number of seconds > 0, got {self.timeout_s!r}")
+        _at_most_a_day("distributed.timeout_s", self.timeout_s)
 
 
 @dataclass
@@ -337,6 +349,7 @@ class MonitorConfig:
     def __post_init__(self) -> None:
         if self.period_s is not None:
             _at_least("monitor.period_s", self.period_s, 1)
+        _at_most_a_day("monitor.period_s", self.period_s)
 
 
 # Keys of the composed config: the groups, and resume (sweeps skip FINISHED configurations).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, fields
 
@@ -14,6 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 from runner import CONF_DIR
 from runner.backends.cpu import CpuBackend
 from runner.config import (
+    DAY_S,
+    OPTION_SCHEMAS,
+    SCHEMAS,
     BackendConfig,
     ConfigError,
     NeuronBackendConfig,
@@ -36,6 +41,13 @@ OPTIONS = sorted(
 CUSTOM = ["workload._target_=torch.nn.Linear", "workload.inputs=[[3,8]]"]
 CUSTOM += ["+workload.in_features=8", "+workload.out_features=2"]
 WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml") if p.stem != "custom")
+# every duration key of every schema (named `*_s`), backend=neuron's too
+DURATIONS = sorted(
+    f"{group}.{key.name}"
+    for group, schema in [*SCHEMAS.items(), *((group, schema) for (group, _), schema in OPTION_SCHEMAS.items())]
+    for key in fields(schema)
+    if key.name.endswith("_s")
+)
 
 
 def choosing(group: str, option: str) -> list[str]:
@@ -151,6 +163,9 @@ def test_runner_keys_default_from_one_dataclass_and_no_workload_file_repeats_a_d
         pytest.param("workload.lr=nan", r"workload\.lr=nan is not a finite number", id="lr-nan"),
         pytest.param("workload.eps=inf", r"workload\.eps=inf is not a finite number", id="kwarg-inf"),
         pytest.param("distributed.timeout_s=inf", r"distributed\.timeout_s=inf is not a finite", id="timeout-inf"),
+        pytest.param(
+            "measure.warmup_s=1e308", r"^measure\.warmup_s=1e\+308 is out of range: at most 86400 s", id="warmup-1e308"
+        ),
         pytest.param("backend.price_per_hour=-5", r"backend\.price_per_hour must be >= 0, got -5", id="price"),
         pytest.param("measure.worker_start=fork", r"measure\.worker_start='fork'.*auto, spawn", id="worker-start"),
         pytest.param("measure.steps_s=0", r"measure\.steps_s must be > 0 seconds or null", id="steps-s"),
@@ -166,6 +181,39 @@ def test_bad_values_name_the_key(override: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", override))
         build_workload(spec.workload, CpuBackend(spec.backend))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        pytest.param(
+            ["+workload=aten_op", "workload.shapes=[[4,inf],[512]]"],
+            r"workload\.shapes\[0\]\[1\]=inf ",
+            id="list-in-a-list",
+        ),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "+workload.scales=[0.5,-inf]"], r"workload\.scales\[1\]=-inf ", id="list"
+        ),
+        pytest.param(
+            ["+workload=rmsnorm_naive", "+workload.scales=[1,{x:nan}]"],
+            r"workload\.scales\[1\]\.x=nan ",
+            id="dict-in-a-list",
+        ),
+    ],
+)
+def test_non_finite_numbers_inside_lists_name_their_place(overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^{match}is not a finite number; give a number such as 0\.5$"):
+        load_run_spec(compose_cfg(*overrides))
+
+
+@pytest.mark.parametrize("key", DURATIONS)
+def test_a_duration_takes_up_to_a_day_and_more_is_refused_naming_the_key(key: str) -> None:
+    job = ["+workload=rmsnorm_naive", "backend=neuron"]
+    assert operator.attrgetter(key)(load_run_spec(compose_cfg(*job, f"{key}={DAY_S}"))) == DAY_S
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(key)}=86401(\.0)? is out of range: at most 86400 seconds \(one day\)$"
+    ):
+        load_run_spec(compose_cfg(*job, f"{key}={DAY_S + 1}"))
 
 
 def test_the_neuron_keys_belong_to_backend_neuron_alone() -> None:
