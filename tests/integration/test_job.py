@@ -55,6 +55,16 @@ def test_a_dead_owners_folder_is_taken_over_and_released_at_the_end(tmp_path: Pa
     assert json.loads((job.output_dir / STATUS_FILE).read_text())["status"] == "FINISHED"
 
 
+def test_a_claim_from_another_host_is_held_though_its_pid_is_free_here(tmp_path: Path) -> None:
+    # this host cannot see the other's processes: the pid, gone here, says nothing about the job there
+    gone = int(subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout)
+    claim = {"pid": gone, "host": f"not-{platform.node()}"}
+    (tmp_path / OWNER_FILE).write_text(json.dumps(claim))
+    with pytest.raises(ConfigError, match=rf"^hydra.sweep.dir={tmp_path} is in use by process {gone} on not-"):
+        claim_folder(tmp_path, "hydra.sweep.dir")
+    assert json.loads((tmp_path / OWNER_FILE).read_text()) == claim
+
+
 def test_release_leaves_another_process_claim_alone(tmp_path: Path) -> None:
     with subprocess.Popen(["sleep", "30"]) as other:
         plant_owner(tmp_path, other.pid)
