@@ -15,7 +15,9 @@ are logged to a run of their own (runner.kind=history) in the experiment, and it
 before by more than PCT percent (for a time a rise, for a rate or a share of a peak a fall).
 
 Exit status: 0; 1 a regression past --fail-on-regression; 2 the store, experiment, configuration,
-sweep or checkout not found, or no run with the metric, said in one line on stderr.
+sweep or checkout not found, or no run with the metric; 3 --fail-on-regression judged nothing: no
+configuration has enough runs its change points can use (unstable runs are left out). Each said
+in one line on stderr.
 """
 
 from __future__ import annotations
@@ -33,21 +35,23 @@ from mlflow.entities import Run
 from runner import CONF_DIR, names
 from runner.compare import add_store_arguments, open_experiment, render
 from runner.job import JobStatus
-from runner.report.change_points import MAX_P
+from runner.report.change_points import MAX_P, MIN_POINTS
 from runner.report.reader import find_sweep, sweep_children
 from runner.report.series import Series, Step, by_configuration, find_steps, in_order, job_runs, point, worse_by
 from runner.teardown import skip_final_collections
 from runner.tracking.links import run_page, ui_for
 from runner.worktree import NoCheckout, commits_oldest_first
 
-REGRESSION_EXIT, NOT_FOUND_EXIT = 1, 2
+REGRESSION_EXIT, NOT_FOUND_EXIT, NOT_JUDGED_EXIT = 1, 2, 3
 ORDERS = ("time", "commit")
 FORMATS = ("table", "markdown", "json")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(prog="python -m runner.history", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m runner.history", description=__doc__.splitlines()[0], epilog=__doc__[__doc__.index("Exit") :]
+    )
     add_store_arguments(parser)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--config", metavar="HASH", help="one configuration: its runner.config_hash, or a prefix")
@@ -175,6 +179,15 @@ def regressions(found: list[Series], key: str, percent: float | None) -> list[st
     return lines
 
 
+def not_judged(found: list[Series], percent: float | None) -> str | None:
+    """Why --fail-on-regression judged nothing: no configuration has the runs a change point needs."""
+    if percent is None or any(len(series.used) >= MIN_POINTS for series in found):
+        return None
+    unstable = sum(len(series.left_out.get("timing unstable", [])) for series in found)
+    why = f" ({unstable} flagged timing.stable=false: --include-unstable takes them in)" if unstable else ""
+    return f"history: not judged: no configuration has {MIN_POINTS} runs its change points can use{why}"
+
+
 def notes(found: list[Series], outside: int, args: argparse.Namespace) -> list[str]:
     """What was left out of the series and of the change points, and how the change points were found."""
     lines = [f"change points: PELT (ruptures) on the log values, each kept at Welch p <= {MAX_P:g}"]
@@ -269,7 +282,7 @@ def log_report(client: MlflowClient, experiment_id: str, args: argparse.Namespac
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print each configuration's history and its change points; exit 1 on a regression past --fail-on-regression."""
+    """Print each configuration's history and its change points; exit 1 on a regression, 3 when none was judged."""
     args = parse_args(argv)
     try:
         client, experiment_id = open_experiment(args)
@@ -290,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         if steps := step_rows(found):
             print(f"\nchange points:\n{render(steps, args.format)}")
         print("\n" + "\n".join([*notes_, f"plots and report (history.md, history.json): {link}", *failed]))
+    if not failed and (why := not_judged(found, args.fail_on_regression)):
+        print(why, file=sys.stderr)
+        return NOT_JUDGED_EXIT
     return REGRESSION_EXIT if failed else 0
 
 

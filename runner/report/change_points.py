@@ -20,6 +20,8 @@ import numpy as np
 
 # the fewest points a segment may have: a single odd run is noise, not a step
 MIN_SEGMENT = 3
+# the fewest points a series needs for a change point between two segments
+MIN_POINTS = 2 * MIN_SEGMENT
 # PELT's penalty per change point, in units of the noise's variance times log(points): higher
 # finds fewer steps (docs/measurement.md#performance-over-time has the figures that chose it)
 PENALTY = 2.0
@@ -97,7 +99,7 @@ def tested(log_values: np.ndarray, indices: list[int]) -> list[ChangePoint]:
 
 def change_points(values: list[float]) -> list[ChangePoint]:
     """The significant steps of a series of positive values, oldest first; none for fewer than two segments' worth."""
-    if len(values) < 2 * MIN_SEGMENT:
+    if len(values) < MIN_POINTS:
         return []
     log_values = np.log(np.asarray(values, dtype=float))
     return tested(log_values, candidates(log_values))

@@ -198,6 +198,25 @@ def test_fail_on_regression_judges_the_newest_segment(
     assert exit_code == code and len(report["regressions"]) == (code == history.REGRESSION_EXIT)
 
 
+def test_fail_on_regression_that_judged_nothing_exits_3_and_says_why(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    store.series(STEADY[:3])  # too few for two segments
+    store.series(STEADY[:10] + [1.3 * v for v in STEADY[10:20]], "cfg-b", stable=False)  # a busy host flags every run
+    code, report, err = run_history(capsys, "--fail-on-regression", "10")
+    assert code == history.NOT_JUDGED_EXIT and report["regressions"] == []
+    assert err == (
+        "history: not judged: no configuration has 6 runs its change points can use "
+        "(20 flagged timing.stable=false: --include-unstable takes them in)"
+    )
+    assert run_history(capsys)[0] == 0  # nothing asked to be judged
+    assert run_history(capsys, "--fail-on-regression", "10", "--include-unstable")[0] == history.REGRESSION_EXIT
+    store.series(STEADY[3:6])  # cfg-a now has six stable runs: one configuration is judged
+    code, _, err = run_history(capsys, "--fail-on-regression", "10")
+    assert code == 0 and err == ""
+    with pytest.raises(SystemExit):
+        history.main(["--help"])
+    assert "3 --fail-on-regression judged nothing" in " ".join(capsys.readouterr().out.split())
+
+
 def test_an_older_step_does_not_fail_the_newest_segment(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
     store.series(STEADY[:8] + [1.3 * v for v in STEADY[8:16]] + STEADY[16:24])  # slower, then fixed
     code, report, _ = run_history(capsys, "--fail-on-regression", "5")
