@@ -244,6 +244,8 @@ def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
     Ops that appear or disappear are marked; where both runs have per-cycle samples
     (schedule.repeat > 1) a Mann-Whitney U test says whether the change is significant.
     """
+    for run in (a, b):
+        require_op_table(client, run)
     ops_a = per_op(op_table(client, a), metric(a, names.PROFILER_ACTIVE_STEPS) or 1)
     ops_b = per_op(op_table(client, b), metric(b, names.PROFILER_ACTIVE_STEPS) or 1)
     rows = []
@@ -304,6 +306,18 @@ def require_finished(run: Run, option: str, refusal: str) -> None:
         raise SystemExit(f"error: {option} {run.info.run_id}: {refusal}: run {run.info.status}")
 
 
+def require_op_table(client: MlflowClient, run: Run) -> None:
+    """Exit in one line, naming the run, when its op table is gone from its artifacts: every op would read as gone.
+
+    A finished job always logs one (empty without the profiler).
+    """
+    if names.OP_TABLE_FILE not in {info.path for info in client.list_artifacts(run.info.run_id)}:
+        raise SystemExit(
+            f"error: run {run.info.run_id} ({label(run)}): its op table {names.OP_TABLE_FILE} is missing from its "
+            "artifacts (were they deleted?); its ops cannot be read"
+        )
+
+
 def pick_baseline(runs: list[Run], key: str | None) -> Run | None:
     """--baseline as a run id or a workload name; by default the first run."""
     if key is None:
@@ -358,10 +372,9 @@ def ui_links(client: MlflowClient, runs: list[Run], parent: Run | None) -> str:
     They are tagged on the sweep's parent, if any.
     """
     ui = ui_for(client.tracking_uri)
-    experiment_id = runs[0].info.experiment_id
     swept = parent.data.tags.get(names.TAG_SWEPT_KEYS, "").split(",") if parent is not None else []
     first = swept_columns([key for key in swept if key], runs)
-    links = comparison_links(ui, client, experiment_id, [run.info.run_id for run in runs], first)
+    links = comparison_links(ui, client, runs, first)
     if parent is not None:
         client.log_batch(parent.info.run_id, tags=[RunTag(key, link) for key, link in links.items()])
     return describe_links(ui, links)
@@ -440,6 +453,7 @@ def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) 
     from runner.report.replay import render_replays, top_replays
 
     require_finished(run, "--replay", "not replayed")
+    require_op_table(client, run)
     replays, clock = top_replays(client, run, top)
     if not replays:
         raise SystemExit(f"error: --replay {run.info.run_id}: the run has no ATen ops in its op table")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode, urlsplit
@@ -54,7 +55,7 @@ def ui_for(tracking_uri: str) -> Ui:
     """The UI of a tracking URI: a server's own address without credentials or query, else `mlflow ui` here."""
     parts = urlsplit(tracking_uri)
     if parts.scheme not in ("http", "https"):
-        return Ui(LOCAL_UI, f"mlflow ui --backend-store-uri {redact(tracking_uri)}")
+        return Ui(LOCAL_UI, f"mlflow ui --backend-store-uri {shlex.quote(redact(tracking_uri))}")
     host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname or ""
     port = f":{parts.port}" if parts.port else ""
     return Ui(f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}", "")
@@ -65,9 +66,12 @@ def run_page(ui: Ui, experiment_id: str, run_id: str) -> str:
     return f"{ui.base}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
-def compare_page(ui: Ui, experiment_id: str, run_ids: list[str]) -> str:
-    """MLflow's compare view of these runs: params and metrics side by side, parallel coordinates."""
-    runs, experiments = quote(json.dumps(run_ids)), quote(json.dumps([experiment_id]))
+def compare_page(ui: Ui, experiment_ids: list[str], run_ids: list[str]) -> str:
+    """MLflow's compare view of these runs: params and metrics side by side, parallel coordinates.
+
+    It finds a run only in the experiments the link names: all of the runs' (sorted, as the UI's own links).
+    """
+    runs, experiments = quote(json.dumps(run_ids)), quote(json.dumps(experiment_ids))
     return f"{ui.base}/#/compare-runs?runs={runs}&experiments={experiments}"
 
 
@@ -90,15 +94,16 @@ def swept_columns(keys: list[str], runs: list[Run]) -> list[str]:
 
 
 def runs_table_page(
-    ui: Ui, client: MlflowClient, experiment_id: str, search_filter: str, first_columns: list[str]
+    ui: Ui, client: MlflowClient, experiment_ids: list[str], search_filter: str, first_columns: list[str]
 ) -> str:
-    """The experiment's runs table showing the runs `search_filter` finds, fastest first.
+    """The experiments' runs table showing the runs `search_filter` finds, fastest first.
 
     Its columns are `first_columns` (a sweep's swept keys), then the key columns. The view is
     stored as an experiment tag named after its contents, so the same comparison always gets
-    the same link. Where the store refuses the tag (a read-only user, or a filter too long for
-    a tag), the link carries the filter and the order itself, and the table shows the user's
-    own columns.
+    the same link; on every experiment, since the UI reads it from the first one the link names.
+    Where the store refuses the tag (a read-only user, or a filter too long for a tag), the link
+    carries the filter and the order itself, and the table shows the user's own columns. Runs
+    of several experiments are in MLflow's table of several experiments.
     """
     from mlflow.exceptions import MlflowException
 
@@ -111,27 +116,31 @@ def runs_table_page(
         "columnWidths": widths,
     }
     key = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:16]
-    page = f"{ui.base}/#/experiments/{experiment_id}/runs"
+    if len(experiment_ids) == 1:
+        page, experiments = f"{ui.base}/#/experiments/{experiment_ids[0]}/runs", {}
+    else:
+        page, experiments = f"{ui.base}/#/compare-experiments/s", {"experiments": json.dumps(experiment_ids)}
     try:
-        client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG_PREFIX + key, json.dumps(view))
+        for experiment_id in experiment_ids:
+            client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG_PREFIX + key, json.dumps(view))
     except MlflowException as err:
         log.warning("the runs table's columns could not be stored (%s); the link sets its filter only", err.message)
-        return f"{page}?{urlencode({**order, 'orderByAsc': 'true'})}"  # the UI reads lowercase
-    return f"{page}?viewStateShareKey={key}"
+        return f"{page}?{urlencode({**experiments, **order, 'orderByAsc': 'true'})}"  # the UI reads lowercase
+    return f"{page}?{urlencode({**experiments, 'viewStateShareKey': key})}"
 
 
-def comparison_links(
-    ui: Ui, client: MlflowClient, experiment_id: str, run_ids: list[str], first_columns: list[str]
-) -> dict[str, str]:
+def comparison_links(ui: Ui, client: MlflowClient, runs: list[Run], first_columns: list[str]) -> dict[str, str]:
     """The runs table and the compare view of a comparison's runs, `first_columns` first in the table.
 
     The table is filtered on the runs' ids, not on a sweep's parent: a sweep's rows include the
     runs it reused from earlier sweeps, which are other parents' children.
     """
+    run_ids = [run.info.run_id for run in runs]
+    experiment_ids = sorted({run.info.experiment_id for run in runs})
     search_filter = "attributes.run_id IN (" + ", ".join(f"'{run_id}'" for run_id in run_ids) + ")"
     return {
-        names.TAG_UI_RUNS_TABLE: runs_table_page(ui, client, experiment_id, search_filter, first_columns),
-        names.TAG_UI_COMPARE: compare_page(ui, experiment_id, run_ids),
+        names.TAG_UI_RUNS_TABLE: runs_table_page(ui, client, experiment_ids, search_filter, first_columns),
+        names.TAG_UI_COMPARE: compare_page(ui, experiment_ids, run_ids),
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import shutil
 from pathlib import Path
 
 import mlflow
@@ -87,3 +88,24 @@ def test_a_store_nothing_answers_is_one_line_with_its_password_masked(capsys: py
     for message in (str(stop.value.code), capsys.readouterr().err.strip()):
         assert message.startswith("error: --uri postgresql://bob:***@127.0.0.1:1/db: nothing answers at 127.0.0.1:1")
         assert "s3cret" not in message and "\n" not in message
+
+
+def test_a_finished_run_whose_artifacts_were_deleted_is_named_not_diffed_as_every_op_gone(
+    tracking_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment(compare.DEFAULT_EXPERIMENT, artifact_location=str(tmp_path / "artifacts"))
+    table = {"columns": [names.OP_NAME, names.OP_CALLS_PER_STEP, names.OP_SELF_CPU_MS], "data": [["aten::mul", 1, 0.5]]}
+    kept, emptied = (client.create_run(experiment, run_name=name).info.run_id for name in ("kept", "emptied"))
+    for run_id in (kept, emptied):
+        client.log_dict(run_id, table, names.OP_TABLE_FILE)
+        client.set_terminated(run_id)
+    assert compare.main(["--runs", kept, emptied]) == 0  # whole, they compare
+    assert "aten::mul" in capsys.readouterr().out.split("per-op diff:")[1]
+    shutil.rmtree(tmp_path / "artifacts" / emptied)  # the run's artifacts folder, op table and all
+    missing = f"^error: run {emptied} \\(emptied\\): its op table {names.OP_TABLE_FILE} is missing from its artifacts"
+    for argv in (["--runs", kept, emptied], ["--runs", emptied, kept], ["--replay", emptied]):
+        with pytest.raises(SystemExit, match=missing) as refused:
+            compare.main(argv)
+        assert "\n" not in str(refused.value.code)
+    assert "gone" not in capsys.readouterr().out

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import mlflow
@@ -41,30 +43,70 @@ def test_a_local_stores_links_go_to_mlflow_ui_with_how_to_start_it() -> None:
     assert ui.base == LOCAL_UI and ui.start == "mlflow ui --backend-store-uri sqlite:////data/mlflow.db"
 
 
+def test_the_command_that_starts_the_ui_keeps_a_store_path_with_a_space_whole(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'my runs' / 'mlflow.db'}"
+    assert shlex.split(ui_for(uri).start) == ["mlflow", "ui", "--backend-store-uri", uri]
+
+
 def stored_view(client: mlflow.MlflowClient, experiment: str, link: str) -> dict[str, object]:
     """The shared view a runs-table link applies."""
-    key = parse_qs(urlsplit(link).fragment.split("?", 1)[1])["viewStateShareKey"][0]
+    key = link_query(link)["viewStateShareKey"][0]
     view: dict[str, object] = json.loads(client.get_experiment(experiment).tags[SHARED_VIEW_TAG_PREFIX + key])
     return view
+
+
+def runs_in(client: mlflow.MlflowClient, experiment: str, count: int) -> list[Run]:
+    """`count` finished runs of the experiment, oldest first."""
+    run_ids = [client.create_run(experiment).info.run_id for _ in range(count)]
+    for run_id in run_ids:
+        client.set_terminated(run_id)
+    return [client.get_run(run_id) for run_id in run_ids]
+
+
+def link_query(link: str) -> dict[str, list[str]]:
+    """The query of a link into the UI, which MLflow's router reads after the fragment's `?`."""
+    return parse_qs(urlsplit(link).fragment.split("?", 1)[1])
 
 
 def test_a_comparisons_runs_table_is_a_shared_view_of_its_runs(tracking_uri: str) -> None:
     client = mlflow.MlflowClient(tracking_uri)
     experiment = client.create_experiment("links")
+    runs = runs_in(client, experiment, 2)
+    r1, r2 = (run.info.run_id for run in runs)
     ui = ui_for(tracking_uri)
-    links = comparison_links(ui, client, experiment, ["r1", "r2"], [])
+    links = comparison_links(ui, client, runs, [])
+    assert links[names.TAG_UI_RUNS_TABLE].startswith(f"{LOCAL_UI}/#/experiments/{experiment}/runs?")
     view = stored_view(client, experiment, links[names.TAG_UI_RUNS_TABLE])
-    assert view["searchFilter"] == "attributes.run_id IN ('r1', 'r2')"
+    assert view["searchFilter"] == f"attributes.run_id IN ('{r1}', '{r2}')"
     assert view["orderByKey"] == f"metrics.`{names.STEP_MEDIAN_MS}`" and view["orderByAsc"] is True
     assert view["selectedColumns"] == list(KEY_COLUMNS) == view["columnOrder"]
     assert f"metrics.`{names.STEP_MEDIAN_MS}`" in view["columnWidths"]  # type: ignore[operator]
     # the same comparison gets the same link, another column set another
-    assert comparison_links(ui, client, experiment, ["r1", "r2"], []) == links
-    swept = comparison_links(ui, client, experiment, ["r1", "r2"], ["params.`measure.copies`"])
+    assert comparison_links(ui, client, runs, []) == links
+    swept = comparison_links(ui, client, runs, ["params.`measure.copies`"])
     assert swept[names.TAG_UI_RUNS_TABLE] != links[names.TAG_UI_RUNS_TABLE]
     assert links[names.TAG_UI_COMPARE] == (
-        f"{LOCAL_UI}/#/compare-runs?runs=%5B%22r1%22%2C%20%22r2%22%5D&experiments=%5B%22{experiment}%22%5D"
+        f"{LOCAL_UI}/#/compare-runs?runs=%5B%22{r1}%22%2C%20%22{r2}%22%5D&experiments=%5B%22{experiment}%22%5D"
     )
+
+
+def test_the_links_of_runs_of_two_experiments_name_both_experiments(tracking_uri: str) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    experiments = sorted(client.create_experiment(name) for name in ("before", "after"))
+    runs = [run for experiment in reversed(experiments) for run in runs_in(client, experiment, 1)]
+    links = comparison_links(ui_for(tracking_uri), client, runs, [])
+    compare = link_query(links[names.TAG_UI_COMPARE])
+    # as MLflow's own runs table links its compare view: every run, and its runs' experiments, sorted
+    assert json.loads(compare["runs"][0]) == [run.info.run_id for run in runs]
+    assert json.loads(compare["experiments"][0]) == experiments
+    table = links[names.TAG_UI_RUNS_TABLE]
+    assert table.startswith(f"{LOCAL_UI}/#/compare-experiments/s?")
+    assert json.loads(link_query(table)["experiments"][0]) == experiments
+    # the UI reads the shared view from the first experiment the link names; each holds it
+    views = [stored_view(client, experiment, table) for experiment in experiments]
+    assert views[0] == views[1]
+    shown = {run.info.run_id for run in client.search_runs(experiments, str(views[0]["searchFilter"]))}
+    assert shown == {run.info.run_id for run in runs}
 
 
 def test_a_store_that_refuses_the_view_still_gets_a_filtered_link(
@@ -77,10 +119,10 @@ def test_a_store_that_refuses_the_view_still_gets_a_filtered_link(
         raise MlflowException("Permission denied")
 
     monkeypatch.setattr(client, "set_experiment_tag", refuse)
-    link = comparison_links(ui_for(tracking_uri), client, experiment, ["r1"], [])[names.TAG_UI_RUNS_TABLE]
-    query = parse_qs(urlsplit(link).fragment.split("?", 1)[1])
-    assert query == {
-        "searchFilter": ["attributes.run_id IN ('r1')"],
+    runs = runs_in(client, experiment, 1)
+    link = comparison_links(ui_for(tracking_uri), client, runs, [])[names.TAG_UI_RUNS_TABLE]
+    assert link_query(link) == {
+        "searchFilter": [f"attributes.run_id IN ('{runs[0].info.run_id}')"],
         "orderByKey": [f"metrics.`{names.STEP_MEDIAN_MS}`"],
         "orderByAsc": ["true"],
     }
