@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from runner.measure.loop import SETTLE_CALLS
 from runner.measure.optable import summary_metrics
 from runner.measure.phases import Measurement, measure
 from runner.measure.window import COST_SESSIONS, SETTLE_STEPS
+from runner.traces import steps_under
 from tests.helpers import compose_cfg
 from tests.helpers.counting import CountingModule
 
@@ -74,6 +76,17 @@ def test_table_columns_and_summary_metrics(tmp_path: Path) -> None:
     assert "aten::rsqrt" in result.printed_table
 
 
+def test_the_profiled_step_is_the_mean_of_every_recorded_step_and_ops_run_longest_first(tmp_path: Path) -> None:
+    _, result = run_measure(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "schedule.active=2",
+                            "schedule.repeat=2")  # fmt: skip
+    # the traces' ProfilerStep spans, two per cycle: the same steps as key_averages() times them
+    recorded = [step.dur_us / 1000 for step in steps_under(tmp_path / "trace")]
+    assert len(recorded) == 4
+    assert summary_metrics(result.table)[names.PROFILED_STEP_MS] == pytest.approx(statistics.fmean(recorded), rel=1e-3)
+    self_ms = [row[names.OP_SELF_CPU_MS] for row in result.table.rows]
+    assert self_ms == sorted(self_ms, reverse=True) and self_ms[0] > self_ms[-1]
+
+
 def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path: Path) -> None:
     CountingModule.calls = 0
     spec, result = run_measure(
@@ -94,7 +107,7 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
     assert CountingModule.calls == 1 + unprofiled + cost + spec.schedule.total_steps
     assert result.table.active_steps == 4
     assert calls_per_step(result)["aten::mul"] == 1  # accumulated over both cycles, per active step
-    traces = sorted((tmp_path / "trace").rglob(names.TRACE_FILE))
+    traces = sorted((tmp_path / "trace").rglob("*.pt.trace.json"))  # all TensorBoard's profiler plugin lists
     assert [t.parent.name for t in traces] == ["iteration_5", "iteration_9"]
     events = json.loads(traces[0].read_text())["traceEvents"]
     assert any(e.get("name") == "aten::mul" for e in events)
