@@ -24,8 +24,8 @@ def commit(repo: Path, message: str) -> None:
     git(repo, *author, "commit", "-q", "-m", message)
 
 
-def project_repository(dest: Path, extra: tuple[str, ...] = ()) -> Path:
-    """A git repository at `dest` with a copy of the project (and `extra` paths of it), committed once."""
+def copy_project(dest: Path, extra: tuple[str, ...] = ()) -> Path:
+    """A copy of the project (and `extra` paths of it) at `dest`, without its bytecode caches."""
     for name in (*PROJECT, *extra):
         source = CONF_DIR.parent / name
         if source.is_dir():
@@ -33,6 +33,12 @@ def project_repository(dest: Path, extra: tuple[str, ...] = ()) -> Path:
         else:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
+    return dest
+
+
+def project_repository(dest: Path, extra: tuple[str, ...] = ()) -> Path:
+    """A git repository at `dest` with a copy of the project (and `extra` paths of it), committed once."""
+    copy_project(dest, extra)
     git(dest, "init", "-q")
     commit(dest, "the project")
     return dest

@@ -1,0 +1,215 @@
+"""Does each verdict have a test that fails when it is broken? A table-driven mutation benchmark.
+
+Each mutant in `MUTANTS` swaps one exact piece of code for a broken one (a margin dropped, a
+one-sided test made two-sided, a threshold moved) and names the quick-layer tests meant to catch
+it. For each, the project (runner, workloads, conf, hydra_plugins, tests, benchmarks,
+pyproject.toml) is copied to a temporary folder, the old text is checked to occur exactly once
+(else the mutant is stale: a refactor moved the code, and the mutant would test nothing), the
+mutant applied, and its tests run there (the copy's packages shadow the editable install).
+First the named tests run once on the unmutated copy: a test that fails anyway is left out, and
+is not counted as a kill.
+
+One row per mutant: its id, killed / SURVIVED / stale, seconds, and the test that failed (or
+why it is stale). Exit 1 if any mutant survived or is stale. About 20 s a mutant on a 2-core host.
+
+.venv/bin/python benchmarks/mutants.py [--only ID ...]
+
+To add a mutant, append a `Mutant` to `MUTANTS`: the file, its exact old text (one place in the
+file), the new text, the pytest node ids meant to kill it, and one line on what it breaks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_copy import copy_project  # benchmarks/git_copy.py, beside this script
+
+VERDICTS = "tests/unit/test_verdicts.py"
+TRUST = "tests/unit/test_trust.py"
+AGAINST_GATE = f"{VERDICTS}::test_the_against_gate_exits_1_only_on_a_significant_slowdown_past_the_margin"
+PAIRED_TEST = f"{VERDICTS}::test_the_paired_test_asks_one_sided_whether_the_ratio_exceeds_the_margin"
+TWO_MODES = f"{VERDICTS}::test_two_modes_need_clusters_separated_by_d_2_and_1_3x_apart"
+STEP_CV = f"{VERDICTS}::test_steps_with_a_cv_over_a_quarter_are_unstable"
+PAIRED_ONE_SIDED = 'slower = stats.ttest_1samp(log_ratios, np.log1p(margin), alternative="greater")'
+SEPARATED = "and separation >= MIN_MODE_SEPARATION"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One break of the code and the tests meant to fail on it."""
+
+    id: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    breaks: str
+
+
+MUTANTS = [
+    Mutant("paired-margin-dropped", "runner/measure/stats.py", PAIRED_ONE_SIDED,
+           PAIRED_ONE_SIDED.replace("np.log1p(margin)", "0.0"), (PAIRED_TEST, AGAINST_GATE),
+           "the paired test asks whether the job is slower at all, not slower past the margin"),
+    Mutant("paired-two-sided", "runner/measure/stats.py", PAIRED_ONE_SIDED,
+           PAIRED_ONE_SIDED.replace(', alternative="greater"', ""), (PAIRED_TEST, AGAINST_GATE),
+           "the paired test of a slowdown past the margin made two-sided: a clear speedup fails the gate"),
+    Mutant("paired-no-spread-margin-dropped", "runner/measure/stats.py", "float(ratio <= 1 + margin)",
+           "float(ratio <= 1)",
+           (f"{VERDICTS}::test_ratios_without_spread_are_judged_by_the_ratio_against_the_margin",),
+           "rounds that all give one ratio are judged against no change, not the margin"),
+    Mutant("unpaired-two-sided", "runner/measure/stats.py",
+           'slower = stats.ttest_ind(new - np.log1p(margin), base, equal_var=False, alternative="greater")',
+           "slower = stats.ttest_ind(new - np.log1p(margin), base, equal_var=False)",
+           (f"{TRUST}::test_gate_against_a_synthetic_baseline",),
+           "Welch's test of a slowdown past the margin made two-sided: a clear speedup fails the gate"),
+    Mutant("against-margin-dropped", "runner/gate.py",
+           'paired_time_ratio(timed.per_servers("baseline"), timed.per_servers("candidate"), margin)',
+           'paired_time_ratio(timed.per_servers("baseline"), timed.per_servers("candidate"))', (AGAINST_GATE,),
+           "--against fails any significant slowdown, however far under --fail-above"),
+    Mutant("against-exits-on-two-sided-p", "runner/gate.py",
+           "return REGRESSION_EXIT if estimate.p_slower < SIGNIFICANCE else 0",
+           "return REGRESSION_EXIT if estimate.p_value < SIGNIFICANCE else 0", (AGAINST_GATE,),
+           "--against exits 1 on any significant change, a speedup or a slowdown within the margin"),
+    Mutant("stored-paired-margin-dropped", "runner/report/pairing.py", "paired_time_ratio(base_ms, new_ms, margin)",
+           "paired_time_ratio(base_ms, new_ms)", (f"{TRUST}::test_runs_paired_by_round_fail_only_past_the_margin",),
+           "stored runs timed in the same rounds fail on any significant slowdown, however small"),
+    Mutant("could-not-judge-by-point-estimate", "runner/gate.py", "estimate.high > 1 + margin",
+           "estimate.ratio > 1 + margin", (AGAINST_GATE, f"{TRUST}::test_gate_against_a_synthetic_baseline"),
+           "a job whose change is within the margin but whose interval reaches past it reads \"ok\""),
+    Mutant("spread-threshold-30%", "runner/measure/stability.py", "MAX_PROCESS_SPREAD = 0.10",
+           "MAX_PROCESS_SPREAD = 0.30",
+           (f"{VERDICTS}::test_rounds_whose_medians_differ_by_more_than_10_percent_are_unstable",),
+           "rounds whose medians differ by up to 30% count as stable"),
+    Mutant("two-modes-separation-removed", "runner/measure/stability.py", f" {SEPARATED}", "", (TWO_MODES,),
+           "two overlapping clusters (one long-tailed cluster split in two) count as two modes"),
+    Mutant("two-modes-separation-3", "runner/measure/stability.py", "MIN_MODE_SEPARATION = 2.0",
+           "MIN_MODE_SEPARATION = 3.0", (TWO_MODES,), "two clusters Ashman's D 2.1 apart are not two modes"),
+    Mutant("two-modes-ratio-1.2", "runner/measure/stability.py", "MIN_MODE_RATIO = 1.3", "MIN_MODE_RATIO = 1.2",
+           (TWO_MODES,), "clusters 1.25x apart count as two modes"),
+    Mutant("step-cv-removed", "runner/measure/stability.py", "if cv > MAX_STEP_CV:", "if False:", (STEP_CV,),
+           "any step cv passes"),
+    Mutant("step-cv-0.30", "runner/measure/stability.py", "MAX_STEP_CV = 0.25", "MAX_STEP_CV = 0.30", (STEP_CV,),
+           "a step cv up to 0.30 passes"),
+    Mutant("mann-whitney-no-continuity", "runner/measure/stats.py", 'mannwhitneyu(a, b, alternative="two-sided")',
+           'mannwhitneyu(a, b, alternative="two-sided", use_continuity=False)',
+           ("tests/unit/test_compare.py::test_mann_whitney_matches_known_exact_values",),
+           "tied timings' p without the continuity correction (0.07 for 0.11)"),
+    Mutant("worker-processes-ignored", "runner/backends/base.py",
+           "return cls.default_processes if requested is None else requested", "return cls.default_processes",
+           ("tests/integration/test_measure.py::test_instability_advice_is_what_the_runner_accepts",),
+           "measure.processes=N is ignored: the rerun the advice names times as few processes as before"),
+]  # fmt: skip
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE"]
+# pytest's exit statuses: tests failed, or collection failed (the mutant broke an import)
+FAILED_STATUSES = (1, 2)
+NO_TESTS_COLLECTED = 5
+
+
+def missing_test(tree: Path, node_id: str) -> str | None:
+    """`node_id` when its file has no such test function (a renamed test would otherwise go unnoticed)."""
+    path, _, name = node_id.partition("::")
+    source = tree / path
+    function = name.split("[")[0].split("::")[-1]
+    if not source.is_file() or (function and f"def {function}(" not in source.read_text()):
+        return node_id
+    return None
+
+
+def stale_reason(tree: Path, mutant: Mutant) -> str | None:
+    """Why `mutant` cannot be tested in `tree`: its file, its old text (exactly once) or a test is missing."""
+    source = tree / mutant.file
+    if not source.is_file():
+        return f"no file {mutant.file}"
+    found = source.read_text().count(mutant.old)
+    if found != 1:
+        return f"its old text occurs {found} times in {mutant.file}"
+    missing = [node for node in mutant.tests if missing_test(tree, node)]
+    return f"no test {', '.join(missing)}" if missing else None
+
+
+def failed_tests(output: str) -> list[str]:
+    """The node ids of pytest's short summary's FAILED and ERROR lines (-rfE)."""
+    return re.findall(r"^(?:FAILED|ERROR) (\S+)", output, flags=re.MULTILINE)
+
+
+def pytest_in(tree: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """pytest run from `tree`, so the copy's packages are the ones imported."""
+    return subprocess.run([*PYTEST, *args], cwd=tree, capture_output=True, text=True)
+
+
+def check_shadowing(tree: Path) -> None:
+    """Refuse to run if `runner` imports from anywhere but the copy: every mutant would survive."""
+    where = subprocess.run([sys.executable, "-c", "import runner; print(runner.__file__)"], cwd=tree,
+                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if not Path(where).is_relative_to(tree):
+        raise SystemExit(f"error: from {tree} python imports runner from {where}, not the copy")
+
+
+def run_mutant(base: Path, mutant: Mutant, fail_anyway: list[str]) -> tuple[str, str]:
+    """Apply `mutant` to a fresh copy of `base` and run its tests there: its result and the test that failed."""
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as folder:
+        tree = Path(folder) / "tree"
+        shutil.copytree(base, tree)
+        source = tree / mutant.file
+        source.write_text(source.read_text().replace(mutant.old, mutant.new, 1))
+        deselect = [arg for node in fail_anyway for arg in ("--deselect", node)]
+        done = pytest_in(tree, ["-x", *deselect, *mutant.tests])
+    if done.returncode == 0:
+        return "SURVIVED", f"no test failed; it breaks: {mutant.breaks}"
+    if done.returncode in FAILED_STATUSES:
+        return "killed", (failed_tests(done.stdout) or ["(collection failed)"])[0]
+    if done.returncode == NO_TESTS_COLLECTED:
+        return "stale", "every named test fails unmutated"
+    return "stale", f"pytest exited {done.returncode}: {done.stdout.strip().splitlines()[-1:]}"
+
+
+def selected(only: list[str] | None) -> list[Mutant]:
+    """The mutants --only names (all without it); one line naming the known ids for an unknown one."""
+    if not only:
+        return MUTANTS
+    known = {mutant.id for mutant in MUTANTS}
+    unknown = [name for name in only if name not in known]
+    if unknown:
+        raise SystemExit(f"error: --only {', '.join(unknown)}: no such mutant; choose from: {', '.join(sorted(known))}")
+    return [mutant for mutant in MUTANTS if mutant.id in only]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", metavar="ID", help="run this mutant only (repeatable)")
+    mutants = selected(parser.parse_args(argv).only)
+    with tempfile.TemporaryDirectory(prefix="mutants-") as folder:
+        base = copy_project(Path(folder) / "tree", ("tests", "benchmarks"))
+        check_shadowing(base)
+        rows = [(m, stale_reason(base, m)) for m in mutants]
+        named = sorted({test for mutant, stale in rows if stale is None for test in mutant.tests})
+        started = time.monotonic()
+        unmutated = pytest_in(base, named) if named else None
+        if unmutated is not None and unmutated.returncode not in (0, *FAILED_STATUSES):
+            raise SystemExit(f"error: the named tests could not run unmutated:\n{unmutated.stdout[-3000:]}")
+        fail_anyway = failed_tests(unmutated.stdout) if unmutated else []
+        print(f"unmutated: {len(named)} named tests in {time.monotonic() - started:.0f} s; "
+              f"failing anyway (left out): {', '.join(fail_anyway) or 'none'}", flush=True)  # fmt: skip
+        width = max(len(m.id) for m in mutants)
+        print(f"{'mutant':<{width}}  {'result':<8}  {'s':>4}  failing test (or why stale)", flush=True)
+        results = []
+        for mutant, stale in rows:
+            started = time.monotonic()
+            result, test = ("stale", stale) if stale else run_mutant(base, mutant, fail_anyway)
+            results.append(result)
+            print(f"{mutant.id:<{width}}  {result:<8}  {time.monotonic() - started:4.0f}  {test}", flush=True)
+    print(f"{len(results)} mutants: {results.count('killed')} killed, {results.count('SURVIVED')} survived, "
+          f"{results.count('stale')} stale")  # fmt: skip
+    return 0 if results.count("killed") == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
