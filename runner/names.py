@@ -229,10 +229,13 @@ LAYER_PLOT_FILE = "layer_accuracy.png"
 ENVIRONMENT_FILE = "environment.json"
 CONFIG_FILE = "config_resolved.yaml"
 HYDRA_FOLDER = "hydra"
-# the profiler's output folder, logged under its own name: trace/iteration_<step>/trace.json, or Neuron's capture
+# the profiler's output folder, logged under its own name: trace/iteration_<step>/trace.pt.trace.json, or Neuron's
+# capture; TensorBoard's profiler plugin lists only *.pt.trace.json (older runs' trace.json is still read)
 TRACE_FOLDER = "trace"
 TRACE_ITER_FOLDER = "iteration_{step}"
-TRACE_FILE = "trace.json"
+TRACE_FILE = "trace.pt.trace.json"
+# the framework trace Neuron's NeuronProfiler.export_trace writes into its capture, by its documentation
+NEURON_FRAMEWORK_TRACE_FILE = "trace.json"
 NEURON_PROFILE_FOLDER = "neuron_profile"
 # neuron-explorer's summary of a Neuron capture, as it printed it
 NEURON_SUMMARY_FILE = "neuron_summary.json"

@@ -1,6 +1,6 @@
 """A run's profiler traces as trees of spans, one per recorded step, merged into one profile.
 
-Each Chrome trace (`trace/iteration_N/trace.json`, or a Neuron capture's framework trace) holds
+Each Chrome trace (`trace/iteration_N/trace.pt.trace.json`, or a Neuron capture's framework trace) holds
 one recorded cycle. Inside each `ProfilerStep#N`, host spans nest by time on their thread;
 spans on other threads inside the step's window hang under the step; device spans (kernels,
 copies) hang under the runtime call that launched them (the trace's `correlation` id). The

@@ -522,7 +522,7 @@ def _capture_layout(run: dict[str, Any]) -> Verdict:
 def _framework_trace_name(run: dict[str, Any]) -> Verdict:
     assumption = "the framework trace is trace.json"
     traces = [name for name in run["files"] if name.endswith(".json")]
-    if any(Path(name).name == names.TRACE_FILE for name in traces):
+    if any(Path(name).name == names.NEURON_FRAMEWORK_TRACE_FILE for name in traces):
         return Verdict("framework_trace_name", assumption, PASS, ", ".join(traces))
     fix = "nothing breaks (any *.json counts); README 'Where the capture goes' names trace.json"
     return Verdict("framework_trace_name", assumption, FAIL, ", ".join(traces) or "no *.json", fix)

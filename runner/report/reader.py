@@ -134,9 +134,9 @@ def trace_files(client: MlflowClient, run: Run, dest: Path) -> list[Path]:
     """The run's profiler traces (Chrome JSON, one per recorded cycle), downloaded under `dest`.
 
     Any `*.json` artifact in a folder that holds `traceEvents` counts (the CPU and CUDA
-    exporters write `trace/iteration_N/trace.json`; the name Neuron's exporter gives its
-    framework trace is not settled), except the diffs `runner.compare --diff` logged and the
-    traces of ranks other than 0 (`rank1/`, ...), whose steps are their own.
+    exporters write `trace/iteration_N/trace.pt.trace.json`, older runs `trace.json`; the name
+    Neuron's exporter gives its framework trace is not settled), except the diffs `runner.compare
+    --diff` logged and the traces of ranks other than 0 (`rank1/`, ...), whose steps are their own.
     """
     found = []
     other_ranks = re.compile(names.RANK_FOLDER.format(rank=r"\d+"))
@@ -150,7 +150,7 @@ def trace_files(client: MlflowClient, run: Run, dest: Path) -> list[Path]:
             if info.is_dir:
                 folders.append(info.path)
             elif info.path.endswith(".json"):
-                folder = dest / Path(info.path).parent  # each cycle's file is trace.json: keep them apart
+                folder = dest / Path(info.path).parent  # every cycle's file has the same name: keep them apart
                 folder.mkdir(parents=True, exist_ok=True)
                 path = Path(client.download_artifacts(run.info.run_id, info.path, str(folder)))
                 if read_chrome_trace(path) is not None:
