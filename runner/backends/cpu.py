@@ -18,7 +18,7 @@ import torch
 from runner import names
 from runner.backends.base import WHOLE_MACHINE, Backend, Placement, Slot
 from runner.backends.cores import format_cores, parse_cores
-from runner.backends.peaks import Peak, cpu_peak
+from runner.backends.peaks import Peak, cpu_peak, threads_words
 from runner.config import BackendConfig, RunSpec
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -146,8 +146,7 @@ class CpuBackend(Backend):
 
     def placement(self) -> str:
         """The threads torch uses, which a parallel launcher sets per job, and where its workers run."""
-        threads = torch.get_num_threads()
-        return f"{self.device_name()}, {threads} thread{'s' * (threads != 1)}, workers {self.config.cpu_placement}"
+        return f"{self.device_name()}, {threads_words(torch.get_num_threads())}, workers {self.config.cpu_placement}"
 
     def manifest(self) -> dict[str, Any]:
         """CPU count, machine and torch's thread count."""

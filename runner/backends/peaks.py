@@ -105,6 +105,11 @@ def calibrate_cpu(dtype: str) -> tuple[float, float]:
     return bandwidth, gflops
 
 
+def threads_words(threads: int) -> str:
+    """'1 thread', '2 threads': a calibration is per thread count, and says which."""
+    return f"{threads} thread{'s' * (threads != 1)}"
+
+
 def cache_file() -> Path:
     """Per-user cache of CPU calibrations ($XDG_CACHE_HOME/runner/cpu_peaks.json)."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -112,7 +117,22 @@ def cache_file() -> Path:
 
 
 def _calibration_key(dtype: str) -> str:
-    return f"{platform.node()}|{platform.processor() or platform.machine()}|threads={torch.get_num_threads()}|{dtype}"
+    return f"{_this_machine()}|threads={torch.get_num_threads()}|{dtype}"
+
+
+def _this_machine() -> str:
+    return f"{platform.node()}|{platform.processor() or platform.machine()}"
+
+
+def cached_here() -> list[tuple[int, str]]:
+    """The calibrations cached for this machine, as (threads, dtype): each thread count jobs ran with has its own."""
+    here = f"{_this_machine()}|threads="
+    entries = []
+    for key in _cached_calibrations():
+        threads, _, dtype = key.removeprefix(here).partition("|")
+        if key.startswith(here) and threads.isdigit():
+            entries.append((int(threads), dtype))
+    return sorted(entries)
 
 
 def _cached_calibrations() -> dict[str, list[float]]:
@@ -124,7 +144,7 @@ def _cached_calibrations() -> dict[str, list[float]]:
 
 
 def cpu_peak(dtype: str) -> Peak:
-    """The CPU calibration for this machine and thread count, measured on first use."""
+    """The CPU calibration for this machine and thread count, measured on first use; its source names the entry."""
     figures = _cached_calibrations().get(_calibration_key(dtype))
     if figures is None:
         # on stderr whatever the logging setup (the doctor has none): it can take ten seconds or more
@@ -136,7 +156,8 @@ def cpu_peak(dtype: str) -> Peak:
         )
         figures = keep_best_calibration(dtype, *calibrate_cpu(dtype))
     bandwidth, gflops = figures
-    return Peak(bandwidth, gflops, f"measured: best copy bandwidth and {dtype} matmul on this machine ({cache_file()})")
+    where = f"on this machine, {threads_words(torch.get_num_threads())} ({cache_file()})"
+    return Peak(bandwidth, gflops, f"measured: best copy bandwidth and {dtype} matmul {where}")
 
 
 def keep_best_calibration(dtype: str, bandwidth: float, gflops: float) -> list[float]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from runner.backends.neuron import DRIVER_VERSION, instance_type
-from runner.backends.peaks import calibrate_cpu, cpu_peak, keep_best_calibration
+from runner.backends.peaks import cached_here, calibrate_cpu, cpu_peak, keep_best_calibration, threads_words
 from runner.backends.registry import BACKEND_CLASSES, backend_class
 from runner.manifest import package_versions, system_package_versions
 from runner.secrets import redact
@@ -67,24 +67,38 @@ def _slurm() -> str:
     return f"controller answers; partitions {' '.join(partitions.split()) or 'none'}"
 
 
-def _calibration() -> str:
-    """The cached CPU calibration against one measured now, the cache keeping the better of the two.
+def _calibrations() -> list[tuple[str, str]]:
+    """A row per CPU calibration this host has cached, and one for the doctor's own thread count.
+
+    Each thread count has its own entry: jobs' one-thread workers read the one-thread entry,
+    which the doctor's own two threads never measured again.
+    """
+    own = torch.get_num_threads()
+    try:
+        return [_calibration(threads, dtype) for threads, dtype in sorted({*cached_here(), (own, "float32")})]
+    finally:
+        torch.set_num_threads(own)
+
+
+def _calibration(threads: int, dtype: str) -> tuple[str, str]:
+    """The cached calibration at `threads` against one measured now, the cache keeping the better of the two.
 
     A cache measured on a busy host reads low and inflates roofline fractions.
     """
-    cached = cpu_peak("float32")
-    bandwidth, gflops = calibrate_cpu("float32")
+    torch.set_num_threads(threads)
+    cached = cpu_peak(dtype)
+    bandwidth, gflops = calibrate_cpu(dtype)
     line = (
-        f"cached {cached.bandwidth_gbps:.1f} GB/s copy, {cached.gflops:.1f} GFLOP/s float32 matmul; "
-        f"now {bandwidth:.1f} GB/s, {gflops:.1f} GFLOP/s ({torch.get_num_threads()} threads)"
+        f"cached {cached.bandwidth_gbps:.1f} GB/s copy, {cached.gflops:.1f} GFLOP/s {dtype} matmul; "
+        f"now {bandwidth:.1f} GB/s, {gflops:.1f} GFLOP/s"
     )
     ratios = (bandwidth / cached.bandwidth_gbps, gflops / cached.gflops)
     if max(ratios) > 1 + CALIBRATION_DRIFT:
-        keep_best_calibration("float32", bandwidth, gflops)
+        keep_best_calibration(dtype, bandwidth, gflops)
         line += "; the cache read low (measured on a busy host?) and now keeps the better figures"
     elif min(ratios) < 1 - CALIBRATION_DRIFT:
         line += "; this host is busier now than when the cache was measured: timings here will be noisy"
-    return line
+    return f"cpu calibration, {threads_words(threads)}, {dtype}", line
 
 
 def host_rows(backends: tuple[list[str], str] | str, store_uri: str) -> list[tuple[str, str]]:
@@ -100,6 +114,6 @@ def host_rows(backends: tuple[list[str], str] | str, store_uri: str) -> list[tup
         ("backends usable", usable),
         ("mlflow store", redact(store_uri)),
         ("slurm", _slurm()),
-        ("cpu calibration", _calibration()),
+        *_calibrations(),
         ("working directory", str(Path.cwd())),
     ]

@@ -21,6 +21,7 @@ from runner.backends.cpu import CpuBackend
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
 from runner.config import BackendConfig, ConfigError, RunSpec, ScheduleConfig, load_run_spec
+from runner.doctor.host import host_rows
 from runner.execute import workers
 from runner.execute.in_process import steady_state_source
 from runner.execute.processes import Child, ChildFailed, StartMethod
@@ -112,6 +113,46 @@ def test_a_half_written_calibration_cache_is_measured_again_not_fatal(
     assert (peak.bandwidth_gbps, peak.gflops) == (10.0, 20.0)
     assert list(json.loads(cache.read_text()).values()) == [[10.0, 20.0]]
     assert [p.name for p in cache.parent.iterdir()] == ["cpu_peaks.json"]  # no draft left beside it
+
+
+def test_the_doctor_measures_again_every_thread_count_the_cache_holds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "runner" / "cpu_peaks.json"
+    torch.set_num_threads(1)  # a job's one-thread workers read the one-thread entries: taken on a busy host, low
+    for dtype in ("float32", "bfloat16"):
+        keep_best_calibration(dtype, 1.0, 1.0)
+    low = cpu_peak("float32")
+    assert low.source == f"measured: best copy bandwidth and float32 matmul on this machine, 1 thread ({cache})"
+    torch.set_num_threads(3)  # a parallel launcher's slot of 3 cores
+    keep_best_calibration("float32", 1.0, 1.0)
+    elsewhere = {"10|x86_64|threads=1|float32": [1.0, 1.0]}  # host 10, in a shared home: not this host's to measure
+    cache.write_text(json.dumps({**json.loads(cache.read_text()), **elsewhere}))
+
+    # what the host measures now, by the thread count it is measured at
+    def calibrate(dtype: str) -> tuple[float, float]:
+        return 10.0 * torch.get_num_threads(), 50.0
+
+    for module in ("runner.backends.peaks", "runner.doctor.host"):
+        monkeypatch.setattr(f"{module}.calibrate_cpu", calibrate)
+    torch.set_num_threads(2)  # the doctor's process: torch's default on a 2-core host
+    rows = dict(host_rows("cpu", "sqlite:///mlflow.db"))
+    assert torch.get_num_threads() == 2  # the doctor's own, back after it measured each entry at its own
+    calibrations = {item: line for item, line in rows.items() if item.startswith("cpu calibration")}
+    assert list(calibrations) == [
+        "cpu calibration, 1 thread, bfloat16",
+        "cpu calibration, 1 thread, float32",
+        "cpu calibration, 2 threads, float32",
+        "cpu calibration, 3 threads, float32",
+    ]
+    assert calibrations["cpu calibration, 1 thread, float32"] == (
+        "cached 1.0 GB/s copy, 1.0 GFLOP/s float32 matmul; now 10.0 GB/s, 50.0 GFLOP/s; "
+        "the cache read low (measured on a busy host?) and now keeps the better figures"
+    )
+    figures = json.loads(cache.read_text())
+    assert sorted(figures.values()) == [[1.0, 1.0], [10.0, 50.0], [10.0, 50.0], [20.0, 50.0], [30.0, 50.0]]
+    assert figures["10|x86_64|threads=1|float32"] == [1.0, 1.0]
 
 
 class WrongRMSNorm(NaiveRMSNorm):
