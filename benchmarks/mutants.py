@@ -36,7 +36,7 @@ VERDICTS = "tests/unit/test_verdicts.py"
 TRUST = "tests/unit/test_trust.py"
 AGAINST_GATE = f"{VERDICTS}::test_the_against_gate_exits_1_only_on_a_significant_slowdown_past_the_margin"
 PAIRED_TEST = f"{VERDICTS}::test_the_paired_test_asks_one_sided_whether_the_ratio_exceeds_the_margin"
-TWO_MODES = f"{VERDICTS}::test_two_modes_need_clusters_separated_by_d_2_and_1_3x_apart"
+TWO_MODES = f"{VERDICTS}::test_two_modes_need_clusters_that_show_two_peaks_1_3x_apart"
 STEP_CV = f"{VERDICTS}::test_steps_with_a_cv_over_a_quarter_are_unstable"
 PAIRED_ONE_SIDED = 'slower = stats.ttest_1samp(log_ratios, np.log1p(margin), alternative="greater")'
 SEPARATED = "and separation >= MIN_MODE_SEPARATION"
@@ -89,9 +89,12 @@ MUTANTS = [
            (f"{VERDICTS}::test_rounds_whose_medians_differ_by_more_than_10_percent_are_unstable",),
            "rounds whose medians differ by up to 30% count as stable"),
     Mutant("two-modes-separation-removed", "runner/measure/stability.py", f" {SEPARATED}", "", (TWO_MODES,),
-           "two overlapping clusters (one long-tailed cluster split in two) count as two modes"),
-    Mutant("two-modes-separation-3", "runner/measure/stability.py", "MIN_MODE_SEPARATION = 2.0",
-           "MIN_MODE_SEPARATION = 3.0", (TWO_MODES,), "two clusters Ashman's D 2.1 apart are not two modes"),
+           "one cluster of step times split in two counts as two modes"),
+    Mutant("two-modes-separation-2", "runner/measure/stability.py", "MIN_MODE_SEPARATION = 2.9",
+           "MIN_MODE_SEPARATION = 2.0", (TWO_MODES,),
+           "Ashman's D of 2 on Otsu's sides, as before: one normal cluster (2.65) counts as two modes"),
+    Mutant("two-modes-separation-3.1", "runner/measure/stability.py", "MIN_MODE_SEPARATION = 2.9",
+           "MIN_MODE_SEPARATION = 3.1", (TWO_MODES,), "two normal clusters at Ashman's D 2.2 are not two modes"),
     Mutant("two-modes-ratio-1.2", "runner/measure/stability.py", "MIN_MODE_RATIO = 1.3", "MIN_MODE_RATIO = 1.2",
            (TWO_MODES,), "clusters 1.25x apart count as two modes"),
     Mutant("step-cv-removed", "runner/measure/stability.py", "if cv > MAX_STEP_CV:", "if False:", (STEP_CV,),

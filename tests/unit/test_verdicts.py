@@ -20,9 +20,9 @@ from runner.measure.stability import instability_reasons, two_modes
 from runner.measure.stats import paired_time_ratio, time_ratio
 
 
-def quantiles(n: int, distribution: stats.rv_continuous = stats.norm, **shape: float) -> np.ndarray:
-    """n evenly spaced quantiles of a distribution centred on 0: a sample without the luck of a draw."""
-    return np.asarray(distribution.ppf((np.arange(n) + 0.5) / n, **shape))
+def quantiles(n: int) -> np.ndarray:
+    """n evenly spaced quantiles of the standard normal: a sample without the luck of a draw."""
+    return np.asarray(stats.norm.ppf((np.arange(n) + 0.5) / n))
 
 
 def steady(n: int = 300) -> list[float]:
@@ -30,14 +30,10 @@ def steady(n: int = 300) -> list[float]:
     return list(1 + 0.01 * quantiles(n))
 
 
-def long_tailed(cv: float, n: int = 200) -> list[float]:
-    """Step times with a long slow tail (log time Student t, 3 df), scaled to exactly this cv.
-
-    Tails this long keep Otsu's halves overlapping (Ashman's D under 2) and leave fewer than 5%
-    of steps far out, so the step cv is the only check such a series can fail.
-    """
-    tail = np.exp(0.2 * quantiles(n, stats.t, df=3))
-    return list(1 + cv * (tail - tail.mean()) / tail.std(ddof=1))
+def spread_to(cv: float, n: int = 300) -> list[float]:
+    """Step times of one cluster (normal on log times), scaled to exactly this cv: no mode, no far-out step."""
+    times = np.exp(0.25 * quantiles(n))
+    return list(1 + cv * (times - times.mean()) / times.std(ddof=1))
 
 
 @pytest.mark.parametrize(
@@ -56,40 +52,42 @@ def test_rounds_whose_medians_differ_by_more_than_10_percent_are_unstable(slowes
     [pytest.param(0.24, [], id="0.24-inside"), pytest.param(0.26, ["step cv 0.26 (over 0.25)"], id="0.26-outside")],
 )
 def test_steps_with_a_cv_over_a_quarter_are_unstable(cv: float, reasons: list[str]) -> None:
-    samples = long_tailed(cv)
+    samples = spread_to(cv)
     assert statistics.stdev(samples) / statistics.fmean(samples) == pytest.approx(cv)
     assert instability_reasons([1.0, 1.0, 1.0], samples) == reasons
 
 
 def two_clusters(low: np.ndarray, high: np.ndarray) -> list[float]:
-    """The step times of two clusters of log times, 150 steps each."""
+    """The step times of two clusters of log times."""
     return list(np.exp(np.concatenate([low, high])))
 
 
-def halves_ratio(samples: list[float]) -> float:
+def sides_ratio(samples: list[float]) -> float:
     """The median of the steps over 1 ms over that of the steps under: Otsu's split of a series symmetric about 1 ms."""
     times = np.asarray(samples)
     return float(np.median(times[times > 1]) / np.median(times[times < 1]))
 
 
-T3 = 0.2 * quantiles(150, stats.t, df=3)
-TIGHT = 0.01 * quantiles(150)
-# the long-tailed clusters 1.27x apart: Ashman's D of Otsu's halves 2.11
-APART = two_clusters(T3 - 0.12, T3 + 0.12)
+# 150 steps of a cluster, normal on log times with sd 0.25; 1% for the tight ones
+WIDE, TIGHT = 0.25 * quantiles(150), 0.01 * quantiles(150)
+# two wide clusters 2.2 sd apart, Ashman's D 2.2: Otsu's sides score 3.01
+APART = two_clusters(WIDE - 0.275, WIDE + 0.275)
 
 
 @pytest.mark.parametrize(
     ("samples", "modes"),
     [
-        # D 1.94, though the halves' medians are 1.36x apart: they overlap
-        pytest.param(two_clusters(T3, T3), None, id="one-long-tailed-cluster-D-1.94"),
-        pytest.param(APART, (0.5, halves_ratio(APART)), id="two-long-tailed-clusters-D-2.11"),
+        # Otsu's sides 1.40x apart, but one cluster: they score 2.67
+        pytest.param(two_clusters(WIDE, WIDE), None, id="one-cluster-D-2.67"),
+        # Ashman's D 1.6, too near to show two peaks: 2.80
+        pytest.param(two_clusters(WIDE - 0.2, WIDE + 0.2), None, id="two-clusters-D-2.80"),
+        pytest.param(APART, (0.5, sides_ratio(APART)), id="two-clusters-D-3.01"),
         # cleanly apart, but nearer than the 1.3x a mode must be slower by
         pytest.param(two_clusters(TIGHT, TIGHT + np.log(1.25)), None, id="two-clusters-1.25x"),
         pytest.param(two_clusters(TIGHT, TIGHT + np.log(1.35)), (0.5, 1.35), id="two-clusters-1.35x"),
     ],
 )
-def test_two_modes_need_clusters_separated_by_d_2_and_1_3x_apart(
+def test_two_modes_need_clusters_that_show_two_peaks_1_3x_apart(
     samples: list[float], modes: tuple[float, float] | None
 ) -> None:
     assert two_modes(samples) == (None if modes is None else pytest.approx(modes))
