@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import random
+import signal
 import sys
 import time
 from collections import Counter
@@ -388,7 +389,12 @@ def against(args: argparse.Namespace) -> int:
     except SideFailed as err:
         print(f"gate: not passed: {err}", file=sys.stderr)
         return INCOMPLETE_EXIT
-    except KeyboardInterrupt as stop:
+    except KeyboardInterrupt as stop:  # the servers were stopped and the worktrees removed on the way out
+        name = signal.Signals(exit_code_of(stop) - 128).name
+        print(
+            f"gate: stopped by {name}, no verdict: both sides' servers stopped, their worktrees removed",
+            file=sys.stderr,
+        )
         return exit_code_of(stop)
     margin = args.fail_above / 100
     base_ms, job_ms = timed.ms["baseline"], timed.ms["candidate"]
