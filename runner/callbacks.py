@@ -19,18 +19,19 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
 from hydra.core.utils import JobStatus as HydraJobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, flag_override
 
-from runner import CONF_DIR, names
+from runner import names
 from runner.config import ConfigError, TrackingConfig
 from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus
 from runner.secrets import redact
-from runner.signals import stop_on_signals
-from runner.sweep import summarise_sweep
+from runner.signals import ignore_later_stops, signals_held, stop_on_signals
+from runner.sweep import summarise_sweep, sweep_jobs
 from runner.tracking.run import PARENT_RUN_ENV
 from runner.tracking.store import StoreFull, check_usable, prepare_store
 
@@ -143,7 +144,7 @@ def isolate_if_needed(config: DictConfig, swept: list[str]) -> None:
         return
     log.info("%s chosen: jobs cannot share a process over %s (read once per process, or needing one of its own)",
              ISOLATED_LAUNCHER, ", ".join(keys))  # fmt: skip
-    isolated = OmegaConf.load(CONF_DIR / "hydra" / "launcher" / "isolated.yaml")
+    isolated = ConfigStore.instance().load("hydra/launcher/isolated.yaml").node  # registered by its Hydra plugin
     with flag_override(config.hydra, ["readonly", "struct"], False):
         config.hydra.launcher = isolated
         config.hydra.runtime.choices["hydra/launcher"] = "isolated"
@@ -154,14 +155,18 @@ def isolate_if_needed(config: DictConfig, swept: list[str]) -> None:
 class RunnerCallback(Callback):
     """Checks output directories up front; opens and closes a sweep's parent run.
 
-    A sweep stopped by SIGINT or SIGTERM still gets its summary and a closed (KILLED)
-    parent: the stop unwinds the process, and an exit hook closes what is still open.
+    A sweep stopped by SIGINT or SIGTERM still gets its summary, its comparison and a closed
+    (KILLED) parent: the stop unwinds the process, and an exit hook closes what is still open,
+    also when the stop came while the sweep's end was closing it.
     """
 
     def __init__(self) -> None:
         self.parent_run_id: str | None = None
         self.sweep_id = ""
         self.sweep_dir = Path()
+        # how many jobs the sweep has (None when its sweeper does not say up front), and whether it was compared
+        self.planned: int | None = None
+        self.compared = False
         self.tracking: TrackingConfig | None = None
         # a single run's folder and the parents this run creates for it, deepest first
         self.new_run_dirs: list[Path] = []
@@ -204,6 +209,8 @@ class RunnerCallback(Callback):
         check_store(tracking, create=False)
         varied = swept_keys(config)
         os.environ[names.SWEPT_KEYS_ENV] = ",".join(varied)
+        jobs_overrides = sweep_jobs(config)
+        self.planned = None if jobs_overrides is None else len(jobs_overrides)
         isolate_if_needed(config, varied)
         stop_on_signals()
         atexit.register(self._close_if_stopped)
@@ -228,8 +235,9 @@ class RunnerCallback(Callback):
         overrides = redact(" ".join(config.hydra.overrides.task))
         tags = {
             names.TAG_SWEEP: "true",
+            names.TAG_KIND: names.KIND_SWEEP,
             names.TAG_OVERRIDES: overrides,
-            names.TAG_SWEEP_DIR: config.hydra.sweep.dir,
+            names.TAG_SWEEP_DIR: str(Path(config.hydra.sweep.dir).resolve()),  # as absolute as its jobs' folders
             names.TAG_HOST: platform.node(),
             names.TAG_PID: str(os.getpid()),
             names.TAG_SWEPT_KEYS: os.environ[names.SWEPT_KEYS_ENV],
@@ -258,14 +266,15 @@ class RunnerCallback(Callback):
         os.environ.pop(SWEEP_ID_ENV, None)
         os.environ.pop(names.SWEPT_KEYS_ENV, None)
         os.environ.pop(names.ROUNDS_DIR_ENV, None)
-        tracking, sweep_id, self.sweep_id = self.tracking, self.sweep_id, ""
-        enabled = tracking is not None and tracking.enabled
-        summary = summarise_sweep(self.sweep_dir, sweep_id, tracking.uri if tracking and enabled else None)
+        tracking = self.tracking
+        uri = tracking.uri if tracking is not None and tracking.enabled else None
+        summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri, self.planned)
         lines = summary.lines()
         if stopped:
             killed = len(summary.killed)
             closed = f"{killed} job(s) in flight closed KILLED" if killed else "no job was in flight"
-            lines.insert(0, f"sweep stopped by a signal: {closed}, the rest did not run")
+            rest = "the rest did not run" if summary.total > summary.started else "every job had ended"
+            lines.insert(0, f"sweep stopped by a signal: {closed}, {rest}")
         elif not summary.total:
             lines.insert(0, "sweep: no job to run (the sweep's overrides expand to nothing)")
         text = "\n".join(lines)
@@ -285,18 +294,26 @@ class RunnerCallback(Callback):
             mlflow_write(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
             mlflow_write(lambda: client.log_text(parent, text + "\n", names.SWEEP_SUMMARY_FILE))
             status = JobStatus.KILLED if stopped else JobStatus.FAILED if failed else JobStatus.FINISHED
+            ignore_later_stops()  # the sweep is all recorded: its exit will say what its parent says
             mlflow_write(lambda: client.set_terminated(parent, status.value))
             self.parent_run_id = None
+        self.sweep_id = ""  # closed: the exit hook has nothing left to do
         return failed
 
     def _report(self, client: Any) -> None:
-        """Print the side-by-side comparison and log it (table, markdown, plots) to the parent."""
+        """Print the side-by-side comparison and log it (table, markdown, plots) to the parent, once.
+
+        A stop waits until it is whole (MLflow appends to a table logged twice), then closes the parent KILLED.
+        """
         from runner.compare import report_sweep
 
         assert self.parent_run_id is not None
+        if self.compared:
+            return
+        self.compared = True
         try:
-            table = report_sweep(client, client.get_run(self.parent_run_id), self.sweep_dir / "comparison")
+            with signals_held():
+                table = report_sweep(client, client.get_run(self.parent_run_id), self.sweep_dir / "comparison")
+                print(table, flush=True)
         except Exception as err:  # the comparison is a view of the results, never worth losing them over
             log.warning("could not build the sweep comparison: %s", err)
-            return
-        print(table, flush=True)

@@ -10,6 +10,9 @@ Python runs a handler between any two bytecodes, also inside a garbage-collector
 callback, where an exception is printed as "Exception ignored" and dropped. Such a swallowed
 stop is kept and raised again at the next safe point (`raise_if_stopped`): the end of a held
 block, every measured step, every launcher poll.
+
+Once the work is done and recorded (`ignore_later_stops`), a stop is dropped: it comes too
+late to change anything, and the exit status says what the run says.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from contextlib import contextmanager
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # signals that arrived while held, how deep the holding goes, whether a stop was raised,
-# and a stop that was raised where Python dropped it
+# a stop that was raised where Python dropped it, and whether a stop comes too late to matter
 _pending: list[int] = []
 _holds = [0]
 _stopped = [False]
 _swallowed: list[int] = []
+_too_late = [False]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -44,7 +48,7 @@ class Interrupted(KeyboardInterrupt):
 
 def _interrupt(signum: int, frame: object) -> None:
     # no signal.signal() in here: changing handlers while a second signal is pending raises
-    if _stopped[0] and not _swallowed:
+    if _too_late[0] or (_stopped[0] and not _swallowed):
         return
     if _holds[0]:
         _pending.append(signum)
@@ -72,10 +76,18 @@ def raise_if_stopped() -> None:
 
 def stop_on_signals() -> None:
     """Turn the first SIGINT or SIGTERM into `Interrupted` (main thread only; elsewhere a no-op)."""
+    _too_late[0] = False  # new work: a stop counts again
     if threading.current_thread() is threading.main_thread():
         sys.unraisablehook = _keep_swallowed_stop
         for each in STOP_SIGNALS:
             signal.signal(each, _interrupt)
+
+
+def ignore_later_stops() -> None:
+    """The work is done and recorded: drop any stop from now on, so the exit agrees with the recorded status."""
+    _too_late[0] = True
+    _pending.clear()
+    _swallowed.clear()
 
 
 @contextmanager

@@ -28,12 +28,27 @@ if TYPE_CHECKING:
 UNHASHED_TOP = ("tracking", "resume", "monitor")
 # the launcher that gives every job a process of its own
 ISOLATED_LAUNCHER = "hydra/launcher=isolated"
+# Hydra's default sweeper: the grid of the overrides' values, known before the first job
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 def sweep_overrides(config: DictConfig) -> list[str]:
     """What the sweeper expands into jobs: hydra.sweeper.params, then the command line's overrides (which win)."""
     params = config.hydra.sweeper.get("params") or {}
     return [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task]
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
+    """Each job's overrides, in the order the basic sweeper launches them; None under another (it picks as it goes)."""
+    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+        return None
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    overrides = parser.parse_overrides(sweep_overrides(config))
+    return [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
 def config_hash(resolved: dict[str, Any]) -> str:
@@ -137,17 +152,26 @@ class SweepSummary:
     killed: list[str] = field(default_factory=list)
     # the FINISHED runs that skipped jobs found: the comparison shows them, marked reused
     reused_run_ids: list[str] = field(default_factory=list)
+    # the sweep's jobs, started or not (None when its sweeper does not say up front)
+    planned: int | None = None
 
     @property
     def total(self) -> int:
-        """Jobs of the sweep, whatever became of them."""
+        """Jobs of the sweep, whatever became of them, those a stop kept from starting too."""
+        return max(self.planned or 0, self.started)
+
+    @property
+    def started(self) -> int:
+        """Jobs that ran or were skipped: those with a status."""
         return len(self.finished) + len(self.skipped) + len(self.failed) + len(self.killed)
 
     def lines(self) -> list[str]:
         """The summary printed at the end of a sweep."""
         lines = [
             f"sweep: {self.total} job(s): {len(self.finished)} finished, {len(self.skipped)} skipped "
-            f"(already FINISHED), {len(self.failed)} failed" + (f", {len(self.killed)} killed" if self.killed else "")
+            f"(already FINISHED), {len(self.failed)} failed"
+            + (f", {len(self.killed)} killed" if self.killed else "")
+            + (f", {self.total - self.started} not run" if self.total > self.started else "")
         ]
         lines += [f"  skipped: {name}" for name in self.skipped]
         lines += [f"  FAILED:  {name}" for name in self.failed]
@@ -155,15 +179,15 @@ class SweepSummary:
         return lines
 
 
-def summarise_sweep(sweep_dir: Path, sweep_id: str, tracking_uri: str | None) -> SweepSummary:
-    """Read the status of this sweep's jobs; those still RUNNING died, and their runs are marked FAILED."""
-    summary = SweepSummary()
+def summarise_sweep(sweep_dir: Path, sweep_id: str, uri: str | None, planned: int | None = None) -> SweepSummary:
+    """Read the status of this sweep's `planned` jobs; those still RUNNING died, and their runs are marked FAILED."""
+    summary = SweepSummary(planned=planned)
     for path in sorted(sweep_dir.glob(f"*/{STATUS_FILE}"), key=lambda p: p.parent.name):
         job_dir = path.parent
         if (read_status(job_dir) or {}).get("sweep_id") != sweep_id:
             continue
         if (read_status(job_dir) or {}).get("status") == JobStatus.RUNNING:
-            close_dead_job(job_dir, "died without finishing its run (killed, crashed or out of memory)", tracking_uri)
+            close_dead_job(job_dir, "died without finishing its run (killed, crashed or out of memory)", uri)
         status = read_status(job_dir) or {}
         name = f"{job_dir.name} [{status.get('overrides', '')}]"
         if status.get("status") == JobStatus.FINISHED:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner import names
@@ -26,10 +25,9 @@ from runner.execute.rounds import RoundJob, rounds_of, save_rounds, time_rounds
 from runner.execute.workers import prepare_workers
 from runner.job import finished_run_id
 from runner.secrets import redact
-from runner.sweep import config_hash, sweep_overrides
+from runner.sweep import BASIC_SWEEPER, config_hash, sweep_jobs
 
 log = logging.getLogger(__name__)
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 PROCESS_LAUNCHER = "hydra_plugins.runner_launcher.process_launcher.ProcessLauncher"
 # the sweep folder's subfolder where each job finds its rounds, by config hash
 ROUNDS_FOLDER = "rounds"
@@ -37,14 +35,10 @@ ROUNDS_FOLDER = "rounds"
 
 def job_configs(config: DictConfig) -> list[DictConfig]:
     """Each job's composed config, hydra node included, in the order the basic sweeper launches them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
     loader = GlobalHydra.instance().config_loader()
-    overrides = OverridesParser.create(config_loader=loader).parse_overrides(sweep_overrides(config))
-    jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
     configs = []
-    for number, job in enumerate(jobs):
-        job_config = loader.load_sweep_config(config, list(job))
+    for number, job in enumerate(sweep_jobs(config) or []):
+        job_config = loader.load_sweep_config(config, job)
         with open_dict(job_config):
             job_config.hydra.job.id = job_config.hydra.job.num = number
         configs.append(job_config)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.signals import STOP_SIGNALS
 from runner.tracking.run import PARENT_RUN_ENV
 from tests.helpers import RunnerInProcess
 
@@ -39,6 +41,16 @@ def torch_threads() -> Iterator[None]:
     yield
     if torch is not None and threads is not None:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def stop_handlers() -> Iterator[None]:
+    """pytest's own SIGINT and SIGTERM handlers back after each test: a job run in this process installs the runner's,
+    which drop a stop once the job is done (Ctrl-C would no longer stop pytest)."""
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from runner.config import ConfigError, JobInfo, TrackingConfig
 from runner.job.dead import process_alive
 from runner.job.status import STATUS_FILE, SWEEP_ID_ENV, JobStatus, write_status
 from runner.secrets import one_line, redact
-from runner.signals import stop_on_signals
+from runner.signals import ignore_later_stops, stop_on_signals
 
 log = logging.getLogger(__name__)
 # which process works in a job's folder: {"pid", "host"}, created exclusively, removed at its end
@@ -135,7 +135,8 @@ class JobLife:
         except KeyboardInterrupt as stop:
             reason = f"interrupted by {stop}" if str(stop) else "interrupted"
             self.status(status=JobStatus.KILLED, error=reason)
-            log.error("%s: %s stopped; its run is closed KILLED", reason, self.job.run_name)
+            run = f"its run {self.run_id} is closed KILLED" if self.run_id else "it had no run to close"
+            log.error("%s: %s stopped; %s", reason, self.job.run_name, run)
             raise
         except Exception as err:
             self.status(status=JobStatus.FAILED, error=one_line(err))
@@ -180,3 +181,5 @@ class JobLife:
                 run.set_tags({names.TAG_ERROR: one_line(err)})
                 run.log_text(current_traceback(), ERROR_FILE)
                 raise
+            if not self.sweeping:  # all is logged and the run closes FINISHED: a stop now has nothing to stop
+                ignore_later_stops()

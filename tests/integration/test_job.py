@@ -1,16 +1,21 @@
 """A job's folder is its own (a claim another live process holds is refused, a dead one's taken over),
-and a job that died is counted by its sweep as what it was."""
+a job that died is counted by its sweep as what it was, a stopped job says whether it had a run to
+close, and a sweep stopped early counts the jobs it never started."""
 
 from __future__ import annotations
 
 import json
 import platform
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
 
-from runner.config import ConfigError
+from runner import CONF_DIR
+from runner.config import ConfigError, TrackingConfig, register_schemas
 from runner.job import (
     OWNER_FILE,
     STATUS_FILE,
@@ -22,8 +27,9 @@ from runner.job import (
     release_folder,
     write_status,
 )
-from runner.sweep import summarise_sweep
-from tests.helpers import job_for
+from runner.signals import Interrupted
+from runner.sweep import summarise_sweep, sweep_jobs
+from tests.helpers import all_runs, job_for
 
 
 def plant_owner(folder: Path, pid: int) -> None:
@@ -101,3 +107,37 @@ def test_a_job_that_closed_itself_is_left_as_it_said(tmp_path: Path, monkeypatch
     write_status(tmp_path, status="KILLED", sweep_id="this-sweep", error="interrupted by SIGTERM")
     close_dead_job(tmp_path, "stopped with the sweep", None, stopped=True)
     assert read_status(tmp_path)["error"] == "interrupted by SIGTERM"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["before-its-run", "with-its-run"])
+def test_a_stopped_job_says_whether_it_had_a_run_to_close(
+    opened: bool, tmp_path: Path, tracking_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    life = JobLife(job_for(tmp_path))
+    with pytest.raises(Interrupted), life.running():
+        if opened:
+            with life.run(TrackingConfig(uri=tracking_uri)):
+                raise Interrupted(signal.SIGTERM)
+        raise Interrupted(signal.SIGTERM)
+    said = "interrupted by SIGTERM: test_job stopped; "
+    if opened:
+        (run,) = all_runs(tracking_uri)
+        assert run.info.status == "KILLED" and f"{said}its run {run.info.run_id} is closed KILLED" in caplog.text
+    else:
+        assert not all_runs(tracking_uri) and f"{said}it had no run to close" in caplog.text
+
+
+def test_a_sweep_stopped_early_counts_the_jobs_it_never_started(tmp_path: Path) -> None:
+    register_schemas()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        config = compose("config", overrides=["+workload=rmsnorm_naive"], return_hydra_config=True)
+        with open_dict(config):
+            config.hydra.overrides.task = ["+workload=rmsnorm_naive,rmsnorm_builtin", "workload.seed=0,1"]
+        jobs = sweep_jobs(config)
+    assert jobs is not None and len(jobs) == 4
+    write_status(tmp_path / "0_a", status="FINISHED", sweep_id="this-sweep", overrides=" ".join(jobs[0]))
+    write_status(tmp_path / "1_b", status="KILLED", sweep_id="this-sweep", overrides=" ".join(jobs[1]))
+    summary = summarise_sweep(tmp_path, "this-sweep", None, len(jobs))
+    assert (
+        summary.lines()[0] == "sweep: 4 job(s): 1 finished, 0 skipped (already FINISHED), 0 failed, 1 killed, 2 not run"
+    )

@@ -372,7 +372,7 @@ def test_a_signal_leaves_nothing_running(
         (parent,) = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
         assert parent.info.status == "KILLED"
         assert "sweep stopped by a signal: 1 job(s) in flight closed KILLED" in out
-        assert "sweep: 1 job(s): 0 finished, 0 skipped (already FINISHED), 0 failed, 1 killed" in out
+        assert "sweep: 2 job(s): 0 finished, 0 skipped (already FINISHED), 0 failed, 1 killed, 1 not run" in out
 
 
 def test_a_signal_during_the_sweeps_rounds_leaves_nothing_running(tmp_path: Path, tracking_uri: str) -> None:
@@ -391,6 +391,7 @@ def test_a_signal_during_the_sweeps_rounds_leaves_nothing_running(tmp_path: Path
     assert "Traceback" not in err
     (parent,) = all_runs(tracking_uri)  # no job opened a run
     assert parent.info.status == "KILLED" and "sweep stopped by a signal: no job was in flight" in out
+    assert "sweep: 2 job(s): 0 finished, 0 skipped (already FINISHED), 0 failed, 2 not run" in out
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the workers and the fork server go with the sweep
         try:
@@ -399,6 +400,60 @@ def test_a_signal_during_the_sweeps_rounds_leaves_nothing_running(tmp_path: Path
             return
         time.sleep(0.2)
     pytest.fail("a process of the stopped sweep outlived it by 10 s")
+
+
+@pytest.mark.parametrize(
+    ("signum", "launcher", "group"),
+    [
+        pytest.param(signal.SIGTERM, "basic", False, id="basic-SIGTERM"),
+        pytest.param(signal.SIGINT, "isolated", True, id="isolated-ctrl-c"),
+    ],
+)  # fmt: skip
+def test_a_signal_while_the_sweep_compares_its_jobs_closes_the_parent_killed_with_its_comparison_whole(
+    tmp_path: Path, tracking_uri: str, signum: int, launcher: str, group: bool
+) -> None:
+    """The comparison waits (signal_points) with its table logged and its plots not: the stop lands there."""
+    flag = tmp_path / "comparing"
+    pause = "+hydra.callbacks.pause"
+    proc = start("-m", "+workload=rmsnorm_naive", "workload.seed=0,1", *TINY, f"hydra/launcher={launcher}",
+                 f"{pause}._target_=tests.helpers.signal_points.PauseInComparison", f"{pause}.flag={flag}",
+                 f"hydra.sweep.dir={tmp_path}/sweep")  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    paused = flag.exists()
+    os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
+    flag.unlink(missing_ok=True)  # the comparison goes on once the stop is in
+    out, err = ended(proc)
+    assert paused, err[-3000:]
+    assert proc.returncode == 128 + signum, err[-3000:]
+    assert "Traceback" not in err
+    runs = all_runs(tracking_uri)
+    (parent,) = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
+    assert parent.info.status == "KILLED"
+    assert sorted(r.info.status for r in runs if r is not parent) == ["FINISHED", "FINISHED"]
+    said = "sweep stopped by a signal: no job was in flight, every job had ended"
+    assert said in out
+    client = mlflow.MlflowClient(tracking_uri)
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    logged |= {a.path for a in client.list_artifacts(parent.info.run_id, names.PLOTS_FOLDER)}
+    plots = [names.STEP_TIME_PLOT_FILE, names.OP_BREAKDOWN_PLOT_FILE, names.ROOFLINE_PLOT_FILE]
+    assert {names.COMPARISON_FILE, names.COMPARISON_TEXT_FILE, *(f"{names.PLOTS_FOLDER}/{p}" for p in plots)} <= logged
+    summary = client.download_artifacts(parent.info.run_id, names.SWEEP_SUMMARY_FILE, str(tmp_path))
+    assert Path(summary).read_text().startswith(said)
+
+
+def test_a_signal_after_a_single_run_finished_leaves_it_finished_and_exits_0(tmp_path: Path, tracking_uri: str) -> None:
+    """The job's process signals itself once its job has returned (signal_points): nothing is left to stop."""
+    late = "+hydra.callbacks.late"
+    done = subprocess.run([sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY,
+                           f"{late}._target_=tests.helpers.signal_points.SignalAfterJob",
+                           f"{late}.signum={int(signal.SIGINT)}", f"hydra.run.dir={tmp_path}/run"],
+                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = all_runs(tracking_uri)
+    assert run.info.status == "FINISHED"
+    assert json.loads((tmp_path / "run" / "job_status.json").read_text())["status"] == "FINISHED"
 
 
 def test_a_killed_single_run_is_closed_by_the_next_run_of_its_configuration(tmp_path: Path, tracking_uri: str) -> None:
