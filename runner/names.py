@@ -119,8 +119,11 @@ TAG_OUTPUT_FINITE = "runner.output_finite"
 
 # --- tags: the sweep's parent run ---
 TAG_SWEEP = "runner.sweep"
-# what a run records: "doctor" for a host check (python -m runner.doctor); unset for jobs
+# what a run records: a job, a sweep's parent, a host check (python -m runner.doctor), or a history
+# (KIND_HISTORY); runs logged before the tag are jobs and sweep parents, told apart by runner.sweep
 TAG_KIND = "runner.kind"
+KIND_JOB = "job"
+KIND_SWEEP = "sweep"
 KIND_DOCTOR = "doctor"
 # per probe: PASS, FAIL or UNKNOWN
 TAG_DOCTOR_PREFIX = "doctor."

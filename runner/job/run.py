@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from runner import names
 from runner.config import TrackingConfig
 from runner.job.status import JobStatus
 from runner.tracking.run import PARENT_RUN_ENV, MlflowRun, NullRun, ensure_experiment, mlflow_write
@@ -28,7 +29,8 @@ def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
 
     experiment_id = ensure_experiment(tracking)
     parent = os.environ.get(PARENT_RUN_ENV) or None
-    active = mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent))
+    tags = {names.TAG_KIND: names.KIND_JOB}
+    active = mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent, tags=tags))
     try:
         yield MlflowRun(active.info.run_id, experiment_id, tracking)
     except KeyboardInterrupt:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside

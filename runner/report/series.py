@@ -85,7 +85,7 @@ def job_runs(client: MlflowClient, experiment_id: str, key: str) -> list[Run]:
         run
         for run in runs
         if run.data.tags.get(names.TAG_SWEEP) != "true"
-        and names.TAG_KIND not in run.data.tags
+        and run.data.tags.get(names.TAG_KIND, names.KIND_JOB) == names.KIND_JOB
         and names.TAG_CONFIG_HASH in run.data.tags
         and metric(run, key) is not None
     ]

@@ -44,6 +44,7 @@ def test_run_lands_with_params_tags_metrics_and_artifacts(tmp_path: Path) -> Non
     assert run.data.params["schedule.wait"] == "2"
     assert run.data.tags[names.TAG_BACKEND] == "cpu"
     assert run.data.tags[names.TAG_WORKLOAD] == "rmsnorm_naive"
+    assert run.data.tags[names.TAG_KIND] == names.KIND_JOB
     assert run.data.tags["runner.version.torch"]
     assert run.data.tags[names.TAG_TOP_OP].startswith("aten::")
     assert run.data.metrics[names.PROFILED_STEP_MS] == pytest.approx(metrics[names.PROFILED_STEP_MS])

@@ -3,6 +3,7 @@ refusals of bad input, run in the pytest process (`runner_in_process`) where onl
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from contextlib import suppress
@@ -61,13 +62,20 @@ def test_the_fork_server_starts_with_the_first_worker(
 def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None:
     # in a sweep over workloads, workload keys need ++ (the sweep's base config has no workload)
     small = [f"++{o}" for o in SMALL]
-    done = runner("-m", "+workload=rmsnorm_naive,rmsnorm_builtin", "backend=cpu", f"hydra.sweep.dir={tmp_path}", *small)
+    relative = os.path.relpath(tmp_path, REPO)  # the sweep runs in REPO
+    done = runner("-m", "+workload=rmsnorm_naive,rmsnorm_builtin", "backend=cpu", f"hydra.sweep.dir={relative}", *small)
     assert done.returncode == 0, done.stderr
     runs = all_runs(tracking_uri)
     parents = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) == "true"]
     children = [r for r in runs if r not in parents]
     assert len(parents) == 1 and len(children) == 2
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert [parents[0].data.tags[names.TAG_KIND]] + [r.data.tags[names.TAG_KIND] for r in children] == [
+        names.KIND_SWEEP, names.KIND_JOB, names.KIND_JOB
+    ]  # fmt: skip
+    # the parent's folder is absolute, as its jobs' are
+    assert parents[0].data.tags[names.TAG_SWEEP_DIR] == str(tmp_path.resolve())
+    assert all(Path(r.data.tags[names.TAG_OUTPUT_DIR]).parent == tmp_path.resolve() for r in children)
     assert {r.info.run_name.split()[0] for r in children} == {"rmsnorm_naive", "rmsnorm_builtin"}
     assert all(r.info.status == "FINISHED" for r in runs)
 

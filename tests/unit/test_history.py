@@ -46,6 +46,7 @@ class Store:
         self.count += 1
         start = START + 3_600_000 * (self.count if hour is None else hour)
         tags = {
+            names.TAG_KIND: names.KIND_JOB,
             names.TAG_CONFIG_HASH: config_hash,
             names.TAG_GIT_COMMIT: commit,
             names.TAG_WORKLOAD: "rmsnorm_naive",
@@ -113,6 +114,18 @@ def test_series_in_time_order_with_intervals(store: Store, capsys: pytest.Captur
     low, high = points[0]["interval"]
     assert low < 1.1 < high and points[1]["interval"] is None  # one process: no interval
     assert [c["config_hash"] for c in report["configurations"]] == ["cfg-a"]
+
+
+def test_job_runs_count_with_or_without_their_kind_tag_and_runs_of_other_kinds_do_not(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tagged = store.run(1.0, "c00")
+    older = store.run(1.1, "c01")
+    store.client.delete_tag(older, names.TAG_KIND)  # logged before job runs had the tag
+    doctor = store.run(9.0, "c02")
+    store.client.set_tag(doctor, names.TAG_KIND, names.KIND_DOCTOR)
+    code, report, _ = run_history(capsys, "--config", "cfg-a")
+    assert code == 0 and [p["run_id"] for p in configuration(report)["points"]] == [tagged, older]
 
 
 def test_a_sweep_selects_its_configurations_whole_history(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
