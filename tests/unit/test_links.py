@@ -23,6 +23,7 @@ from runner.tracking.links import (
     swept_columns,
     ui_for,
 )
+from tests.helpers import REPO
 
 
 @pytest.mark.parametrize(
@@ -165,3 +166,25 @@ def test_a_swept_group_shows_its_params_that_differ() -> None:
     stable = run({"measure.steps": "200", "measure.repeats": "1", "workload._option_": "b", "workload.hidden": "32"})
     columns = swept_columns(["measure", "workload", "workload.hidden"], [quick, stable])
     assert columns == ["params.`measure.steps`", f"params.`{names.PARAM_WORKLOAD_OPTION}`", "params.`workload.hidden`"]
+
+
+def test_the_filter_the_docs_show_for_slash_named_metrics_finds_the_runs_it_says(tracking_uri: str) -> None:
+    (search,) = [
+        line for line in (REPO / "docs" / "comparing.md").read_text().splitlines() if line.startswith("metrics.")
+    ]
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("search")
+    runs = {}
+    for name, kind, option, median in [
+        ("fast job", names.KIND_JOB, "rmsnorm_naive", 0.5),
+        ("slow job", names.KIND_JOB, "rmsnorm_naive", 2.0),
+        ("other workload", names.KIND_JOB, "rmsnorm_builtin", 0.5),
+        ("a history", names.KIND_HISTORY, "rmsnorm_naive", 0.5),
+    ]:
+        run_id = client.create_run(experiment, run_name=name, tags={names.TAG_KIND: kind}).info.run_id
+        client.log_param(run_id, names.PARAM_WORKLOAD_OPTION, option)
+        client.log_metric(run_id, names.STEP_MEDIAN_MS, median)
+        runs[name] = run_id
+    assert [run.info.run_id for run in client.search_runs([experiment], search)] == [runs["fast job"]]
+    with pytest.raises(MlflowException, match="Invalid comparison clause"):  # what the docs say a bare name gets
+        client.search_runs([experiment], search.replace(f"`{names.STEP_MEDIAN_MS}`", names.STEP_MEDIAN_MS))
