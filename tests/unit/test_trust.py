@@ -406,12 +406,15 @@ def rounds_of(rounds_id: str) -> dict[str, str]:
     ],
 )  # fmt: skip
 def test_gate_and_compare_pair_runs_timed_in_the_same_rounds(
-    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str], job_rounds: str, code: int, verdict: str,
-    test: str,
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str], tmp_path: Path, job_rounds: str, code: int,
+    verdict: str, test: str,
 ) -> None:  # fmt: skip
     """A slow stretch both runs shared in rounds 2 and 4 cancels round by round; unpaired it hides the 10%."""
+    client.create_experiment("runner", artifact_location=str(tmp_path / "artifacts"))
     base = synthetic_run(client, SHARED_MODE_BASE, "base", tags=rounds_of("sweep-1"))
     job = synthetic_run(client, SHARED_MODE_NEW, "new", tags=rounds_of(job_rounds))
+    for run_id in (base, job):  # compare diffs their ops, as it would two finished jobs'
+        log_op_table(client, run_id)
     exit_code, (row,), _ = run_gate(capsys, "--runs", job, "--baseline", base, "--fail-above", "5")
     assert (exit_code, row["test"]) == (code, test) and row["verdict"].startswith(verdict), row
     assert compare.main(["--runs", base, job, "--format", "json"]) == 0
