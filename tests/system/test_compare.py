@@ -178,3 +178,32 @@ def test_printed_links_open_the_sweeps_runs_in_a_real_browser(study: Study, ui: 
     shot = tmp_path / "runs_table.png"
     chromium(runs_table, f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (installed by .ci/run)")
+def test_the_links_of_runs_of_two_experiments_show_both_runs_in_a_real_browser(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    table = {"columns": [names.OP_NAME, names.OP_CALLS_PER_STEP, names.OP_SELF_CPU_MS], "data": [["aten::mul", 1, 0.5]]}
+    run_ids = {}
+    for experiment, name in (("runner", "run_in_runner"), ("elsewhere", "run_elsewhere")):
+        experiment_id = client.create_experiment(experiment, artifact_location=str(tmp_path / experiment))
+        run_id = client.create_run(experiment_id, run_name=name).info.run_id
+        client.log_metric(run_id, names.STEP_MEDIAN_MS, 0.5)
+        client.log_dict(run_id, table, names.OP_TABLE_FILE)
+        client.set_terminated(run_id)
+        run_ids[name] = run_id
+    compare = [sys.executable, "-m", "runner.compare", "--runs", *run_ids.values()]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    done = subprocess.run(compare, cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    links = printed_links(done.stdout)
+    with serve_mlflow(tracking_uri, tmp_path / "artifacts") as served:
+        table_page = page_text(chromium(links[names.TAG_UI_RUNS_TABLE].replace(LOCAL_UI, served), "--dump-dom"))
+        assert all(name in table_page for name in run_ids) and " 2 matching runs" in table_page
+        assert names.STEP_MEDIAN_MS in table_page  # the shared view's columns
+        compare_page = page_text(chromium(links[names.TAG_UI_COMPARE].replace(LOCAL_UI, served), "--dump-dom"))
+        assert all(name in compare_page for name in run_ids) and "not found" not in compare_page.lower()
