@@ -2,80 +2,128 @@
 
 `hydra/launcher=isolated` runs jobs one after another, each in its own process; a job that
 segfaults, aborts, is killed or runs past `timeout_s` fails alone. `hydra/launcher=parallel`
-runs several at once, each in the share of the machine its backend plans (`Backend.plan_slots`:
-its own NeuronCores, its own GPU, or its share of CPU threads), given to it through
-environment variables; no job's config is rewritten. Processes are started with `spawn`: the
-Neuron runtime refuses children forked after it started. The child gets its Hydra state as
-the submitit plugin hands it over (the Singleton state and the HydraContext). Hydra requires
-launchers to live in the `hydra_plugins` package.
+runs several at once. Processes are started with `spawn`: the Neuron runtime refuses children
+forked after it started. The child gets the task function and its Hydra state as the submitit
+plugin hands them over (cloudpickle: Hydra's resolvers, closures and callable objects travel),
+runs the job with Hydra's `run_job`, and sends back the JobReturn whole, pickled. Any Hydra app
+can use both launchers (their configs are registered in Hydra's ConfigStore when Hydra loads
+this plugin). In the runner's own sweep, each parallel job runs in the share of the machine its
+backend plans (`Backend.plan_slots`: its own NeuronCores, its own GPU, or its share of CPU
+threads), given to it through environment variables; no job's config is rewritten. Hydra
+requires launchers to live in the `hydra_plugins` package.
 """
 
+import copy
 import importlib
-import json
 import logging
 import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
-
-if TYPE_CHECKING:
-    from runner.backends.base import Slot
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 log = logging.getLogger(__name__)
-RESULT_FILE = ".launcher_result.json"
 POLL_S = 0.2
 # seconds a stopped job gets to close its run before it is killed
 STOP_GRACE_S = 30
+# a share of the machine: its name, and the environment variables its job starts with
+Slot = tuple[str, dict[str, str]]
 
 
-class JobFailed(RuntimeError):
-    """A job raised outside the task function's own handling (Hydra reported it as failed)."""
+@dataclass
+class IsolatedLauncherConf:
+    """`hydra/launcher=isolated`: one fresh process per job, one job at a time.
 
-
-def importable_name(function: TaskFunction) -> tuple[str, str]:
-    """Module and name to import the task function by in a spawned process.
-
-    `python -m runner` runs runner/__main__.py as `__main__`, which spawn does not re-import
-    in the child, so the function is looked up under its real module name there.
+    A crash, abort, kill or timeout fails only that job. In the runner, each job sees the
+    machine as a single run would (backend.cores as given):
+    python -m runner -m +experiment=rmsnorm_comparison hydra/launcher=isolated
     """
-    module = function.__module__
-    spec = getattr(sys.modules.get(module), "__spec__", None)
-    if module == "__main__" and spec is not None:
-        module = spec.name
-    return module, function.__qualname__
+
+    _target_: str = "hydra_plugins.runner_launcher.process_launcher.ProcessLauncher"
+    # jobs at a time
+    jobs: int = 1
+    # seconds before a job is killed; 0 = no limit
+    timeout_s: int = 3600
 
 
-def _child(task: tuple[str, str], hydra_state: bytes, env: dict[str, str], result: str) -> None:
-    """Entry point of a job's process: run the job as Hydra would and leave its result."""
+@dataclass
+class ParallelLauncherConf(IsolatedLauncherConf):
+    """`hydra/launcher=parallel`: several jobs at once, each in a fresh process.
+
+    In the runner's sweep each job gets its own share of the machine, planned by the backend the
+    sweep runs on (backend=auto resolves as a job would) and given to the job through its
+    environment: on Trainium cores_per_job contiguous NeuronCores each (NEURON_RT_VISIBLE_CORES),
+    out of cores; on CUDA one GPU each (CUDA_VISIBLE_DEVICES); on the CPU cpu_count / jobs threads each:
+    python -m runner -m +experiment=rmsnorm_comparison hydra/launcher=parallel hydra.launcher.jobs=3
+    python -m runner -m ... hydra/launcher=parallel hydra.launcher.cores=0-31   # trn1.32xlarge: 32 jobs at once
+    """
+
+    # jobs at a time; 0 = one per NeuronCore group or GPU, or one per CPU core
+    jobs: int = 0
+    # NeuronCores the jobs share, e.g. 0-31 or 0-7,16-23; null: every visible core
+    cores: str | None = None
+    # contiguous NeuronCores each job owns
+    cores_per_job: int = 1
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="isolated", node=IsolatedLauncherConf, provider="runner")
+ConfigStore.instance().store(group="hydra/launcher", name="parallel", node=ParallelLauncherConf, provider="runner")
+
+
+class JobDied(RuntimeError):
+    """A job whose process ended without a result: a signal, an exit, the per-job timeout, or its sweep's stop."""
+
+
+def portable(function: TaskFunction) -> TaskFunction | tuple[str, str]:
+    """The task function as a spawned child gets it: itself, or where to import it from.
+
+    A function of the `__main__` of `python -m package` (the runner's) is imported by its module
+    name: spawn does not run such a module again in the child, and cloudpickle would copy the
+    function without what its module sets up when imported (the runner's output redaction).
+    """
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    name = getattr(function, "__name__", "")
+    if spec is not None and getattr(main, name, None) is function:
+        return spec.name, name
+    return function
+
+
+def _child(payload: bytes, env: dict[str, str], result: str) -> None:
+    """Entry point of a job's process: run the job as Hydra would and leave its JobReturn, pickled."""
     import cloudpickle
 
+    from runner.signals import exit_code_of
+
     os.environ.update(env)
-    task_function = getattr(importlib.import_module(task[0]), task[1])
-    hydra_context, singleton_state, config = cloudpickle.loads(hydra_state)
+    task, hydra_context, singleton_state, config = cloudpickle.loads(payload)
     Singleton.set_state(singleton_state)
     setup_globals()
+    task_function = getattr(importlib.import_module(task[0]), task[1]) if isinstance(task, tuple) else task
     try:
         ret = run_job(task_function, config, "hydra.sweep.dir", "hydra.sweep.subdir", hydra_context=hydra_context)
     except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: the job closed its run KILLED; exit quietly
-        from runner.signals import exit_code_of
-
         sys.exit(exit_code_of(stop))
     try:
-        value, completed = ret.return_value, True
-    except Exception as err:  # return_value re-raises what the job raised
-        value, completed = repr(err), False
-    Path(result).write_text(json.dumps({"completed": completed, "value": value}))
+        pickled = cloudpickle.dumps(ret)
+    except Exception as err:  # what the job returned or raised cannot leave its process
+        what = type(ret._return_value).__name__
+        ret.status, ret.return_value = JobStatus.FAILED, JobDied(f"its result (a {what}) cannot be pickled: {err}")
+        pickled = cloudpickle.dumps(ret)
+    Path(result).write_bytes(pickled)
 
 
 class ProcessLauncher(Launcher):
@@ -84,31 +132,40 @@ class ProcessLauncher(Launcher):
     def __init__(self, jobs: int = 1, timeout_s: int = 0, cores: str | None = None, cores_per_job: int = 1) -> None:
         self.jobs = jobs
         self.timeout_s = timeout_s
-        self.cores = None if cores is None else str(cores)
+        self.cores = cores
         self.cores_per_job = cores_per_job
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
+        # whether the runner's sweep callback runs this sweep (the launcher then plans its slots
+        # by the runner's backend, and records a dead job in that sweep's summary)
+        self.runner_sweep = False
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """Keep what launch() needs."""
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
-    def _slots(self) -> list["Slot"]:
-        """Ask the backend the sweep runs on (auto resolved as a job would) how to share the machine."""
+    def _slots(self) -> list[Slot]:
+        """The runner's: the sweep's backend (auto resolved as a job would) shares the machine; else `jobs` slots."""
+        if not self.runner_sweep:
+            return [("a process of its own", {})] * (self.jobs or os.cpu_count() or 1)
         assert self.config is not None
         from runner.backends.registry import launcher_slots
         from runner.callbacks import UsageError
         from runner.config import ConfigError
 
         try:
-            return launcher_slots(self.config.backend, self.jobs, self.cores, self.cores_per_job)
+            slots = launcher_slots(self.config.backend, self.jobs, self.cores, self.cores_per_job)
         except ConfigError as err:
             raise UsageError(str(err)) from None
+        return [(slot.name, dict(slot.env)) for slot in slots]
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs, at most one per slot at a time, and return one JobReturn each."""
         assert self.config is not None
+        from runner.job import SWEEP_ID_ENV
+
+        self.runner_sweep = SWEEP_ID_ENV in os.environ
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -117,40 +174,38 @@ class ProcessLauncher(Launcher):
         pending = list(enumerate(job_overrides, start=initial_job_idx))
         running: dict[int, tuple[Any, Slot, DictConfig, float]] = {}
         results: dict[int, JobReturn] = {}
-        try:
-            self._run_all(pending, running, free, results)
-        except KeyboardInterrupt:
-            self._stop(running, results)
-            raise
+        with tempfile.TemporaryDirectory(prefix="hydra_launcher_") as folder:
+            try:
+                self._run_all(pending, running, free, results, Path(folder))
+            except KeyboardInterrupt:
+                self._stop(running, results, Path(folder))
+                raise
         return [results[idx] for idx in sorted(results)]
 
     def _run_all(
         self,
         pending: list[tuple[int, Sequence[str]]],
-        running: dict[int, tuple[Any, "Slot", DictConfig, float]],
-        free: list["Slot"],
+        running: dict[int, tuple[Any, Slot, DictConfig, float]],
+        free: list[Slot],
         results: dict[int, JobReturn],
+        folder: Path,
     ) -> None:
-        """Start jobs as slots free up until every job has a result."""
+        """Start jobs as slots free up until every job has a result (a JobReturn pickled in `folder`)."""
         assert self.hydra_context is not None and self.task_function is not None
         import cloudpickle
 
         from runner.signals import raise_if_stopped
 
         spawn = multiprocessing.get_context("spawn")
+        task = portable(self.task_function)
         while pending or running:
             while pending and free:
                 idx, overrides = pending.pop(0)
                 slot = free.pop(0)
                 config = self._job_config(idx, list(overrides))
-                log.info("\t#%d : %s  [%s]", idx, " ".join(filter_overrides(overrides)), slot.name)
-                result = self._job_dir(config) / RESULT_FILE
-                result.unlink(missing_ok=True)
-                # cloudpickle, as the submitit plugin hands its jobs their Hydra state (Hydra's
-                # resolvers are closures, which the standard pickle refuses)
-                state = cloudpickle.dumps((self.hydra_context, Singleton.get_state(), config))
-                args = (importable_name(self.task_function), state, dict(slot.env), str(result))
-                process = spawn.Process(target=_child, args=args)
+                log.info("\t#%d : %s  [%s]", idx, " ".join(filter_overrides(overrides)), slot[0])
+                state = cloudpickle.dumps((task, self.hydra_context, Singleton.get_state(), config))
+                process = spawn.Process(target=_child, args=(state, slot[1], str(folder / str(idx))))
                 process.start()
                 running[idx] = (process, slot, config, time.monotonic())
             time.sleep(POLL_S)
@@ -162,11 +217,13 @@ class ProcessLauncher(Launcher):
                 if process.is_alive():
                     continue
                 process.join()
-                results[idx] = self._collect(config, process.exitcode, bool(timed_out))
+                results[idx] = self._collect(folder / str(idx), config, process.exitcode, bool(timed_out))
                 free.append(slot)
                 del running[idx]
 
-    def _stop(self, running: dict[int, tuple[Any, "Slot", DictConfig, float]], results: dict[int, JobReturn]) -> None:
+    def _stop(
+        self, running: dict[int, tuple[Any, Slot, DictConfig, float]], results: dict[int, JobReturn], folder: Path
+    ) -> None:
         """The sweep was stopped: ask running jobs to stop (SIGTERM), wait for them to close their runs."""
         for process, *_ in running.values():
             process.terminate()
@@ -175,7 +232,7 @@ class ProcessLauncher(Launcher):
             if process.is_alive():
                 process.kill()
                 process.join()
-            results[idx] = self._collect(config, process.exitcode, False, stopped=True)
+            results[idx] = self._collect(folder / str(idx), config, process.exitcode, False, stopped=True)
 
     def _job_config(self, idx: int, overrides: list[str]) -> DictConfig:
         assert self.config is not None and self.hydra_context is not None
@@ -185,22 +242,14 @@ class ProcessLauncher(Launcher):
             config.hydra.job.num = idx
         return config
 
-    @staticmethod
-    def _job_dir(config: DictConfig) -> Path:
-        HydraConfig.instance().set_config(config)
-        return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+    def _collect(
+        self, result: Path, config: DictConfig, exitcode: int | None, timed_out: bool, stopped: bool = False
+    ) -> JobReturn:
+        """The job's own JobReturn, or for a job that left none one that says why (see `_died`)."""
+        import cloudpickle
 
-    def _collect(self, config: DictConfig, exitcode: int | None, timed_out: bool, stopped: bool = False) -> JobReturn:
-        """Turn a finished process into a JobReturn; mark the run of a dead job FAILED (KILLED if `stopped`) now."""
-        from runner.job import NO_RESULT, close_dead_job
-
-        job_dir = self._job_dir(config)
-        ret = JobReturn(overrides=list(config.hydra.overrides.task), cfg=config, working_dir=str(job_dir))
-        result = job_dir / RESULT_FILE
         if result.is_file() and not timed_out:
-            outcome = json.loads(result.read_text())
-            ret.status = JobStatus.COMPLETED if outcome["completed"] else JobStatus.FAILED
-            ret.return_value = outcome["value"] if outcome["completed"] else JobFailed(outcome["value"])
+            ret: JobReturn = cloudpickle.loads(result.read_bytes())
             return ret
         if stopped:
             reason = "stopped with the sweep"
@@ -210,11 +259,34 @@ class ProcessLauncher(Launcher):
             reason = f"died from signal {signal.Signals(-exitcode).name}"
         else:
             reason = f"exited with code {exitcode} without a result"
+        return self._died(config, reason, stopped)
+
+    def _died(self, config: DictConfig, reason: str, stopped: bool) -> JobReturn:
+        """The JobReturn of a job whose process died: FAILED, with `reason` as its error.
+
+        In the runner's sweep the job's run is marked FAILED (KILLED if `stopped`) now, and the
+        JobReturn is a NaN result, as for a job that raised: the sweep goes on to its summary,
+        which exits non-zero (a FAILED JobReturn would stop Hydra before that summary).
+        """
+        HydraConfig.instance().set_config(config)
+        job_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
         log.error("job %s %s", job_dir.name, reason)
-        uri = OmegaConf.select(config, "tracking.uri") if OmegaConf.select(config, "tracking.enabled") else None
-        close_dead_job(job_dir, reason, uri, stopped, " ".join(config.hydra.overrides.task))
-        # Like a job that raised: recorded as failed, and the sweep goes on to its summary,
-        # which exits non-zero. (A FAILED JobReturn would stop Hydra before that summary.)
-        ret.status = JobStatus.COMPLETED
-        ret.return_value = NO_RESULT
+        task_cfg = copy.deepcopy(config)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        ret = JobReturn(
+            overrides=list(config.hydra.overrides.task),
+            cfg=task_cfg,
+            hydra_cfg=OmegaConf.masked_copy(config, "hydra"),
+            working_dir=str(job_dir),
+            task_name=config.hydra.job.name,
+            status=JobStatus.FAILED,
+            _return_value=JobDied(f"job {job_dir.name} {reason}"),
+        )
+        if self.runner_sweep:
+            from runner.job import NO_RESULT, close_dead_job
+
+            uri = OmegaConf.select(config, "tracking.uri") if OmegaConf.select(config, "tracking.enabled") else None
+            close_dead_job(job_dir, reason, uri, stopped, " ".join(config.hydra.overrides.task))
+            ret.status, ret.return_value = JobStatus.COMPLETED, NO_RESULT
         return ret
