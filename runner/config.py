@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -549,6 +550,18 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
     )
 
 
+def device_dtype(backend: str) -> str:
+    """The dtype a study computes in on `backend.name`: bfloat16 on Neuron, float32 elsewhere.
+
+    A choice, not a rule of the device: the NeuronCore's Tensor Engine quotes its peak for
+    BF16/FP16/TF32, not FP32 (the SDK's about-neuron/arch/neuron-hardware/neuron-core-v3.rst). `auto`
+    counts as Neuron where torch_neuronx is installed (auto tries Neuron first), found without importing it.
+    """
+    if backend == "auto":
+        backend = "neuron" if importlib.util.find_spec("torch_neuronx") else "cpu"
+    return "bfloat16" if backend == "neuron" else "float32"
+
+
 def register_schemas() -> None:
     """Register the group schemas as top-level configs (`schema_<group>`) and the `runner.pid` resolver.
 
@@ -557,6 +570,8 @@ def register_schemas() -> None:
     """
     # the process id that names a job's default folder; cached, so a sweep's jobs share their parent's
     OmegaConf.register_new_resolver("runner.pid", os.getpid, use_cache=True, replace=True)
+    # ${runner.device_dtype:${backend.name}}: a study's dtype for the device it runs on
+    OmegaConf.register_new_resolver("runner.device_dtype", device_dtype, replace=True)
     store = ConfigStore.instance()
     for group, schema in SCHEMAS.items():
         store.store(name=f"schema_{group}", node=schema)
