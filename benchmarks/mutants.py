@@ -112,6 +112,39 @@ MUTANTS = [
            "return cls.default_processes if requested is None else requested", "return cls.default_processes",
            ("tests/integration/test_measure.py::test_instability_advice_is_what_the_runner_accepts",),
            "measure.processes=N is ignored: the rerun the advice names times as few processes as before"),
+    Mutant("token-not-masked", "runner/secrets.py", "pwd|token|secret", "pwd|secret",
+           ("tests/unit/test_secrets.py::test_credentials_are_masked",), "?token=... and token: ... are shown"),
+    Mutant("flag-value-not-masked", "runner/secrets.py", r"|(?(flag)\s+(?!-)|(?!)))(?P<value>", r")(?P<value>",
+           ("tests/unit/test_secrets.py::test_credentials_are_masked",), "--token abc is shown"),
+    Mutant("hydra-escaped-not-masked", "runner/secrets.py", r"\s*\\?[=:]", r"\s*[=:]",
+           ("tests/unit/test_secrets.py::test_a_sweeps_job_overrides_are_masked_as_hydra_writes_them",),
+           "a sweep's job override ?token\\=abc, as Hydra escapes it, is shown"),
+    Mutant("non-finite-in-lists", "runner/config.py",
+           '''    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_non_finite(item, f"{key}[{index}]")
+''', "", ("tests/unit/test_config.py::test_non_finite_numbers_inside_lists_name_their_place",),
+           "inf and nan inside a list (workload.shapes=[[4,inf]]) pass validation"),
+    Mutant("duration-unbounded", "runner/config.py", "value is not None and value > DAY_S", "False",
+           ("tests/unit/test_config.py::test_a_duration_takes_up_to_a_day_and_more_is_refused_naming_the_key",),
+           "measure.warmup_s=1e308 is accepted and warms up for ever"),
+    Mutant("other-host-claim-free", "runner/job/life.py", 'if owner.get("host") != platform.node():',
+           'if owner.get("host") == platform.node():',
+           ("tests/integration/test_job.py::test_a_claim_from_another_host_is_held_though_its_pid_is_free_here",),
+           "a folder claimed by a live job on another host is taken as free"),
+    Mutant("op-table-shortest-first", "runner/measure/optable.py",
+           "rows.sort(key=lambda row: row[time_key], reverse=True)", "rows.sort(key=lambda row: row[time_key])",
+           ("tests/unit/test_op_table.py::test_ops_run_longest_self_time_first",),
+           "the op table no longer lists the longest ops first"),
+    Mutant("profiled-step-total-not-mean", "runner/measure/optable.py",
+           "metrics[names.PROFILED_STEP_MS] = step_ms / sum(r[names.OP_CALLS] for r in steps)",
+           "metrics[names.PROFILED_STEP_MS] = step_ms",
+           ("tests/integration/test_profiling.py::"
+            "test_the_profiled_step_is_the_mean_of_every_recorded_step_and_ops_run_longest_first",),
+           "time/profiled_step_ms with several profiled steps is their sum, not one step"),
+    Mutant("locked-store-not-retried", "runner/tracking/run.py", "LOCKED_RETRIES = 12", "LOCKED_RETRIES = 1",
+           ("tests/unit/test_job_status.py::test_a_dead_jobs_run_is_closed_through_a_locked_store",),
+           "a run is not closed when a second connection holds the SQLite store locked"),
 ]  # fmt: skip
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE"]
 # pytest's exit statuses: tests failed, or collection failed (the mutant broke an import)
@@ -190,7 +223,7 @@ def selected(only: list[str] | None) -> list[Mutant]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", metavar="ID", help="run this mutant only (repeatable)")
+    parser.add_argument("--only", nargs="+", metavar="ID", help="run only these mutants")
     mutants = selected(parser.parse_args(argv).only)
     with tempfile.TemporaryDirectory(prefix="mutants-") as folder:
         base = copy_project(Path(folder) / "tree", ("tests", "benchmarks"))
