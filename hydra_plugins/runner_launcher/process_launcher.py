@@ -13,7 +13,6 @@ threads), given to it through environment variables; no job's config is rewritte
 requires launchers to live in the `hydra_plugins` package.
 """
 
-import copy
 import importlib
 import logging
 import multiprocessing
@@ -33,7 +32,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2
@@ -271,22 +270,11 @@ class ProcessLauncher(Launcher):
         HydraConfig.instance().set_config(config)
         job_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
         log.error("job %s %s", job_dir.name, reason)
-        task_cfg = copy.deepcopy(config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        ret = JobReturn(
-            overrides=list(config.hydra.overrides.task),
-            cfg=task_cfg,
-            hydra_cfg=OmegaConf.masked_copy(config, "hydra"),
-            working_dir=str(job_dir),
-            task_name=config.hydra.job.name,
-            status=JobStatus.FAILED,
-            _return_value=JobDied(f"job {job_dir.name} {reason}"),
-        )
-        if self.runner_sweep:
-            from runner.job import NO_RESULT, close_dead_job
+        overrides = list(config.hydra.overrides.task)
+        if not self.runner_sweep:
+            return JobReturn(overrides, status=JobStatus.FAILED, _return_value=JobDied(f"job {job_dir.name} {reason}"))
+        from runner.job import NO_RESULT, close_dead_job
 
-            uri = OmegaConf.select(config, "tracking.uri") if OmegaConf.select(config, "tracking.enabled") else None
-            close_dead_job(job_dir, reason, uri, stopped, " ".join(config.hydra.overrides.task))
-            ret.status, ret.return_value = JobStatus.COMPLETED, NO_RESULT
-        return ret
+        uri = OmegaConf.select(config, "tracking.uri") if OmegaConf.select(config, "tracking.enabled") else None
+        close_dead_job(job_dir, reason, uri, stopped, " ".join(overrides))
+        return JobReturn(overrides, status=JobStatus.COMPLETED, _return_value=NO_RESULT)

@@ -99,18 +99,19 @@ def test_a_value_that_cannot_be_pickled_fails_its_job_saying_so(
     assert is_job_died(failed.value)
 
 
-def die(how: str, marker: Path) -> Any:
-    """A task function whose job a=0 ends its process `how`; job a=1 leaves `marker` and returns 1."""
+def die(how: str, folder: Path) -> Any:
+    """A task function whose job a=0 ends its process `how` (or leaves `woke` after 2 minutes); job a=1 leaves `ran`."""
 
     def task(cfg: DictConfig) -> Any:
         if cfg.a == 1:
-            marker.touch()
+            (folder / "ran").touch()
             return 1
         if how == "segfault":
             os.kill(os.getpid(), signal.SIGSEGV)
         if how == "exit":
             os._exit(3)
         time.sleep(120)
+        (folder / "woke").touch()
 
     return task
 
@@ -125,14 +126,15 @@ def die(how: str, marker: Path) -> Any:
     ],
 )
 def test_a_job_that_dies_hard_fails_alone_and_says_why(
-    hydra_sweep_runner: TSweepRunner, tmp_path: Path, how: str, reason: str
+    hydra_sweep_runner: TSweepRunner, tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str, reason: str
 ) -> None:
-    marker = tmp_path / "second_job_ran"
-    task = die(how, marker)
+    task = die(how, tmp_path)
     with (
         pytest.raises(RuntimeError, match=f"^job 0 {reason}$") as failed,
         sweep_of(hydra_sweep_runner, "isolated", task, tmp_path, "hydra.launcher.timeout_s=10"),
     ):
         pass
     assert is_job_died(failed.value)
-    assert marker.exists()  # the job after the dead one ran: the sweep went on
+    assert "Error executing job with overrides: ['+a=0']" in capsys.readouterr().err  # Hydra's line names the job
+    assert (tmp_path / "ran").exists()  # the job after the dead one ran: the sweep went on
+    assert not (tmp_path / "woke").exists()  # the hanging job was killed, not waited for
