@@ -1,4 +1,4 @@
-"""How the process launchers hand a job's process its task function."""
+"""The process launchers' configs in the runner's, and how they hand a job's process its task function."""
 
 from __future__ import annotations
 
@@ -7,9 +7,26 @@ import sys
 import types
 
 import pytest
+from hydra.errors import ConfigCompositionException
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from hydra_plugins.runner_launcher.process_launcher import portable
+from runner.compose import refusal
+from tests.helpers import compose_cfg
+
+
+@pytest.mark.parametrize(("launcher", "jobs"), [("isolated", 1), ("parallel", 0)])
+def test_each_launcher_composes_into_the_runners_config_with_typed_keys(launcher: str, jobs: int) -> None:
+    chosen = ["+workload=rmsnorm_naive", f"hydra/launcher={launcher}"]
+    cfg = compose_cfg(*chosen, "hydra.launcher.timeout_s=5", with_hydra=True)
+    made = instantiate(cfg.hydra.launcher)
+    assert (made.jobs, made.timeout_s) == (jobs, 5)
+    with pytest.raises(ConfigCompositionException) as refused:
+        compose_cfg(*chosen, "hydra.launcher.jobs=two", with_hydra=True)
+    assert refusal(refused.value) == (  # the line `python -m runner` prints
+        "Error merging override hydra.launcher.jobs=two; Value 'two' of type 'str' could not be converted to Integer"
+    )
 
 
 def run(cfg: DictConfig) -> int:
