@@ -19,7 +19,8 @@ from runner import names
 from runner.backends.base import Backend
 from runner.backends.registry import MANIFEST_ENV_PREFIXES, MANIFEST_PACKAGES, MANIFEST_SYSTEM_PACKAGES
 from runner.config import RunSpec
-from runner.execute.monitor import NEURON_MONITOR, NEURON_MONITOR_PACKAGE, MonitorPlan, plan_monitor
+from runner.execute.monitor import NEURON_MONITOR_PACKAGE, MonitorPlan, plan_monitor
+from runner.execute.monitor_reader import NEURON_MONITOR
 from runner.execute.workers import worker_start
 from runner.secrets import redact
 

@@ -217,6 +217,8 @@ MANIFEST_MONITOR = "monitor"
 # --- files of a job's folder ---
 # monitor.period_s on Neuron: the configuration neuron-monitor ran with
 NEURON_MONITOR_CONFIG_FILE = "neuron_monitor.json"
+# ... and the figures its reader kept of each report, one JSON line each (runner.execute.monitor_reader)
+NEURON_MONITOR_SAMPLES_FILE = "neuron_monitor_samples.jsonl"
 
 # --- artifacts of a job's run ---
 # the op table (mlflow.log_table: {"columns": [...], "data": [...]}) and the profiler's own printed table

@@ -7,9 +7,11 @@ process's runtime and the host's CPU and memory; on CUDA NVML (`nvidia-ml-py`) f
 on the CPU the host's CPU and memory from /proc. A device monitor that is not installed is said
 in one line, and the host is sampled instead.
 
-Nothing outlives the measurement: `neuron-monitor` is a child that is stopped when the phases
-end, however they end, and that the kernel kills if the measuring process dies first (SIGKILL
-included, `die_with_parent`); the other samplers are a thread of the measuring process.
+Nothing outlives the measurement: `neuron-monitor` runs under a reader process that parses its
+reports outside the measuring process (`runner.execute.monitor_reader`); the reader is stopped
+when the phases end, however they end, and stops neuron-monitor, and the kernel kills both if
+the measuring process dies first (SIGKILL included, `die_with_parent`). The other samplers are
+a thread of the measuring process.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,22 +33,19 @@ from typing import Any
 
 from runner import names
 from runner.backends.base import Backend
+from runner.backends.neuron_tools import neuron_tool
 from runner.config import MonitorConfig
-from runner.execute.processes import die_with_parent, end_process
+from runner.execute import monitor_reader
+from runner.execute.monitor_reader import CPU_BUSY, NEURON_MONITOR, RUNTIME_GROUPS, SYSTEM_GROUPS
+from runner.execute.processes import end_process
 from runner.result import SystemSample
 
 log = logging.getLogger(__name__)
 
-NEURON_MONITOR = "neuron-monitor"
 # the package neuron-monitor comes with; its version is the monitor's (the manifest reads it)
 NEURON_MONITOR_PACKAGE = "aws-neuronx-tools"
 NVML_PACKAGE = "nvidia-ml-py"
-# the metric groups read, per Neuron application and for the system (neuron-monitor user guide)
-RUNTIME_GROUPS = ("neuroncore_counters", "memory_used", "execution_stats")
-SYSTEM_GROUPS = ("vcpu_usage", "memory_info")
-# the shares of a CPU's time that count as busy, in neuron-monitor's names; /proc/stat's first
-# eight columns in order, by the same names
-CPU_BUSY = ("user", "nice", "system", "irq", "soft_irq")
+# /proc/stat's first eight columns in order, by neuron-monitor's names
 PROC_STAT_COLUMNS = ("user", "nice", "system", "idle", "io_wait", "irq", "soft_irq", "steal")
 PROC_STAT, PROC_MEMINFO = Path("/proc/stat"), Path("/proc/meminfo")
 
@@ -75,7 +73,7 @@ def plan_monitor(config: MonitorConfig, monitor: str) -> MonitorPlan | None:
         return None
     period = config.period_s
     if monitor == NEURON_MONITOR:
-        if shutil.which(NEURON_MONITOR) is None:
+        if neuron_tool(NEURON_MONITOR) is None:
             why = f"{NEURON_MONITOR} is not installed (it comes with {NEURON_MONITOR_PACKAGE})"
             return MonitorPlan("host", period, missing=f"{why}: only the host's CPU and memory are sampled")
         return MonitorPlan(NEURON_MONITOR, period)
@@ -111,85 +109,7 @@ def nvml_version() -> str:
     return f"{package}, driver {driver}"
 
 
-# --- reading a neuron-monitor report ---
-
-
-def neuron_values(report: dict[str, Any], pid: int) -> tuple[dict[str, float], list[str]]:
-    """One neuron-monitor report as metric values for the runtime of process `pid`, and the errors it reported.
-
-    Other processes' runtimes are left out, so only the job's NeuronCores appear. A metric group
-    that reports an error is skipped (its data may be partial), and its error returned.
-    """
-    values: dict[str, float] = {}
-    errors: list[str] = []
-    for runtime in report.get("neuron_runtime_data") or []:
-        if runtime.get("pid") != pid:
-            continue
-        if runtime.get("error"):
-            errors.append(f"runtime {pid}: {runtime['error']}")
-        groups = _usable(runtime.get("report") or {}, RUNTIME_GROUPS, errors)
-        values.update(_core_values(groups.get("neuroncore_counters")))
-        values.update(_memory_values(groups.get("memory_used")))
-        values.update(_execution_values(groups.get("execution_stats")))
-    system = _usable(report.get("system_data") or {}, SYSTEM_GROUPS, errors)
-    if (cpu := system.get("vcpu_usage")) is not None:
-        values[names.SYSTEM_HOST_CPU_PCT] = sum(float(cpu["average_usage"][share]) for share in CPU_BUSY)
-    if (memory := system.get("memory_info")) is not None:
-        values[names.SYSTEM_HOST_MEMORY_USED_BYTES] = float(memory["memory_used_bytes"])
-    return values, errors
-
-
-def _usable(groups: dict[str, Any], wanted: tuple[str, ...], errors: list[str]) -> dict[str, Any]:
-    """The wanted metric groups present and without an error; the errors go to `errors`."""
-    usable = {}
-    for name in wanted:
-        group = groups.get(name)
-        if group is None:
-            continue
-        if group.get("error"):
-            errors.append(f"{name}: {group['error']}")
-        else:
-            usable[name] = group
-    return usable
-
-
-def _core_values(counters: dict[str, Any] | None) -> dict[str, float]:
-    if counters is None:
-        return {}
-    return {
-        names.SYSTEM_NEURON_CORE_UTILIZATION.format(core=core): float(data["neuroncore_utilization"])
-        for core, data in (counters.get("neuroncores_in_use") or {}).items()
-    }
-
-
-def _memory_values(memory: dict[str, Any] | None) -> dict[str, float]:
-    """The runtime's device and host totals, and its device memory by category summed over its cores."""
-    if memory is None:
-        return {}
-    used = memory["neuron_runtime_used_bytes"]
-    values = {
-        names.SYSTEM_NEURON_DEVICE_BYTES: float(used["neuron_device"]),
-        names.SYSTEM_NEURON_HOST_BYTES: float(used["host"]),
-    }
-    for core in (used.get("usage_breakdown", {}).get("neuroncore_memory_usage") or {}).values():
-        for category, size in core.items():
-            key = names.SYSTEM_NEURON_DEVICE_CATEGORY_BYTES.format(category=category)
-            values[key] = values.get(key, 0.0) + float(size)
-    return values
-
-
-def _execution_values(stats: dict[str, Any] | None) -> dict[str, float]:
-    """Error and outcome counts of the period, and latency percentiles in ms (none in a period without executions)."""
-    if stats is None:
-        return {}
-    values = {names.SYSTEM_NEURON_ERRORS.format(kind=kind): float(n) for kind, n in stats["error_summary"].items()}
-    for outcome, count in stats["execution_summary"].items():
-        values[names.SYSTEM_NEURON_EXECUTIONS.format(outcome=outcome)] = float(count)
-    for kind, percentiles in (stats.get("latency_stats") or {}).items():
-        for percentile, seconds in (percentiles or {}).items():
-            key = names.SYSTEM_NEURON_LATENCY_MS.format(kind=kind.removesuffix("_latency"), percentile=percentile)
-            values[key] = float(seconds) * 1000
-    return values
+# --- neuron-monitor's configuration ---
 
 
 def neuron_monitor_config(period_s: int) -> dict[str, Any]:
@@ -303,74 +223,55 @@ class PollingSampler:
         return self.samples
 
 
-def _monitor_child(parent_pid: int) -> None:
-    """In neuron-monitor's process before it runs: die with the measuring process, and leave Ctrl-C to it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent(parent_pid)
-
-
 class NeuronMonitorSampler:
-    """`neuron-monitor` as a child process, its reports read by a thread of this process."""
+    """`neuron-monitor` under a reader process (`runner.execute.monitor_reader`) that parses its reports.
 
-    def __init__(self, period_s: int, config_file: Path) -> None:
+    Nothing of neuron-monitor's output reaches the measuring process while it measures: its
+    reports grow with the models the runtime has loaded, and parsing them here cost this
+    process's CPU. The reader appends the figures to a file, read once when stopped.
+    """
+
+    def __init__(self, period_s: int, folder: Path) -> None:
         self.period_s = period_s
-        self.config_file = config_file
-        # the measuring process: its runtime is the job's, and neuron-monitor dies with it
-        self.pid = os.getpid()
-        self.samples: list[SystemSample] = []
-        self._errors: set[str] = set()
-        self._process: subprocess.Popen[str] | None = None
-        self._thread = threading.Thread(target=self._read, name="neuron-monitor-reader", daemon=True)
+        self.config_file = folder / names.NEURON_MONITOR_CONFIG_FILE
+        self.samples_file = folder / names.NEURON_MONITOR_SAMPLES_FILE
+        # each error neuron-monitor reported, once (known when stopped)
+        self.errors: list[str] = []
+        self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        """Start neuron-monitor with the runner's configuration, and the thread that reads it."""
+        """Start the reader, which starts neuron-monitor with the runner's configuration."""
         self.config_file.parent.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text(json.dumps(neuron_monitor_config(self.period_s), indent=2))
+        self.samples_file.unlink(missing_ok=True)
+        job = os.getpid()  # the measuring process: its runtime is the job's, and the reader dies with it
         self._process = subprocess.Popen(
-            [NEURON_MONITOR, "-c", str(self.config_file)],
-            stdout=subprocess.PIPE,
+            [sys.executable, "-m", monitor_reader.__name__, str(job), str(self.config_file), str(self.samples_file)],
             stdin=subprocess.DEVNULL,
-            text=True,
-            preexec_fn=partial(_monitor_child, self.pid),  # signal set-up only, between fork and exec
+            preexec_fn=partial(monitor_reader.in_child, job),  # signal set-up only, between fork and exec
         )
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        for line in self._process.stdout:
-            try:
-                report = json.loads(line)
-            except ValueError:  # a line that is not a report (a warning): not data
-                continue
-            try:
-                values, errors = neuron_values(report, self.pid)
-            except (AttributeError, KeyError, TypeError, ValueError) as err:
-                errors, values = [f"a report not in the documented format ({type(err).__name__}: {err})"], {}
-            for error in set(errors) - self._errors:
-                log.warning("neuron-monitor reported: %s", error)
-            self._errors.update(errors)
-            if values:
-                self.samples.append(SystemSample(time.time(), values))
 
     def stop(self) -> list[SystemSample]:
-        """Stop neuron-monitor (terminate, then kill past the grace period) and keep what it reported."""
+        """Stop the reader (it stops neuron-monitor) and read what it kept; each error reported is warned of once."""
         assert self._process is not None
         if self._process.poll() is not None:
             log.warning("system metrics: neuron-monitor ended early (exit code %s)", self._process.returncode)
         end_process(self._process)
-        self._thread.join()
-        if self._process.stdout is not None:
-            self._process.stdout.close()
-        return self.samples
+        lines = self.samples_file.read_text().split("\n")[:-1] if self.samples_file.is_file() else []
+        samples = [json.loads(line) for line in lines]  # whole lines only: a reader killed mid-line leaves a part
+        self.errors = list(dict.fromkeys(error for sample in samples for error in sample["errors"]))
+        for error in self.errors:
+            log.warning("neuron-monitor reported: %s", error)
+        return [SystemSample(sample["time"], sample["values"]) for sample in samples if sample["values"]]
 
 
 Sampler = PollingSampler | NeuronMonitorSampler
 
 
 def make_sampler(plan: MonitorPlan, backend: Backend, folder: Path) -> Sampler:
-    """The sampler the plan names; `folder` receives neuron-monitor's configuration file."""
+    """The sampler the plan names; `folder` receives neuron-monitor's configuration and its samples."""
     if plan.source == NEURON_MONITOR:
-        return NeuronMonitorSampler(plan.period_s, folder / names.NEURON_MONITOR_CONFIG_FILE)
+        return NeuronMonitorSampler(plan.period_s, folder)
     readers: list[Callable[[], dict[str, float]]] = [HostReader()]
     if plan.source == "nvml":
         try:

@@ -88,19 +88,64 @@ def test_a_reader_that_fails_ends_the_sampling_with_one_warning_not_the_job(capl
     assert [r.getMessage() for r in caplog.records] == ["system metrics: sampling stopped: OSError: GPU is lost"]
 
 
-def test_the_standins_neuron_monitor_is_read_for_this_process_and_stopped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def on_standin_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
+    """The stand-in's neuron-monitor on PATH, its events logged, and this process holding NeuronCore 3."""
     monkeypatch.setenv("PATH", f"{STANDIN / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("NEURON_STANDIN_STATE", str(tmp_path / "nrt"))
     monkeypatch.setenv("NEURON_STANDIN_LOG", str(tmp_path / "calls.jsonl"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     (tmp_path / "nrt").mkdir()
-    (tmp_path / "nrt" / "nc_3.owner").write_text(f"{os.getpid()}\n")  # this process holds NeuronCore 3
-    sampler = NeuronMonitorSampler(1, tmp_path / names.NEURON_MONITOR_CONFIG_FILE)
+    (tmp_path / "nrt" / "nc_3.owner").write_text(f"{os.getpid()}\n")
+
+
+def bytes_read_by_live_threads() -> int:
+    """What this process's live threads have read, files and pipes alike (their /proc io's rchar).
+
+    Per thread: the process's own count adds what its reaped children read (the reader's pipe).
+    """
+    return sum(int(io.read_text().split("rchar:")[1].split()[0]) for io in Path("/proc/self/task").glob("*/io"))
+
+
+def test_the_standins_neuron_monitor_is_read_for_this_process_by_a_reader_and_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_standin_host(tmp_path, monkeypatch)
+    sampler = NeuronMonitorSampler(1, tmp_path)
     sampler.start()
     time.sleep(2.5)
     samples = sampler.stop()
     assert len(samples) >= 1 and samples[0].values[names.SYSTEM_NEURON_CORE_UTILIZATION.format(core=3)] == 42.0
     started, stopped = (json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines())
     assert (started["event"], stopped["event"], stopped["pid"]) == ("monitor_start", "monitor_stop", started["pid"])
-    assert started["parent"] == os.getpid()
+    reader = Path(f"/proc/{started['parent']}/cmdline")
+    assert started["parent"] != os.getpid() and not reader.exists()  # its reader started it, and is gone
+
+
+# the neuron-monitor user guide's entry for one loaded model (memory_used.loaded_models)
+GUIDE_MODEL = {
+    "name": "neff", "uuid": "91f2f66e83ea419dace1da07617ad39f", "model_id": 10005, "is_running": False,
+    "subgraphs": {"sg_00": {
+        "memory_used_bytes": {"host": 20480, "neuron_device": 21001024, "usage_breakdown": {
+            "host": {"application_memory": 20480, "constants": 0, "dma_buffers": 0, "tensors": 0},
+            "neuron_device": {"constants": 20971520, "model_code": 29504, "runtime_memory": 0, "tensors": 0}}},
+        "neuroncore_index": 0, "neuron_device_index": 12,
+    }},
+}  # fmt: skip
+
+
+def test_reports_that_grow_with_loaded_models_are_not_read_by_the_measuring_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models = 3000
+    on_standin_host(tmp_path, monkeypatch, NEURON_STANDIN_LOADED_MODELS=str(models))
+    one_report = models * len(json.dumps(GUIDE_MODEL))  # at least: its loaded models alone
+    sampler = NeuronMonitorSampler(1, tmp_path)
+    before = bytes_read_by_live_threads()
+    sampler.start()
+    time.sleep(2.5)
+    measuring = bytes_read_by_live_threads()  # a thread reading the reports is live until stopped
+    samples = sampler.stop()
+    read = {"while measuring": measuring - before, "when stopped": bytes_read_by_live_threads() - measuring}
+    assert len(samples) >= 1 and samples[0].values[names.SYSTEM_NEURON_CORE_UTILIZATION.format(core=3)] == 42.0
+    assert max(read.values()) < one_report / 10, f"this process read {read} (B); one report is over {one_report} B"

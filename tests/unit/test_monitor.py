@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from runner.backends.base import Backend
 from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NeuronBackend
 from runner.config import ConfigError, MonitorConfig
-from runner.execute.monitor import gpu_values, memory_used_bytes, neuron_monitor_config, neuron_values, plan_monitor
+from runner.execute.monitor import gpu_values, memory_used_bytes, neuron_monitor_config, plan_monitor
+from runner.execute.monitor_reader import figures, neuron_values
 from runner.sweep import config_hash
 from tests.helpers import compose_cfg
 
@@ -115,6 +117,18 @@ def test_a_period_without_executions_has_no_latency_and_a_group_in_error_is_left
 def test_a_report_without_the_jobs_runtime_has_the_host_only() -> None:
     values, _ = neuron_values(REPORT, 1)
     assert set(values) == {names.SYSTEM_HOST_CPU_PCT, names.SYSTEM_HOST_MEMORY_USED_BYTES}
+
+
+def test_the_reader_keeps_a_reports_figures_skips_other_lines_and_says_when_a_report_is_not_documented() -> None:
+    kept = figures(json.dumps(REPORT), JOB)
+    assert kept is not None and (kept["values"], kept["errors"]) == neuron_values(REPORT, JOB)
+    assert figures("neuron-monitor: warning: could not read the driver", JOB) is None
+    by_pid = {**REPORT, "neuron_runtime_data": {str(JOB): REPORT["neuron_runtime_data"][0]}}  # not the array
+    odd = figures(json.dumps(by_pid), JOB)
+    assert odd is not None and odd["values"] == {}
+    assert odd["errors"] == [
+        "a report not in the documented format (AttributeError: 'str' object has no attribute 'get')"
+    ]
 
 
 def test_the_configuration_asks_for_the_groups_read_at_the_period() -> None:
