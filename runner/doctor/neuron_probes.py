@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
 import statistics
 import time
 import uuid
@@ -47,9 +48,12 @@ from runner.config import (
     WorkloadSpec,
 )
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, FreshProcess, ProcessFailed, Verdict, in_fresh_process
+from runner.execute.monitor import NeuronMonitorSampler
+from runner.execute.monitor_reader import NEURON_MONITOR
 from runner.execute.ranks import Rendezvous, free_port, torchrun_env
 from runner.measure.build import build_workload
 from runner.measure.loop import timed_step, warm_up
+from runner.measure.memory import recording, window_memory
 from runner.measure.phases import profiled_window
 from runner.measure.profiling import STDOUT_FD, tee_fd
 
@@ -239,6 +243,34 @@ def first_executions(spec: RunSpec) -> dict[str, Any]:
         "after_warm_up": statistics.median(after[:FIRST_TIMED]),
         "steady": statistics.median(after[TIMED_STEPS // 2 :]),
     }
+
+
+def monitored_runtime(folder: Path, period_s: int) -> dict[str, Any]:
+    """The runner's neuron-monitor sampler over a started runtime for two and a half periods: its series and errors."""
+    _start_runtime()
+    sampler = NeuronMonitorSampler(period_s, folder)
+    sampler.start()
+    time.sleep(2.5 * period_s)
+    samples = sampler.stop()
+    return {
+        "samples": len(samples),
+        "keys": sorted({key for s in samples for key in s.values}),
+        "errors": sampler.errors,
+    }
+
+
+def snapshot_of_one_step(folder: Path) -> dict[str, Any] | None:
+    """One step recorded and read back as measure.memory_snapshot records a window; None without the calls."""
+    backend = _backend()
+    history = backend.memory_history()
+    if history is None:
+        return None
+    workload = build_workload(tiny_spec(ProfilerConfig(enabled=False), ScheduleConfig()).workload, backend)
+    snapshot = folder / names.MEMORY_SNAPSHOT_FILE
+    with recording(backend, history, snapshot):
+        timed_step(workload, backend)
+    peak = window_memory(history, folder, snapshot)
+    return {"peak": peak.peak_bytes, "sites": peak.sites}
 
 
 # --- the probes ----------------------------------------------------------------------------
@@ -647,6 +679,56 @@ def probe_first_execution(host: NeuronHost) -> Verdict:
     return Verdict("first_execution", assumption, FAIL, evidence, fix, breaks_runner=True)
 
 
+def probe_neuron_monitor(host: NeuronHost) -> Verdict:
+    """neuron-monitor runs and prints the documented JSON, read by the runner's sampler for a process's runtime."""
+    # neuron-monitor user guide ("The JSON output format"): one report per period, runtimes by pid
+    assumption = (
+        f"{NEURON_MONITOR} -c <config> prints one JSON report per period: the runtime's cores and memory by pid"
+    )
+    if shutil.which(NEURON_MONITOR) is None:
+        return Verdict("neuron_monitor", assumption, UNKNOWN, f"{NEURON_MONITOR} is not on PATH (aws-neuronx-tools)")
+    env: dict[str, str | None] = {VISIBLE_CORES_ENV: str(host.cores[0])}
+    found = _run(host, monitored_runtime, host.folder("neuron_monitor"), 1, env=env)
+    series = [key for key in found["keys"] if key.startswith(names.SYSTEM_NEURON_PREFIX)]
+    evidence = f"{found['samples']} report(s) in 2.5 s at period 1s; {len(series)} series of the runtime: " + (
+        ", ".join(series[:6]) or "none"
+    )
+    if found["errors"]:
+        evidence += f"; reported: {'; '.join(found['errors'])}"
+    if names.SYSTEM_NEURON_DEVICE_BYTES in series and any(key.endswith("/utilization_pct") for key in series):
+        return Verdict("neuron_monitor", assumption, PASS, evidence)
+    fix = (
+        "monitor=every_second logs no system/neuron/ series on this host (set monitor=none): "
+        "runner/execute/monitor_reader.py neuron_values reads the guide's format"
+    )
+    return Verdict("neuron_monitor", assumption, FAIL, evidence, fix, breaks_runner=True)
+
+
+def probe_memory_snapshot(host: NeuronHost) -> Verdict:
+    """torch.neuron.memory has torch.cuda.memory's snapshot calls (inferred: no document names them)."""
+    assumption = "torch.neuron.memory._record_memory_history and _dump_snapshot record a memory_viz snapshot"
+    try:
+        found = _run(
+            host, snapshot_of_one_step, host.folder("memory_snapshot"), env={VISIBLE_CORES_ENV: str(host.cores[0])}
+        )
+    except ProcessFailed as err:
+        fix = "measure.memory_snapshot=false on neuron: the snapshot calls exist but fail"
+        return Verdict("memory_snapshot", assumption, FAIL, str(err), fix, breaks_runner=True)
+    if found is None:
+        evidence = "torch.neuron.memory lacks _record_memory_history or _dump_snapshot"
+        fix = (
+            "nothing breaks: measure.memory_snapshot reads the profiler's memory events (profiler.profile_memory=true)"
+        )
+        return Verdict("memory_snapshot", assumption, FAIL, evidence, fix)
+    evidence = f"one step's snapshot: peak {found['peak']} B, sites " + (
+        ", ".join(f"{site} {size} B" for site, size in list(found["sites"].items())[:3]) or "none"
+    )
+    if found["peak"] > 0:
+        return Verdict("memory_snapshot", assumption, PASS, evidence)
+    fix = "measure.memory_snapshot=false on neuron: the dumped snapshot holds no allocation the runner can read"
+    return Verdict("memory_snapshot", assumption, FAIL, evidence, fix, breaks_runner=True)
+
+
 # every probe with the verdicts it gives, in the order they run (cheap ones first)
 PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdict]]], ...] = (
     (("neuron_config",), probe_neuron_config),
@@ -665,6 +747,8 @@ PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdi
     (("capture_numbering",), probe_capture_numbering),
     (("dropped_events",), probe_dropped_events),
     (("first_execution",), probe_first_execution),
+    (("neuron_monitor",), probe_neuron_monitor),
+    (("memory_snapshot",), probe_memory_snapshot),
 )
 PROBE_NAMES = tuple(name for names, _ in PROBES for name in names)
 
