@@ -208,6 +208,8 @@ SYSTEM_GPU_POWER_W = "system/gpu/power_w"
 # --- manifest keys (environment.json), read back by tests ---
 MANIFEST_NEURON_CORE_COUNT = "neuron.core_count"
 MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"
+# the logical NeuronCore setting (LNC) in force and where it came from (runner/backends/cores.py)
+MANIFEST_NEURON_LNC = "neuron.lnc"
 # backend.cpu_placement, and per steady-state worker (or copy) in order: {"cores": [...] or null, "threads": n}
 MANIFEST_CPU_PLACEMENT = "cpu.placement"
 MANIFEST_CPU_WORKERS = "cpu.workers"

@@ -1,13 +1,20 @@
-"""NeuronCore sets in the runtime's syntax ("0", "0-3", "0-3,8-11"), torch-free so config validation can use it."""
+"""NeuronCore sets in the runtime's syntax ("0", "0-3", "0-3,8-11") and the logical NeuronCore setting, torch-free."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 
 from runner.errors import ConfigError
 
 CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
+# physical NeuronCores per logical one, "1 or 2", read by the runtime; LNC "applies only to Trn2 and
+# Trn3", 2 is Trn2's default, and no Trn3 default is given
+# (SDK:about-neuron/arch/neuron-features/logical-neuroncore-config.rst)
+LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
+DEFAULT_LNC = {"trn1": 1, "trn2": 2}
 
 
 def parse_cores(spec: str, key: str) -> list[int]:
@@ -57,3 +64,22 @@ def format_cores(cores: list[int]) -> str:
         if core is not None:
             start = prev = core
     return ",".join(parts)
+
+
+def logical_nc_config(generation: str, environ: Mapping[str, str] = os.environ) -> tuple[int | None, str]:
+    """Physical NeuronCores per logical one on this Trainium generation, and where that came from.
+
+    None where neither the variable nor a documented default says (Trn3 unset).
+
+    Raises:
+        ConfigError: the variable is set to anything but 1 or 2 on Trn2 or Trn3.
+    """
+    value = environ.get(LNC_ENV, "")
+    if generation == "trn1" or not value:
+        lnc = DEFAULT_LNC.get(generation)
+        if lnc is None:
+            return None, f"unknown: {LNC_ENV} is unset and the Neuron docs give no {generation} default"
+        return lnc, f"{lnc}, the documented {generation} default" + (f" ({LNC_ENV} does not apply)" if value else "")
+    if value not in ("1", "2"):
+        raise ConfigError(f"{LNC_ENV}={value!r} is not allowed; choose one of: 1, 2")
+    return int(value), f"{value}, from {LNC_ENV}"

@@ -31,7 +31,7 @@ from runner.backends.base import (
     more_repeats,
     require_complete_traces,
 )
-from runner.backends.cores import format_cores, parse_core_range, parse_cores
+from runner.backends.cores import format_cores, logical_nc_config, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.neuron_coverage import device_time_coverage, driver_events
 from runner.backends.peaks import Peak, datasheet_peak
@@ -45,7 +45,12 @@ INSPECT_ENV = "NEURON_RT_INSPECT_ENABLE"
 # the runtime's implicit async mode, gone since Neuron SDK 2.31: setting it only draws the runtime's warning
 INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
+# TorchNeuron's NEFF cache (SDK:tools/neuron-explorer/environment-variables.rst; default /tmp/neff_cache, SRC)
 NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
+# the Neuron Persistent Cache, keyed by the XLA (HLO) graph and the compiler flags, default
+# /var/tmp/neuron-compile-cache; NEURON_CC_FLAGS' --cache_dir wins over it
+# (SDK:about-neuron/arch/neuron-features/neuron-caching.rst)
+COMPILE_CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
 DRIVER_VERSION = Path("/sys/module/neuron/version")
@@ -68,6 +73,11 @@ def instance_type() -> str | None:
         return None
 
 
+def trainium_generation() -> str:
+    """trn1, trn2 or trn3 from the instance type (trn1n, trn2u: trn1, trn2); Trn2 where it is unreadable."""
+    return (instance_type() or "trn2").split(".")[0].rstrip("nu")
+
+
 def contiguous_groups(cores: list[int], size: int) -> list[list[int]]:
     """Split sorted cores into groups of `size` consecutive cores, never across a gap."""
     runs: list[list[int]] = []
@@ -87,7 +97,7 @@ class NeuronBackend(Backend):
     compile_backend = "neuron"
     # torch_neuronx registers the "neuron" process-group backend
     collective_backend = "neuron"
-    compile_caches = {**Backend.compile_caches, "neff": NEFF_CACHE_ENV}
+    compile_caches = {**Backend.compile_caches, "neff": NEFF_CACHE_ENV, "neuron_compile_cache": COMPILE_CACHE_URL_ENV}
     # torch-neuronx compiles to NEFFs in its own cache: inductor's counters stay at 0
     compile_cache_counting = "neff"
     # the Neuron tools' neuron-monitor: NeuronCores, device memory, the runtime's latency and errors
@@ -399,9 +409,13 @@ class NeuronBackend(Backend):
         return MemoryHistory(memory, {}, "torch.neuron.memory snapshot")
 
     def peak(self, dtype: str) -> Peak | None:
-        """Per-NeuronCore figures of this instance's Trainium generation, for the core the work runs on."""
-        generation = (instance_type() or "").split(".")[0].rstrip("nu")  # trn1n, trn2u -> trn1, trn2
-        if generation not in ("trn1", "trn2", "trn3"):
+        """One logical NeuronCore's share of this instance's Trainium chip, for the core the work runs on.
+
+        An unreadable instance type counts as Trn2: TorchNeuron runs on Trn2 and Trn3 (its docs'
+        "Applies to"). None at an LNC that nobody set and that has no documented default (Trn3).
+        """
+        generation = trainium_generation()
+        if generation not in ("trn1", "trn2", "trn3") or logical_nc_config(generation)[0] is None:
             return None
         return datasheet_peak(f"{generation}_core", EXECUTING_CORES, dtype)
 
@@ -432,6 +446,7 @@ class NeuronBackend(Backend):
             names.MANIFEST_NEURON_CORE_COUNT: len(self.cores) if self.cores else torch_neuron().device_count(),
             names.MANIFEST_NEURON_VISIBLE_CORES: os.environ.get(VISIBLE_CORES_ENV),
             "neuron.instance_type": instance_type(),
+            names.MANIFEST_NEURON_LNC: logical_nc_config(trainium_generation())[1],
             "neuron.driver": driver,
             **{f"neuron.env.{variable}": value for variable, value in self.runtime_settings.items()},
         }

@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from runner import CONF_DIR
+from runner.backends.cores import logical_nc_config
 from runner.config import ConfigError
 from runner.files import write_whole
 
@@ -45,29 +46,44 @@ class Peak:
     source: str
     # a collective's ceiling in GB/s per link its ranks cross, where the datasheet gives one
     links_gbps: dict[str, float] = field(default_factory=dict)
-    # the device's cores on one chip (NeuronCores); None where a device is one chip
+    # the device's logical cores on one chip (NeuronCores at the LNC in force); None where unknown or one chip
     cores_per_chip: int | None = None
 
 
 def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
-    """Look up `entry` in conf/peaks.yaml, scaled to `multiplier` units (NeuronCores).
+    """Look up `entry` in conf/peaks.yaml, scaled to `multiplier` units (logical NeuronCores).
+
+    `<generation>_core` is one logical NeuronCore's share of `<generation>_chip`, at the LNC in force.
 
     Raises:
-        ConfigError: no such entry, or no figure for the dtype.
+        ConfigError: no such entry, no figure for the dtype, or a core's share at an unknown LNC.
     """
     table: dict[str, Any] = yaml.safe_load(PEAKS_FILE.read_text())
-    if entry not in table:
-        raise ConfigError(f"measure.peak={entry!r} is not in conf/peaks.yaml; choose one of: auto, {', '.join(table)}")
-    figures = table[entry]
+    chip = f"{entry.removesuffix('_core')}_chip"
+    per_core = entry.endswith("_core") and "physical_cores_per_chip" in table.get(chip, {})
+    name = chip if per_core else entry
+    figures = table.get(name)
+    if figures is None:
+        cores = [f"{key[:-5]}_core" for key, found in table.items() if "physical_cores_per_chip" in found]
+        raise ConfigError(
+            f"measure.peak={entry!r} is not in conf/peaks.yaml; choose one of: auto, {', '.join([*table, *cores])}"
+        )
     if dtype not in figures["tflops"]:
         raise ConfigError(f"measure.peak={entry}: no {dtype} figure; it has {', '.join(figures['tflops'])}")
+    physical = figures.get("physical_cores_per_chip")
+    lnc, lnc_words = logical_nc_config(name.removesuffix("_chip")) if physical else (None, "")
+    logical = physical // lnc if physical and lnc else None
+    if per_core and logical is None:
+        raise ConfigError(f"measure.peak={entry}: a core's share needs the LNC, {lnc_words}; set it or use {chip}")
+    share = multiplier / logical if per_core and logical else multiplier
     scale = f" x {multiplier}" if multiplier > 1 else ""
+    at_lnc = f"; {logical} logical cores per chip at LNC {lnc_words}" if logical else ""
     return Peak(
-        bandwidth_gbps=figures["bandwidth_gbps"] * multiplier,
-        gflops=figures["tflops"][dtype] * 1000 * multiplier,
-        source=f"datasheet: {entry}{scale} (conf/peaks.yaml)",
+        bandwidth_gbps=figures["bandwidth_gbps"] * share,
+        gflops=figures["tflops"][dtype] * 1000 * share,
+        source=f"datasheet: {entry}{scale} (conf/peaks.yaml{at_lnc})",
         links_gbps=figures.get("links_gbps", {}),
-        cores_per_chip=figures.get("cores_per_chip"),
+        cores_per_chip=logical,
     )
 
 

@@ -1,7 +1,8 @@
 """Cold and warm compile caches (`measure.compile_cache=cold|warm`): what a first call costs with each.
 
-The job points torch's caches (inductor's FX graphs and AOT autograd, Triton's kernels) and the
-NEFF cache at folders under `measure.compile_cache_dir`, before anything compiles: a cold job
+The job points torch's caches (inductor's FX graphs and AOT autograd, Triton's kernels), the
+NEFF cache and the HLO-keyed Neuron Persistent Cache at folders under `measure.compile_cache_dir`
+(`Backend.compile_caches`), before anything compiles: a cold job
 needs that folder fresh and fills it, a warm one needs it filled. The runner never empties a
 cache, and a user's own caches are never read or written. Each job must be a fresh process
 (`+experiment=compile_cache` uses the isolated launcher), or in-memory caches would answer first.
@@ -26,6 +27,12 @@ from runner.config import ConfigError, NeuronBackendConfig, RunSpec
 # torch's counters of cache lookups during compilation: (counter group, hit key, miss key)
 COUNTERS = [("inductor", "fxgraph_cache_hit", "fxgraph_cache_miss"), ("aot_autograd", "autograd_cache_hit",
             "autograd_cache_miss")]  # fmt: skip
+# settings that would send a cache job's compilations past its folders: NEURON_CC_FLAGS' --cache_dir
+# wins over NEURON_COMPILE_CACHE_URL and --no_cache turns that cache off
+# (SDK:about-neuron/arch/neuron-features/neuron-caching.rst); TORCH_NEURONX_NEFF_DISABLE_CACHE
+# turns the NEFF cache off (SRC torch_neuronx/csrc/core/cache/PersistentCacheBackend.cpp)
+CC_FLAGS_ENV, CC_FLAGS_AROUND_CACHE = "NEURON_CC_FLAGS", re.compile(r"--(cache_dir|no_cache)\b")
+NEFF_CACHE_OFF_ENV, SETTINGS_ON = "TORCH_NEURONX_NEFF_DISABLE_CACHE", ("true", "1", "yes")
 # a NEFF as a capture holds it: neff_<hash>_vnc_<core>.neff (session mode) or neff_<hash>.neff
 CAPTURED_NEFF = re.compile(r"neff_(?P<key>.+?)(?:_vnc_\d+)?\.neff")
 
@@ -34,8 +41,8 @@ def use_compile_cache(spec: RunSpec) -> None:
     """Point the caches at the job's folder, before anything loads or compiles.
 
     Raises:
-        ConfigError: a cold job's folder already holds a cache, a warm job's is empty, or
-            backend.neff_cache_dir asks for another NEFF cache.
+        ConfigError: a cold job's folder already holds a cache, a warm job's is empty,
+            backend.neff_cache_dir asks for another NEFF cache, or the environment bypasses the folders.
     """
     measure = spec.measure
     if measure.compile_cache is None:
@@ -44,6 +51,13 @@ def use_compile_cache(spec: RunSpec) -> None:
         raise ConfigError(
             f"backend.neff_cache_dir={spec.backend.neff_cache_dir} and measure.compile_cache={measure.compile_cache}: "
             "the cache study keeps the NEFF cache in measure.compile_cache_dir; leave backend.neff_cache_dir unset"
+        )
+    bypass = CC_FLAGS_AROUND_CACHE.search(os.environ.get(CC_FLAGS_ENV, ""))
+    if bypass or os.environ.get(NEFF_CACHE_OFF_ENV, "").lower() in SETTINGS_ON:
+        setting = f"{CC_FLAGS_ENV} has {bypass.group()}" if bypass else f"{NEFF_CACHE_OFF_ENV} is set"
+        raise ConfigError(
+            f"measure.compile_cache={measure.compile_cache}: {setting}, so compilations would bypass "
+            "measure.compile_cache_dir; unset it for the cache study"
         )
     root = Path(str(measure.compile_cache_dir)).expanduser().resolve()
     filled = root.is_dir() and any(root.iterdir())

@@ -77,7 +77,8 @@ def test_rmsnorm_cost_model_by_hand() -> None:
 def test_datasheet_peaks_scale_with_cores_and_name_the_source() -> None:
     peak = datasheet_peak("trn2_core", 2, "bfloat16")
     assert peak.bandwidth_gbps == 1450 and peak.gflops == pytest.approx(333_500)
-    assert peak.source == "datasheet: trn2_core x 2 (conf/peaks.yaml)"
+    lnc = "4 logical cores per chip at LNC 2, the documented trn2 default"  # with NEURON_LOGICAL_NC_CONFIG unset
+    assert peak.source == f"datasheet: trn2_core x 2 (conf/peaks.yaml; {lnc})"
     # the chip's NeuronLink, whatever share of its cores a job holds; no core-to-core figure is documented
     assert peak.links_gbps == {"chip_to_chip": 1280} and peak.cores_per_chip == 4
     assert datasheet_peak("trn1_core", 1, "bfloat16").links_gbps == {}  # no figure in the docs
