@@ -145,7 +145,7 @@ class ProcessLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def _slots(self) -> list[Slot]:
-        """The runner's: the sweep's backend (auto resolved as a job would) shares the machine; else `jobs` slots."""
+        """Where jobs run: in the runner's sweep, as its backend shares the machine; else `jobs` (0: one per CPU)."""
         if not self.runner_sweep:
             return [("a process of its own", {})] * (self.jobs or os.cpu_count() or 1)
         assert self.config is not None
