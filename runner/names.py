@@ -174,8 +174,8 @@ TAG_NEURON_CAPTURE = "neuron.capture"
 TAG_NEURON_CAPTURE_PROBLEMS = "neuron.capture_problems"
 TAG_NEURON_CORRELATE = "neuron.correlate_device_time"
 TAG_NEURON_EXPLORER = "neuron.explorer"
-# the format neuron-explorer's summary was read from (parquet or summary-json) and its profile schema version
-TAG_NEURON_EXPLORER_FORMAT = "neuron.explorer_format"
+# where neuron-explorer's summary was read from (parquet-12, parquet-7, summary-json or none) and its schema version
+TAG_NEURON_EXPLORER_SOURCE = "neuron.explorer_source"
 TAG_NEURON_EXPLORER_SCHEMA = "neuron.explorer_schema"
 # ok, or what key_averages() misses of the device time Explorer measured (below 95% covered)
 TAG_NEURON_DEVICE_TIME_COVERAGE = "neuron.device_time_coverage"

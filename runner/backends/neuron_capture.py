@@ -11,7 +11,6 @@ import importlib.util
 import json
 import logging
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import names
+from runner.backends.neuron_tools import neuron_tool
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 DROPPED_EVENTS = re.compile(r"(\d[\d,]*) trace events were dropped")
 # neuron-explorer replaced neuron-profile (SDK 2.30) with the same `view` interface.
 EXPLORERS = ("neuron-explorer", "neuron-profile")
-PROFILE_FILES = ("*.ntff", "*.pb")
 # Explorer's summary formats, in the order asked for: Parquet is its default and programmatic output
 # (the full-profile JSON ends after Neuron SDK 2.33); summary-json stays, and is all an Explorer
 # without Parquet (the legacy neuron-profile) writes
@@ -34,9 +33,15 @@ PARQUET = "parquet"
 SUMMARY_JSON = "summary-json"
 EXPLORER_FORMATS = (PARQUET, SUMMARY_JSON)
 # Parquet profile schemas the runner reads, by MAJOR version (a MAJOR change removes or renames
-# tables or fields; MINOR and PATCH changes are compatible: profile-schema-reference.rst)
-KNOWN_SCHEMAS = {"7": "7.x (7.4.0: Neuron SDK 2.31)"}
+# tables or fields; MINOR and PATCH changes are compatible: profile-schema-reference.rst). 12.0.1 is
+# the schema of the SDK 2.33 reference (v2.33.0 profile-schema-reference.rst); that its Summary keeps
+# 7.4.0's total_time (seconds) is inferred, so a Summary without it is read as an unknown schema
+KNOWN_SCHEMAS = {"7": "7.x (7.4.0: Neuron SDK 2.31)", "12": "12.x (12.0.1: Neuron SDK 2.33)"}
+# the Summary column of on-device time (profile-schema-reference.rst, Summary): device-time coverage needs it
+TOTAL_TIME = "total_time"
 UNVERSIONED = "unversioned (summary-json carries no schema version)"
+# the neuron.explorer_source tag when no summary was read
+NO_SOURCE = "none"
 SUMMARY_JSON_SHAPES = "{profile: {metric: value}} or one flat object of metrics"
 
 
@@ -105,11 +110,13 @@ def check_capture(capture_dir: Path, modes: list[str], profiler_output: str) -> 
 
 
 def session_dirs(capture_dir: Path) -> list[Path]:
-    """Folders holding device or system trace files: what `view -d` takes."""
-    found = (
-        {p.parent for pattern in PROFILE_FILES for p in capture_dir.rglob(pattern)} if capture_dir.is_dir() else set()
-    )
-    return sorted(found)
+    """Folders holding a device profile, a non-empty NTFF beside a NEFF: what Explorer's Summary comes from.
+
+    An NTFF cannot be processed without the NEFF it was captured from (profile-artifacts, docs site);
+    a system-only capture has no device profile, so no Summary to read.
+    """
+    ntffs = capture_dir.rglob("*.ntff") if capture_dir.is_dir() else iter(())
+    return sorted({p.parent for p in ntffs if p.stat().st_size and any(p.parent.glob("*.neff"))})
 
 
 def first_json_object(text: str) -> dict[str, Any]:
@@ -175,7 +182,7 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
 
     Raises:
         ValueError: the folder holds no Summary or no Metadata table.
-        UnknownSchema: a schema whose MAJOR version the runner does not read.
+        UnknownSchema: a schema whose MAJOR version the runner does not read, or a Summary without total_time.
     """
     import pyarrow.parquet as pq
 
@@ -197,7 +204,14 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
         for path in summaries
         for number, row in enumerate(pq.read_table(path).to_pylist())
     }
+    if not all(TOTAL_TIME in row for row in entries.values()):
+        raise UnknownSchema(f"{summaries[0]}: profile schema {versions[0]} has no Summary column {TOTAL_TIME}")
     return entries, ", ".join(sorted(set(versions)))
+
+
+def source_of(fmt: str, schema: str) -> str:
+    """The neuron.explorer_source tag of a summary: parquet-<MAJOR> or summary-json."""
+    return f"{fmt}-{schema.split('.')[0]}" if fmt == PARQUET else fmt
 
 
 @dataclass
@@ -232,50 +246,58 @@ def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
         return found, schema, json.dumps(found)
 
 
-def _summarise(tool: str, session: Path, formats: tuple[str, ...], timeout_s: int) -> tuple[str, Summary]:
-    """The format, and the session's summary in it: the first of `formats` the installed Explorer produces.
+def _summarise(tool: str, session: Path, formats: tuple[str, ...], timeout_s: int) -> tuple[str, Summary, list[str]]:
+    """The format, the session's summary in it, and why earlier formats were not read (an unknown schema).
+
+    The first of `formats` that the installed Explorer produces in a schema the runner reads.
 
     Raises:
-        UnknownSchema: the output is in a schema the runner does not read.
+        UnknownSchema: the last format's output is in a schema the runner does not read.
         OSError, subprocess.SubprocessError, ValueError: no format gave a summary (the last one's error).
     """
+    unread: list[str] = []
     for fmt in formats:
         try:
-            return fmt, _view(tool, session, fmt, timeout_s)
-        except UnknownSchema:
-            raise
+            return fmt, _view(tool, session, fmt, timeout_s), unread
         except (OSError, subprocess.SubprocessError, ValueError) as err:
             if fmt == formats[-1]:
                 raise
             detail = getattr(err, "stderr", None) or str(err)
             log.info("%s gave no %s summary of %s (%s); asking for the next format", tool, fmt, session, detail)
+            if isinstance(err, UnknownSchema):
+                unread.append(str(err))
     raise ValueError("no Explorer format to ask for")
 
 
 def explorer_summary(
     sessions: list[Path], timeout_s: int, formats: tuple[str, ...] = EXPLORER_FORMATS
 ) -> ExplorerSummary:
-    """Summarise each session with neuron-explorer, Parquet first where pyarrow can read it; never raise.
+    """Summarise each device profile with neuron-explorer, Parquet first where pyarrow can read it; never raise.
 
-    With several profiles (one per NEFF in eager mode), `neuron/<metric>` comes from the one
-    with the largest total_time, and `neuron/total_time_sum` adds them all up.
+    Parquet in a schema the runner does not read falls back to summary-json, which Explorer
+    still writes (troubleshooting.rst: "Is summary-json still supported? Yes"). With several
+    profiles (one per NEFF in eager mode), `neuron/<metric>` comes from the one with the largest
+    total_time, and `neuron/total_time_sum` adds them all up.
     """
-    tool = next((t for t in EXPLORERS if shutil.which(t)), None)
-    if tool is None:
-        return ExplorerSummary(tags={names.TAG_NEURON_EXPLORER: "not on PATH (install aws-neuronx-tools)"})
+    tags: dict[str, Any] = {names.TAG_NEURON_EXPLORER_SOURCE: NO_SOURCE}
     if not sessions:
-        return ExplorerSummary(tags={names.TAG_NEURON_EXPLORER: f"{tool}: no session directory to summarise"})
-    tags: dict[str, Any] = {}
+        tags[names.TAG_NEURON_EXPLORER] = "not run: the capture holds no device profile (no NTFF beside its NEFF)"
+        return ExplorerSummary(tags=tags)
+    tool = next(filter(None, map(neuron_tool, EXPLORERS)), None)
+    if tool is None:
+        tags[names.TAG_NEURON_EXPLORER] = "not on PATH nor in /opt/aws/neuron/bin (install aws-neuronx-tools)"
+        return ExplorerSummary(tags=tags)
+    unread: dict[str, None] = {}  # why Parquet was not read, in order, once each
+    fell_back = False  # from Parquet in an unknown schema to summary-json
     if PARQUET in formats and not parquet_available():
         formats = tuple(f for f in formats if f != PARQUET)
-        tags[names.TAG_NEURON_EXPLORER_FORMAT] = f"{SUMMARY_JSON} (pyarrow is not installed: no Parquet)"
-        log.info("pyarrow is not installed: reading neuron-explorer's summary-json instead of its Parquet")
+        unread["pyarrow is not installed"] = None
     entries: dict[str, dict[str, float]] = {}
     used: set[tuple[str, str]] = set()
     outputs = []
     for session in sessions:
         try:
-            fmt, (found, schema, raw) = _summarise(tool, session, formats, timeout_s)
+            fmt, (profiles, schema, raw), schemas_unread = _summarise(tool, session, formats, timeout_s)
         except UnknownSchema as err:
             tags[names.TAG_NEURON_EXPLORER] = f"{tool}: {err}"
             return ExplorerSummary(tags=tags, warnings=[f"neuron-explorer's summary is not read: {err}"])
@@ -284,14 +306,18 @@ def explorer_summary(
             log.warning("%s failed on %s: %s", tool, session, str(detail).strip()[:500])
             tags[names.TAG_NEURON_EXPLORER] = f"{tool} failed: {str(detail).strip()[:200]}"
             return ExplorerSummary(tags=tags)
+        unread.update(dict.fromkeys(schemas_unread))
+        fell_back = fell_back or bool(schemas_unread)
         used.add((fmt, schema))
         outputs.append(raw)
-        entries.update({f"{session.name}/{name}": metrics for name, metrics in found.items()})
-    tags.setdefault(names.TAG_NEURON_EXPLORER_FORMAT, ", ".join(sorted({fmt for fmt, _ in used})))
+        entries.update({f"{session.name}/{name}": metrics for name, metrics in profiles.items()})
+    tags[names.TAG_NEURON_EXPLORER_SOURCE] = ", ".join(sorted({source_of(fmt, schema) for fmt, schema in used}))
     tags[names.TAG_NEURON_EXPLORER_SCHEMA] = ", ".join(sorted({schema for _, schema in used}))
-    tags[names.TAG_NEURON_EXPLORER] = f"{tool}: ok"
-    largest = max(entries.values(), key=lambda m: m.get("total_time", 0.0), default={})
+    not_read = "; ".join(unread)
+    tags[names.TAG_NEURON_EXPLORER] = f"{tool}: ok" + (f" (Parquet not read: {not_read})" if not_read else "")
+    warnings = [f"neuron-explorer's Parquet is not read ({not_read}): its summary-json is"] if fell_back else []
+    largest = max(entries.values(), key=lambda m: m.get(TOTAL_TIME, 0.0), default={})
     metrics = {f"{names.NEURON_SUMMARY_PREFIX}{k}": v for k, v in largest.items()}
     metrics[names.NEURON_PROFILES] = float(len(entries))
-    metrics[names.NEURON_TOTAL_TIME_SUM] = sum(m.get("total_time", 0.0) for m in entries.values())
-    return ExplorerSummary(metrics=metrics, tags=tags, raw="\n".join(outputs))
+    metrics[names.NEURON_TOTAL_TIME_SUM] = sum(m.get(TOTAL_TIME, 0.0) for m in entries.values())
+    return ExplorerSummary(metrics=metrics, tags=tags, raw="\n".join(outputs), warnings=warnings)

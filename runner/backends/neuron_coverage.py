@@ -1,12 +1,15 @@
 """Device-time coverage: how much of the device time Explorer measured key_averages() accounts for.
 
-Explorer's `total_time` is the device's own measure, from the NTFF's start and stop
-notifications (the Parquet schema reference, Summary); key_averages()'s device time is what
-torch-neuronx fed back to the profiler. PyTorch maps PrivateUse1 driver events to the CPU
-device (pytorch issue 166205; PR 186433 proposed typing them as device events), so on such a
-torch the device columns stay empty however long the device ran, while the framework trace
-still holds the events under the category `privateuse1_driver`: that tells this case from a
-build that feeds nothing back.
+Device time comes from Explorer's output: each device profile's `total_time`, the on-device time
+between the NTFF's start and stop notifications, idle gaps included, host overhead excluded (the
+Parquet schema reference, Summary). The ratio's denominator is their sum over the capture; in
+session mode, PyTorch's default, one NTFF covers every NEFF the capture session ran
+(troubleshooting.rst), so it may span the whole session, not only the profiled step.
+key_averages() gets no Neuron device time: Kineto defines PrivateUse1 driver events as host-side
+(libkineto ActivityType.h, PRIVATEUSE1_DRIVER; pytorch issue 166205, and PR 186433, which would
+have typed them as device events, was closed), and TorchNeuron feeds no device-side event back
+(its source, Feb 2026). The framework trace still holds driver events under the category
+`privateuse1_driver`, which tells a build that sends them from one that sends nothing.
 """
 
 from __future__ import annotations
@@ -46,9 +49,8 @@ def missing_device_time(framework_ms: float, drivers: int) -> str:
         return "device work that no op of the profile accounts for"
     if drivers:
         return (
-            f"all of it: the profiler got {drivers} privateuse1_driver events but typed them as CPU events "
-            "(this torch maps PrivateUse1 driver events to the CPU device, pytorch issue 166205), "
-            "so their time is in the CPU columns"
+            f"all of it: the profiler got {drivers} privateuse1_driver events, which Kineto defines as host-side "
+            "launch events (pytorch issue 166205), so their time is in the CPU columns and no device event came back"
         )
     return (
         "all of it: torch-neuronx fed no device activity back to the profiler "
@@ -70,8 +72,8 @@ def device_time_coverage(framework_ms: float, explorer_s: float | None, drivers:
     fraction = framework_ms / explorer_ms
     metrics[names.NEURON_DEVICE_TIME_COVERAGE] = fraction
     found = (
-        f"key_averages() has {framework_ms:.3f} ms of the {explorer_ms:.3f} ms neuron-explorer measured "
-        f"on the device ({fraction:.0%})"
+        f"key_averages() has {framework_ms:.3f} ms of the {explorer_ms:.3f} ms of device time in neuron-explorer's "
+        f"total_time, idle gaps included ({fraction:.0%})"
     )
     if fraction >= COVERAGE_WARN:
         return Coverage(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"ok: {found}"})

@@ -29,6 +29,7 @@ from runner.backends.cores import parse_cores
 from runner.backends.neuron import INFLIGHT_ENV, NEFF_CACHE_ENV, VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
 from runner.backends.neuron_capture import (
     DROPPED_EVENTS,
+    NO_SOURCE,
     PARQUET,
     SUMMARY_JSON,
     explorer_summary,
@@ -511,7 +512,7 @@ def probes_from_profiled_run(host: NeuronHost) -> list[Verdict]:
 
 
 def _device_time(run: dict[str, Any]) -> Verdict:
-    """Which of the two cases holds on this torch: device columns filled, or PrivateUse1 driver events typed CPU."""
+    """Whether device events reach key_averages(); without them, whether host-side driver events did."""
     assumption = "key_averages() carries Neuron device time"
     if run["device_time"]:
         return Verdict("device_time", assumption, PASS, "self_device_time_total > 0 for some ops")
@@ -521,8 +522,8 @@ def _device_time(run: dict[str, Any]) -> Verdict:
     )
     if run["drivers"]:
         evidence = (
-            f"no op has device time; {run['drivers']} privateuse1_driver events reached the profiler as CPU "
-            f"events: torch {torch.__version__} maps PrivateUse1 driver events to the CPU device (pytorch issue 166205)"
+            f"no op has device time; {run['drivers']} privateuse1_driver events reached the profiler as CPU events, "
+            "as Kineto defines them (host-side launch events; pytorch issue 166205): no device event came back"
         )
         return Verdict("device_time", assumption, FAIL, evidence, fix)
     evidence = "no op has device time, and no privateuse1_driver event reached the profiler: torch-neuronx fed none"
@@ -583,22 +584,20 @@ def _summary_json(run: dict[str, Any]) -> Verdict:
 
 
 def _explorer_parquet(run: dict[str, Any]) -> Verdict:
-    assumption = "neuron-explorer writes its summary as Parquet (Summary, Metadata) in profile schema 7.x"
+    assumption = "neuron-explorer writes its summary as Parquet (Summary, Metadata) in profile schema 7.x or 12.x"
     explorer = str(run["tags"].get(names.TAG_NEURON_EXPLORER, ""))
     if "not on PATH" in explorer:
         return Verdict("explorer_parquet", assumption, UNKNOWN, explorer)
-    found = run["tags"].get(names.TAG_NEURON_EXPLORER_FORMAT, "none")
+    source = run["tags"].get(names.TAG_NEURON_EXPLORER_SOURCE, NO_SOURCE)
     schema = run["tags"].get(names.TAG_NEURON_EXPLORER_SCHEMA, "none")
-    if found == PARQUET and explorer.endswith(": ok"):
-        return Verdict("explorer_parquet", assumption, PASS, f"Parquet, profile schema {schema}")
-    if "is not one the runner reads" in explorer:
-        fix = (
-            "neuron/ metrics and device-time coverage are missing from every run: add the schema to "
-            "runner/backends/neuron_capture.py KNOWN_SCHEMAS (neuron-explorer --show-profile-schema prints it)"
-        )
-        return Verdict("explorer_parquet", assumption, FAIL, explorer, fix, breaks_runner=True)
-    fix = "nothing breaks: the runner reads summary-json instead (neuron.explorer_format says so on each run)"
-    return Verdict("explorer_parquet", assumption, FAIL, f"read as {found}; {explorer}", fix)
+    if source.startswith(PARQUET):
+        return Verdict("explorer_parquet", assumption, PASS, f"{source}, profile schema {schema}")
+    fix = (
+        "nothing breaks while summary-json is read instead (neuron.explorer_source says so on each run); "
+        "to read the Parquet, add its schema to runner/backends/neuron_capture.py KNOWN_SCHEMAS "
+        "(neuron-explorer view --show-profile-schema prints it)"
+    )
+    return Verdict("explorer_parquet", assumption, FAIL, f"read from {source}; {explorer}", fix)
 
 
 def probe_dropped_events(host: NeuronHost) -> Verdict:

@@ -105,8 +105,8 @@ def test_documented_procedure_end_to_end(tmp_path: Path, tracking_uri: str) -> N
     assert run.info.status == "FINISHED"
     tags, metrics = run.data.tags, run.data.metrics
     assert tags[names.TAG_BACKEND] == "neuron" and tags[names.TAG_NEURON_CAPTURE] == "ok"
-    assert tags[names.TAG_NEURON_EXPLORER] == "neuron-explorer: ok"
-    assert tags[names.TAG_NEURON_EXPLORER_FORMAT] == "parquet" and tags[names.TAG_NEURON_EXPLORER_SCHEMA] == "7.4.0"
+    assert tags[names.TAG_NEURON_EXPLORER].endswith("neuron-explorer: ok")
+    assert tags[names.TAG_NEURON_EXPLORER_SOURCE] == "parquet-12" and tags[names.TAG_NEURON_EXPLORER_SCHEMA] == "12.0.1"
     assert tags[names.TAG_DEVICE_TIME].startswith("absent")
     assert names.DEVICE_SELF_TOTAL_MS not in metrics
     assert (
@@ -158,13 +158,14 @@ def test_bad_capture_warns_and_the_run_still_finishes(tmp_path: Path, tracking_u
     problems = run.data.tags[names.TAG_NEURON_CAPTURE_PROBLEMS]
     assert "zero-byte NTFF" in problems and "no .neff" in problems and "1234 trace events were dropped" in problems
     assert run.data.metrics[names.NEURON_CAPTURE_OK] == 0 and run.data.metrics[names.NEURON_DROPPED_EVENTS] == 1234
-    assert run.data.tags[names.TAG_NEURON_EXPLORER].startswith("neuron-explorer failed")
+    # empty NTFFs and no NEFF are no device profile: Explorer (here one that fails) is not run
+    assert run.data.tags[names.TAG_NEURON_EXPLORER].startswith("not run: the capture holds no device profile")
 
 
 # (stand-in settings, the coverage logged, the tag's start, what the warning names)
 COVERAGE_CASES = [
     pytest.param({"NEURON_STANDIN_DEVICE_TIME": "1"}, 1.0, "ok: ", None, id="device-columns-filled"),
-    pytest.param({"NEURON_STANDIN_DEVICE_TIME": "cpu"}, 0.0, "warning: ", "pytorch issue 166205", id="typed-cpu"),
+    pytest.param({"NEURON_STANDIN_DEVICE_TIME": "cpu"}, 0.0, "warning: ", "pytorch issue 166205", id="host-side"),
     pytest.param({}, 0.0, "warning: ", "torch-neuronx fed no device activity back", id="nothing-fed-back"),
     pytest.param({"NEURON_STANDIN_DEVICE_TIME": "1", "NEURON_STANDIN_FAULT": "unreported_device_time"}, 0.5,
                  "warning: ", "device work that no op of the profile accounts for", id="half-unreported"),
@@ -198,22 +199,32 @@ def test_an_explorer_without_parquet_is_read_through_summary_json(tmp_path: Path
     done = run_neuron(tmp_path, "backend=neuron", NEURON_STANDIN_DEVIATE="no_parquet")
     assert done.returncode == 0, done.stderr
     tags = the_run(tracking_uri).data.tags
-    assert tags[names.TAG_NEURON_EXPLORER] == "neuron-explorer: ok"
-    assert tags[names.TAG_NEURON_EXPLORER_FORMAT] == "summary-json"
+    assert tags[names.TAG_NEURON_EXPLORER].endswith("neuron-explorer: ok")
+    assert tags[names.TAG_NEURON_EXPLORER_SOURCE] == "summary-json"
     assert tags[names.TAG_NEURON_EXPLORER_SCHEMA].startswith("unversioned")
 
 
-def test_an_unknown_explorer_schema_is_one_line_and_the_run_finishes(tmp_path: Path, tracking_uri: str) -> None:
+def test_an_unknown_explorer_schema_is_read_through_summary_json(tmp_path: Path, tracking_uri: str) -> None:
     done = run_neuron(tmp_path, "backend=neuron", NEURON_STANDIN_EXPLORER_SCHEMA="8.0.0")
     assert done.returncode == 0, done.stderr
     run = the_run(tracking_uri)
     assert run.info.status == "FINISHED" and "Traceback" not in done.stderr + done.stdout
-    (line,) = [line for line in done.stdout.splitlines() if "neuron-explorer's summary is not read" in line]
-    assert line.endswith(
-        "Metadata.parquet: profile schema 8.0.0 is not one the runner reads (it reads 7.x (7.4.0: Neuron SDK 2.31))"
-    )
-    assert names.NEURON_TOTAL_TIME_SUM not in run.data.metrics
-    assert run.data.tags[names.TAG_NEURON_DEVICE_TIME_COVERAGE].startswith("unknown: ")
+    (line,) = [line for line in done.stdout.splitlines() if "neuron-explorer's Parquet is not read" in line]
+    assert "Metadata.parquet: profile schema 8.0.0 is not one the runner reads" in line
+    assert line.endswith("): its summary-json is")
+    assert run.data.tags[names.TAG_NEURON_EXPLORER_SOURCE] == "summary-json"
+    assert run.data.metrics[names.NEURON_TOTAL_TIME_SUM] > 0
+    assert run.data.tags[names.TAG_NEURON_DEVICE_TIME_COVERAGE].startswith("warning: ")
+
+
+def test_a_capture_without_a_device_profile_does_not_run_explorer(tmp_path: Path, tracking_uri: str) -> None:
+    # profiler=neuron_system captures no DEVICE profile; a stand-in Explorer that ran would fail
+    done = run_neuron(tmp_path, "backend=neuron", "profiler=neuron_system", NEURON_STANDIN_EXPLORER="fail")
+    assert done.returncode == 0, done.stderr
+    tags = the_run(tracking_uri).data.tags
+    assert tags[names.TAG_NEURON_EXPLORER] == "not run: the capture holds no device profile (no NTFF beside its NEFF)"
+    assert tags[names.TAG_NEURON_EXPLORER_SOURCE] == "none"
+    assert tags[names.TAG_NEURON_DEVICE_TIME_COVERAGE].startswith("unknown: ")
 
 
 def test_auto_prefers_neuron_and_correlate_is_passed_when_accepted(tmp_path: Path, tracking_uri: str) -> None:

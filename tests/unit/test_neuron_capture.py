@@ -127,22 +127,24 @@ def test_summary_json_of_an_unknown_shape_is_one_line_not_an_empty_summary() -> 
 
 
 @pytest.mark.parametrize(
-    ("deviation", "fmt", "schema"),
+    ("env", "source", "schema"),
     [
-        pytest.param("", "parquet", "7.4.0", id="parquet"),
+        pytest.param({}, "parquet-12", "12.0.1", id="parquet-12"),  # SDK 2.33's schema, the stand-in's default
+        pytest.param({"NEURON_STANDIN_EXPLORER_SCHEMA": "7.4.0"}, "parquet-7", "7.4.0", id="parquet-7"),
         # an Explorer without Parquet (the legacy neuron-profile): the runner asks for summary-json next
-        pytest.param("no_parquet", "summary-json", neuron_capture.UNVERSIONED, id="summary-json"),
+        pytest.param({"NEURON_STANDIN_DEVIATE": "no_parquet"}, "summary-json", neuron_capture.UNVERSIONED, id="json"),
     ],
 )
 def test_explorer_summary_from_the_stand_in_tool(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deviation: str, fmt: str, schema: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], source: str, schema: str
 ) -> None:
     write_capture(tmp_path / "cap", {**GOOD, "neff_2_vnc_0.neff": b"x"})
     monkeypatch.setenv("PATH", TOOLS_PATH)
-    monkeypatch.setenv("NEURON_STANDIN_DEVIATE", deviation)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     summary = explorer_summary(session_dirs(tmp_path / "cap"), timeout_s=60)
-    assert summary.tags[names.TAG_NEURON_EXPLORER] == "neuron-explorer: ok"
-    assert summary.tags[names.TAG_NEURON_EXPLORER_FORMAT] == fmt
+    assert summary.tags[names.TAG_NEURON_EXPLORER].endswith("neuron-explorer: ok")
+    assert summary.tags[names.TAG_NEURON_EXPLORER_SOURCE] == source
     assert summary.tags[names.TAG_NEURON_EXPLORER_SCHEMA] == schema
     assert summary.metrics[names.NEURON_PROFILES] == 2
     explorer = {k.removeprefix(names.NEURON_SUMMARY_PREFIX): v for k, v in summary.metrics.items()}
@@ -152,22 +154,41 @@ def test_explorer_summary_from_the_stand_in_tool(
     assert json.loads(summary.raw) and summary.warnings == []
 
 
-def test_explorer_parquet_of_an_unknown_schema_fails_in_one_line(
+def test_parquet_of_an_unknown_schema_falls_back_to_summary_json_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_capture(tmp_path / "cap", GOOD)
     monkeypatch.setenv("PATH", TOOLS_PATH)
     monkeypatch.setenv("NEURON_STANDIN_EXPLORER_SCHEMA", "8.0.0")
     summary = explorer_summary(session_dirs(tmp_path / "cap"), timeout_s=60)
-    (warning,) = summary.warnings
-    assert "\n" not in warning and warning.endswith(
-        "Metadata.parquet: profile schema 8.0.0 is not one the runner reads (it reads 7.x (7.4.0: Neuron SDK 2.31))"
+    why = (
+        "Metadata.parquet: profile schema 8.0.0 is not one the runner reads "
+        "(it reads 7.x (7.4.0: Neuron SDK 2.31), 12.x (12.0.1: Neuron SDK 2.33))"
     )
-    assert summary.tags[names.TAG_NEURON_EXPLORER] == f"neuron-explorer: {warning.split(': ', 1)[1]}"
-    assert summary.metrics == {}
+    (warning,) = summary.warnings
+    assert "\n" not in warning and warning.startswith("neuron-explorer's Parquet is not read (/")
+    assert warning.endswith(f"{why}): its summary-json is")
+    assert "neuron-explorer: ok (Parquet not read: /" in summary.tags[names.TAG_NEURON_EXPLORER]
+    assert summary.tags[names.TAG_NEURON_EXPLORER].endswith(f"{why})")
+    assert summary.tags[names.TAG_NEURON_EXPLORER_SOURCE] == "summary-json"
+    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.001)
     # a MINOR or PATCH change is compatible: read as usual
-    monkeypatch.setenv("NEURON_STANDIN_EXPLORER_SCHEMA", "7.9.1")
-    assert explorer_summary(session_dirs(tmp_path / "cap"), 60).tags[names.TAG_NEURON_EXPLORER_SCHEMA] == "7.9.1"
+    for version, source in [("7.9.1", "parquet-7"), ("12.3.0", "parquet-12")]:
+        monkeypatch.setenv("NEURON_STANDIN_EXPLORER_SCHEMA", version)
+        tags = explorer_summary(session_dirs(tmp_path / "cap"), 60).tags
+        assert (tags[names.TAG_NEURON_EXPLORER_SCHEMA], tags[names.TAG_NEURON_EXPLORER_SOURCE]) == (version, source)
+
+
+def test_a_summary_without_total_time_is_an_unknown_schema(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([{"profile_schema_version": "12.0.1"}]), tmp_path / "Metadata.parquet")
+    pq.write_table(pa.Table.from_pylist([{"total_duration": 0.5}]), tmp_path / "Summary.parquet")
+    with pytest.raises(UnknownSchema, match=r"Summary.parquet: profile schema 12.0.1 has no Summary column total_time"):
+        neuron_capture.read_parquet_summary(tmp_path)
+    pq.write_table(pa.Table.from_pylist([{"total_time": 0.5, "name": "x"}]), tmp_path / "Summary.parquet")
+    assert neuron_capture.read_parquet_summary(tmp_path) == ({"Summary#0": {"total_time": 0.5}}, "12.0.1")
 
 
 def test_without_pyarrow_summary_json_is_read_and_the_tag_says_why(
@@ -177,8 +198,32 @@ def test_without_pyarrow_summary_json_is_read_and_the_tag_says_why(
     monkeypatch.setenv("PATH", TOOLS_PATH)
     monkeypatch.setattr(neuron_capture, "parquet_available", lambda: False)
     summary = explorer_summary(session_dirs(tmp_path / "cap"), 60)
-    assert summary.tags[names.TAG_NEURON_EXPLORER_FORMAT] == "summary-json (pyarrow is not installed: no Parquet)"
-    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.001)
+    assert summary.tags[names.TAG_NEURON_EXPLORER_SOURCE] == "summary-json"
+    assert summary.tags[names.TAG_NEURON_EXPLORER].endswith("ok (Parquet not read: pyarrow is not installed)")
+    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.001) and summary.warnings == []
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param({"ntrace.pb": b"x", "trace_info.pb": b"x", "trace.json": b"{}"}, id="system-only"),
+        pytest.param({**GOOD, "profile_nc_0_session_0.ntff": b""}, id="empty-ntff"),
+        pytest.param({k: v for k, v in GOOD.items() if not k.endswith(".neff")}, id="ntff-without-neff"),
+    ],
+)
+def test_explorer_is_not_run_without_a_device_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, bytes]
+) -> None:
+    write_capture(tmp_path / "cap", files)
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER", "fail")  # run, it would fail
+    assert session_dirs(tmp_path / "cap") == []
+    summary = explorer_summary(session_dirs(tmp_path / "cap"), 60)
+    assert summary.tags == {
+        names.TAG_NEURON_EXPLORER: "not run: the capture holds no device profile (no NTFF beside its NEFF)",
+        names.TAG_NEURON_EXPLORER_SOURCE: "none",
+    }
+    assert summary.metrics == {} and summary.warnings == []
 
 
 def test_explorer_missing_or_failing_is_tagged_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,8 @@ def test_full_coverage_is_ok_and_logged_as_a_fraction() -> None:
         {names.NEURON_FRAMEWORK_DEVICE_MS: 2.94, names.NEURON_DEVICE_TIME_COVERAGE: 0.98}
     )
     assert coverage.tags[TAG] == (
-        "ok: key_averages() has 2.940 ms of the 3.000 ms neuron-explorer measured on the device (98%)"
+        "ok: key_averages() has 2.940 ms of the 3.000 ms of device time in neuron-explorer's total_time, "
+        "idle gaps included (98%)"
     )
     assert coverage.warnings == []
 
@@ -31,9 +32,9 @@ def test_full_coverage_is_ok_and_logged_as_a_fraction() -> None:
     ("framework_ms", "drivers", "missing"),
     [
         pytest.param(1.5, 10, "missing 1.500 ms, device work that no op of the profile accounts for", id="partial"),
-        pytest.param(0.0, 7, "missing 3.000 ms, all of it: the profiler got 7 privateuse1_driver events but typed "
-                     "them as CPU events (this torch maps PrivateUse1 driver events to the CPU device, pytorch issue "
-                     "166205), so their time is in the CPU columns", id="driver-events-typed-cpu"),
+        pytest.param(0.0, 7, "missing 3.000 ms, all of it: the profiler got 7 privateuse1_driver events, which "
+                     "Kineto defines as host-side launch events (pytorch issue 166205), so their time is in the CPU "
+                     "columns and no device event came back", id="host-side-driver-events"),
         pytest.param(0.0, 0, "missing 3.000 ms, all of it: torch-neuronx fed no device activity back to the profiler",
                      id="nothing-fed-back"),
     ],

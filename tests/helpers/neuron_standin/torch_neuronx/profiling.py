@@ -60,10 +60,10 @@ def _leaf_ops(prof: torch.profiler.profile) -> list[FunctionEvent]:
 def _add_device_time(prof: torch.profiler.profile, how: str) -> list[FunctionEvent]:
     """NEURON_STANDIN_DEVICE_TIME: a driver event of 5 us per leaf aten op, fed back into the profile.
 
-    "1": as a torch that types PrivateUse1 driver events as device events (the change proposed in
-    pytorch PR 186433): the op gets the event's time (append_kernel) and the event is a device
-    event of its own. "cpu": as a torch that maps them to the CPU device (pytorch issue 166205):
-    the event is a CPU child of the op, so the device columns stay empty. Returns the events.
+    "1": as a build that fed device events back would (none is known): the op gets the event's
+    time (append_kernel) and the event is a device event of its own. "cpu": as Kineto defines driver
+    events, host-side launch events (pytorch issue 166205): the event is a CPU child of the op, so
+    the device columns stay empty. Returns the events.
     """
     events = prof.profiler.function_events if prof.profiler else None
     if events is None:
