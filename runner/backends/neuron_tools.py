@@ -11,5 +11,5 @@ NEURON_BIN = Path("/opt/aws/neuron/bin")
 
 
 def neuron_tool(name: str) -> str | None:
-    """The tool's path: the one on PATH first, else the installed one; None where neither is."""
-    return shutil.which(name) or shutil.which(name, path=str(NEURON_BIN))
+    """What to run: the name where PATH has it (a user's PATH wins), else its path in NEURON_BIN; None if neither."""
+    return name if shutil.which(name) else shutil.which(name, path=str(NEURON_BIN))

@@ -13,13 +13,15 @@ from runner.backends.cores import LNC_ENV
 from runner.backends.neuron import COMPILE_CACHE_URL_ENV, NeuronBackend
 from runner.backends.peaks import CHIP_TO_CHIP, INTRA_CHIP, datasheet_peak, link_between
 from runner.backends.registry import COMPILE_CACHES
-from runner.config import ConfigError, NeuronBackendConfig, load_run_spec
+from runner.config import ConfigError, MonitorConfig, NeuronBackendConfig, load_run_spec
+from runner.execute.monitor import plan_monitor
+from runner.execute.monitor_reader import NEURON_MONITOR
 from runner.measure.compile_cache import use_compile_cache
-from tests.helpers import compose_cfg
+from tests.helpers import STANDIN, compose_cfg
 
 
 @pytest.mark.parametrize(("lnc", "logical_cores"), [("1", 8), ("2", 4), (None, 4)])
-def test_a_trn2_cores_share_follows_the_lnc(lnc: str | None, logical_cores: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trn2_core_follows_the_lnc(lnc: str | None, logical_cores: int, monkeypatch: pytest.MonkeyPatch) -> None:
     if lnc is None:
         monkeypatch.delenv(LNC_ENV, raising=False)  # Trn2's documented default is 2
     else:
@@ -66,7 +68,8 @@ def test_the_manifest_says_which_lnc_and_why(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv(LNC_ENV, "1")
     assert backend_on("trn2.48xlarge", monkeypatch).manifest()[names.MANIFEST_NEURON_LNC] == f"1, from {LNC_ENV}"
     monkeypatch.delenv(LNC_ENV)
-    assert backend_on("trn2.48xlarge", monkeypatch).manifest()[names.MANIFEST_NEURON_LNC].startswith("2, the documented")
+    default = backend_on("trn2.48xlarge", monkeypatch).manifest()[names.MANIFEST_NEURON_LNC]
+    assert default == "2, the documented trn2 default"
 
 
 def cold_job(root: Path) -> None:
@@ -109,5 +112,12 @@ def test_a_tool_off_path_is_found_where_the_tools_install(tmp_path: Path, monkey
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert neuron_tools.neuron_tool("neuron-ls") == str(installed / "neuron-ls")
     monkeypatch.setenv("PATH", str(on_path))  # the user's PATH comes first
-    assert neuron_tools.neuron_tool("neuron-ls") == str(on_path / "neuron-ls")
+    assert neuron_tools.neuron_tool("neuron-ls") == "neuron-ls"
     assert neuron_tools.neuron_tool("neuron-top") is None
+
+
+def test_the_monitor_is_found_where_the_tools_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(neuron_tools, "NEURON_BIN", STANDIN / "bin")  # the stand-in's neuron-monitor
+    monkeypatch.setenv("PATH", str(tmp_path))
+    plan = plan_monitor(MonitorConfig(period_s=1), NEURON_MONITOR)
+    assert plan is not None and plan.source == NEURON_MONITOR and not plan.missing
