@@ -93,6 +93,8 @@ NEURON_SUMMARY_PREFIX = "neuron/"
 # Explorer's on-device total (neuron/total_time_sum), as a fraction
 NEURON_FRAMEWORK_DEVICE_MS = "neuron/framework_device_ms"
 NEURON_DEVICE_TIME_COVERAGE = "neuron/device_time_coverage"
+# distinct ATen ops that ran on the CPU instead of the NeuronCore (torch_neuronx.get_fallback_ops())
+NEURON_CPU_FALLBACK_OPS = "neuron/cpu_fallback_ops"
 
 # --- tags: what ran where ---
 TAG_WORKLOAD = "runner.workload"
@@ -181,6 +183,8 @@ TAG_NEURON_EXPLORER_SCHEMA = "neuron.explorer_schema"
 TAG_NEURON_DEVICE_TIME_COVERAGE = "neuron.device_time_coverage"
 # set when a job pins more NeuronCores than its workload executes on
 TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
+# those ops' names, "none", or why this torch-neuronx could not tell (runner/backends/neuron_fallback.py)
+TAG_NEURON_CPU_FALLBACKS = "neuron.cpu_fallbacks"
 
 # --- metrics: system series sampled while a job measures (monitor.period_s; runner.execute.monitor) ---
 # each a metric history, one step per sample, stamped with the sample's time; apart from the runner's own

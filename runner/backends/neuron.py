@@ -34,6 +34,7 @@ from runner.backends.base import (
 from runner.backends.cores import format_cores, logical_nc_config, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.neuron_coverage import device_time_coverage, driver_events
+from runner.backends.neuron_fallback import count_fallbacks_from_now, note_cpu_fallbacks
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.backends.user_env import ASYNC_NRT_ENV, set_by_user
 from runner.config import BackendConfig, ConfigError, NeuronBackendConfig, ProfilerConfig, RunSpec
@@ -199,6 +200,7 @@ class NeuronBackend(Backend):
             ) from None
         if not torch_neuron().is_available():
             raise ConfigError("backend=neuron: torch-neuronx sees no NeuronCore on this machine")
+        count_fallbacks_from_now()
         self.cores = self._pin_cores(self.config.cores)
         self.correlate_status = "unset"
 
@@ -368,6 +370,7 @@ class NeuronBackend(Backend):
             )
             report.tags[names.TAG_NEURON_IDLE_CORES] = idle
             report.warnings.append(f"{idle} (set backend.cores={self.cores[0]})")
+        note_cpu_fallbacks(report)
         summary = explorer_summary(session_dirs(capture_dir), self.config.explorer_timeout_s)
         report.metrics.update(summary.metrics)
         report.tags.update(summary.tags)
