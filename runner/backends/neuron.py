@@ -403,8 +403,9 @@ class NeuronBackend(Backend):
 
         torch-neuronx's memory guide (torch/guides/memory-profiling-guide) records allocation
         snapshots that open in PyTorch's memory_viz; the calls are taken to be torch.cuda.memory's
-        (`_record_memory_history`, `_dump_snapshot`), which is unconfirmed: without them the
-        profiler's memory events serve, as on the CPU.
+        (`_record_memory_history`, `_dump_snapshot`), which is inferred: no document names them
+        (the guide's text as read does not, nor the SDK sources up to 2.32), and the doctor's
+        `memory_snapshot` probe checks them. Without them the profiler's memory events serve, as on the CPU.
         """
         memory = getattr(torch_neuron(), "memory", None)
         if not all(hasattr(memory, call) for call in SNAPSHOT_CALLS):

@@ -3,8 +3,10 @@
 `measure.memory_snapshot=true` records the window's allocations from the best source the
 backend has. Where the device keeps an allocation history (`torch.cuda.memory`,
 `torch.neuron.memory`), it is recorded over the window and dumped as the pickle PyTorch's
-memory_viz (https://pytorch.org/memory_viz) opens. Elsewhere (the CPU) the profiler's memory
-events serve: the Chrome trace carries each allocation and free as a `[memory]` event with its
+memory_viz (https://pytorch.org/memory_viz) opens; on Neuron the calls are torch.cuda.memory's
+names, inferred: no document names them (`NeuronBackend.memory_history`), and the doctor's
+`memory_snapshot` probe checks them. Elsewhere (the CPU) the profiler's memory events serve:
+the Chrome trace carries each allocation and free as a `[memory]` event with its
 address and size, and they are written into the same pickle layout, with the ops they ran in as
 the stack. Both are then read alike: replaying the allocations gives the most the window's own
 allocations held at once (memory live before the window does not count), and the allocations
