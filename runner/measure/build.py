@@ -90,7 +90,7 @@ def build_workload(spec: WorkloadSpec, backend: Backend) -> BuiltWorkload:
     torch.manual_seed(spec.seed)
     try:
         module = locate_target(spec.target)(**spec.kwargs)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, ImportError) as err:  # ImportError: a package the module needs is not here
         raise ConfigError(str(err) if str(err).startswith("workload.") else f"workload: {err}") from None
     if not isinstance(module, nn.Module):
         raise ConfigError(f"workload._target_={spec.target!r} must build a torch.nn.Module")

@@ -40,7 +40,8 @@ OPTIONS = sorted(
 # the custom workload runs any module: torch.nn.Linear, with the keys it needs
 CUSTOM = ["workload._target_=torch.nn.Linear", "workload.inputs=[[3,8]]"]
 CUSTOM += ["+workload.in_features=8", "+workload.out_features=2"]
-WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml") if p.stem != "custom")
+# custom needs declared inputs; nki_rmsnorm needs NKI, and is refused without it (test_trainium_expectations.py)
+WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml") if p.stem not in ("custom", "nki_rmsnorm"))
 # every duration key of every schema (named `*_s`), backend=neuron's too
 DURATIONS = sorted(
     f"{group}.{key.name}"

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import sys
+from collections.abc import Iterator
 
-from runner.config import load_run_spec
-from tests.helpers import STANDIN, compose_cfg
+import pytest
+import torch
+
+from runner.backends.cpu import CpuBackend
+from runner.config import BackendConfig, ConfigError, load_run_spec
+from runner.measure.build import build_workload
+from tests.helpers import HELPERS, STANDIN, compose_cfg
 
 
 @pytest.mark.parametrize(
@@ -25,3 +31,38 @@ def test_auto_counts_as_neuron_where_torch_neuronx_is_installed(monkeypatch: pyt
 def test_a_dtype_on_the_command_line_wins_over_the_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = compose_cfg("+experiment=rmsnorm_comparison", "backend=neuron", "workload.dtype=float32")
     assert load_run_spec(cfg).workload.dtype == "float32"
+
+
+@pytest.fixture
+def nki_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """NKI's language on torch CPU tensors (tests/helpers/nki_standin), importable for one test."""
+    monkeypatch.syspath_prepend(str(HELPERS / "nki_standin"))
+    yield
+    for name in [name for name in sys.modules if name == "nki" or name.startswith("nki.")]:
+        del sys.modules[name]
+
+
+def built_nki_rmsnorm(*overrides: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The NKI workload's output and its float64 reference, as a CPU job builds it."""
+    spec = load_run_spec(compose_cfg("+workload=nki_rmsnorm", *overrides)).workload
+    built = build_workload(spec, CpuBackend(BackendConfig(name="cpu")))
+    with torch.no_grad():
+        return built.module(*built.inputs), built.eager.reference(*built.inputs)
+
+
+def test_the_nki_kernel_matches_the_rmsnorm_reference_tile_by_tile(nki_standin: None) -> None:
+    # three 128-row tiles; an eps large enough that dropping it shows
+    output, reference = built_nki_rmsnorm("workload.batch=3", "workload.eps=0.5")
+    assert output.shape == reference.shape == (3, 128, 512)
+    torch.testing.assert_close(output.double(), reference, rtol=1e-5, atol=1e-6)
+
+
+def test_the_nki_workload_refuses_rows_that_fill_no_whole_tile(nki_standin: None) -> None:
+    with pytest.raises(ConfigError, match=r"^workload.seq_len: batch \* seq_len must be a multiple of 128$"):
+        built_nki_rmsnorm("workload.seq_len=100")
+
+
+def test_the_nki_workload_without_nki_is_refused_naming_both_packages() -> None:
+    needs = r"^workload._target_=workloads.nki_rmsnorm.NkiRMSNorm needs NKI: neither nki nor neuronxcc.nki is installed"
+    with pytest.raises(ConfigError, match=needs):
+        built_nki_rmsnorm()
