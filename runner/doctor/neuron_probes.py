@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import shutil
 import statistics
 import time
 import uuid
@@ -37,6 +36,7 @@ from runner.backends.neuron_capture import (
     session_dirs,
 )
 from runner.backends.neuron_coverage import driver_events
+from runner.backends.neuron_tools import NEURON_BIN, neuron_tool
 from runner.backends.user_env import ASYNC_NRT_ENV
 from runner.config import (
     NEURON_MODES,
@@ -684,8 +684,9 @@ def probe_neuron_monitor(host: NeuronHost) -> Verdict:
     assumption = (
         f"{NEURON_MONITOR} -c <config> prints one JSON report per period: the runtime's cores and memory by pid"
     )
-    if shutil.which(NEURON_MONITOR) is None:
-        return Verdict("neuron_monitor", assumption, UNKNOWN, f"{NEURON_MONITOR} is not on PATH (aws-neuronx-tools)")
+    if neuron_tool(NEURON_MONITOR) is None:
+        evidence = f"{NEURON_MONITOR} is neither on PATH nor in {NEURON_BIN} (aws-neuronx-tools)"
+        return Verdict("neuron_monitor", assumption, UNKNOWN, evidence)
     env: dict[str, str | None] = {VISIBLE_CORES_ENV: str(host.cores[0])}
     found = _run(host, monitored_runtime, host.folder("neuron_monitor"), 1, env=env)
     series = [key for key in found["keys"] if key.startswith(names.SYSTEM_NEURON_PREFIX)]
