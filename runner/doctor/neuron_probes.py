@@ -29,6 +29,7 @@ from runner.backends.neuron import INFLIGHT_ENV, NEFF_CACHE_ENV, VISIBLE_CORES_E
 from runner.backends.neuron_capture import (
     DROPPED_EVENTS,
     NO_SOURCE,
+    NOT_RUN,
     PARQUET,
     SUMMARY_JSON,
     explorer_summary,
@@ -561,10 +562,15 @@ def _framework_trace_name(run: dict[str, Any]) -> Verdict:
     return Verdict("framework_trace_name", assumption, FAIL, ", ".join(traces) or "no *.json", fix)
 
 
+def _explorer_not_run(status: str) -> bool:
+    """Explorer is not installed, or the capture held no device profile: its probes cannot tell."""
+    return "not on PATH" in status or status == NOT_RUN
+
+
 def _summary_json(run: dict[str, Any]) -> Verdict:
     assumption = "summary-json is {profile: {metric: value}} with total_time"
     explorer = run["summary_json_status"]
-    if "not on PATH" in explorer:
+    if _explorer_not_run(explorer):
         return Verdict("summary_json", assumption, UNKNOWN, explorer)
     if not run["summary_json"]:
         fix = "neuron/ metrics will be missing; check the explorer version (backend.explorer_timeout_s)"
@@ -586,7 +592,7 @@ def _summary_json(run: dict[str, Any]) -> Verdict:
 def _explorer_parquet(run: dict[str, Any]) -> Verdict:
     assumption = "neuron-explorer writes its summary as Parquet (Summary, Metadata) in profile schema 7.x or 12.x"
     explorer = str(run["tags"].get(names.TAG_NEURON_EXPLORER, ""))
-    if "not on PATH" in explorer:
+    if _explorer_not_run(explorer):
         return Verdict("explorer_parquet", assumption, UNKNOWN, explorer)
     source = run["tags"].get(names.TAG_NEURON_EXPLORER_SOURCE, NO_SOURCE)
     schema = run["tags"].get(names.TAG_NEURON_EXPLORER_SCHEMA, "none")
