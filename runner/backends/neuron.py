@@ -53,6 +53,8 @@ NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 # (SDK:about-neuron/arch/neuron-features/neuron-caching.rst)
 COMPILE_CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
+# where those two caches go when nothing moves them: a cache job must leave them as they were
+DEFAULT_CACHES = (Path(DEFAULT_NEFF_CACHE), Path("/var/tmp/neuron-compile-cache"))
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
 DRIVER_VERSION = Path("/sys/module/neuron/version")
 # the allocation history calls a memory snapshot needs (runner.backends.base.MemoryHistory)

@@ -113,6 +113,8 @@ KNOBS = [
     ("NEURON_STANDIN_DEVIATE", "async_default_unset", "async_default", False),
     ("NEURON_STANDIN_DEVIATE", "inflight_set_at_import", "inflight_removed", False),
     ("NEURON_STANDIN_DEVIATE", "neff_cache_at_import", "neff_cache_in_process", True),
+    ("NEURON_STANDIN_DEVIATE", "neff_cache_at_import", "compile_caches", True),
+    ("NEURON_STANDIN_DEVIATE", "lnc_ignored", "lnc", True),
     ("NEURON_STANDIN_DEVIATE", "no_process_group", "process_group", True),
     ("NEURON_STANDIN_DEVIATE", "monitor_format", "neuron_monitor", True),
     ("NEURON_STANDIN_DEVIATE", "no_memory_snapshot", "memory_snapshot", False),

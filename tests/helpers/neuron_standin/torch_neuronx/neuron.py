@@ -19,6 +19,8 @@ VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 # the implicit async mode's variable: Neuron SDK 2.31 and later only warn about it
 INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 STATE_ENV = "NEURON_STANDIN_STATE"
+# physical NeuronCores per logical one, 1 or 2 (logical-neuroncore-config.rst)
+LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
 
 _runtime_started = False
 _owned: list[int] = []  # absolute indices of the cores this process's runtime reserved
@@ -28,7 +30,12 @@ _in_bad_fork = False  # forked from a process whose runtime had started (SRC's _
 
 
 def total_cores() -> int:
-    return int(os.environ.get("NEURON_STANDIN_CORES", "8"))
+    """The logical NeuronCores: NEURON_STANDIN_CORES at Trn2's default LNC of 2, twice as many at LNC=1.
+
+    Deviation "lnc_ignored": a runtime whose logical cores do not follow the variable.
+    """
+    lnc_1 = os.environ.get(LNC_ENV) == "1" and not deviates("lnc_ignored")
+    return int(os.environ.get("NEURON_STANDIN_CORES", "8")) * (2 if lnc_1 else 1)
 
 
 def _fail(message: str) -> RuntimeError:
@@ -177,6 +184,8 @@ def start_runtime() -> None:
         )
     visible = os.environ.get(VISIBLE_CORES_ENV)
     try:
+        if os.environ.get(LNC_ENV, "2") not in ("1", "2"):  # "LNC can only be set to 1 or 2"
+            raise _fail(f"{LNC_ENV}={os.environ[LNC_ENV]!r}: LNC can only be set to 1 or 2")
         cores = visible_cores(visible)
         state = state_dir()
         with _locked(state):
