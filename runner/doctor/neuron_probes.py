@@ -24,8 +24,17 @@ from typing import Any
 import torch
 
 from runner import names
-from runner.backends.cores import parse_cores
-from runner.backends.neuron import INFLIGHT_ENV, NEFF_CACHE_ENV, VISIBLE_CORES_ENV, NeuronBackend, torch_neuron
+from runner.backends.cores import LNC_ENV, logical_nc_config, parse_cores
+from runner.backends.neuron import (
+    COMPILE_CACHE_URL_ENV,
+    DEFAULT_CACHES,
+    INFLIGHT_ENV,
+    NEFF_CACHE_ENV,
+    VISIBLE_CORES_ENV,
+    NeuronBackend,
+    torch_neuron,
+    trainium_generation,
+)
 from runner.backends.neuron_capture import (
     DROPPED_EVENTS,
     NO_SOURCE,
@@ -54,6 +63,7 @@ from runner.execute.monitor import NeuronMonitorSampler
 from runner.execute.monitor_reader import NEURON_MONITOR
 from runner.execute.ranks import Rendezvous, free_port, torchrun_env
 from runner.measure.build import build_workload
+from runner.measure.compile_cache import use_compile_cache
 from runner.measure.loop import timed_step, warm_up
 from runner.measure.memory import recording, window_memory
 from runner.measure.phases import profiled_window
@@ -230,6 +240,23 @@ def neffs_with_cache_set_in_process(folder: Path, capture_dir: Path) -> dict[str
     return {
         "in_folder": sum(1 for _ in folder.rglob("*.neff")),
         "captured": sum(name.endswith(".neff") for name in run["files"]),
+    }
+
+
+def _files(folder: Path) -> set[Path]:
+    return set(folder.rglob("*")) if folder.is_dir() else set()
+
+
+def cold_cache_job(root: Path, capture_dir: Path) -> dict[str, Any]:
+    """A cold `measure.compile_cache` job's profiled run: NEFFs in its folder, files the default caches gained."""
+    before = {folder: _files(folder) for folder in DEFAULT_CACHES}
+    spec = tiny_spec(ProfilerConfig(), ScheduleConfig(), hidden=96)
+    spec = replace(spec, measure=replace(spec.measure, compile_cache="cold", compile_cache_dir=str(root)))
+    use_compile_cache(spec)
+    profiled_run(spec, capture_dir)
+    return {
+        "in_folder": sum(1 for _ in root.rglob("*.neff")),
+        "gained": {str(folder): len(_files(folder) - files) for folder, files in before.items()},
     }
 
 
@@ -736,6 +763,43 @@ def probe_memory_snapshot(host: NeuronHost) -> Verdict:
 
 
 # every probe with the verdicts it gives, in the order they run (cheap ones first)
+def probe_lnc(host: NeuronHost) -> Verdict:
+    """The runtime's logical NeuronCores follow NEURON_LOGICAL_NC_CONFIG; unset, its LNC is the runner's default."""
+    generation = trainium_generation()
+    default, words = logical_nc_config(generation, {})
+    assumption = f"{LNC_ENV}=1 gives a logical NeuronCore per physical one; unset, {generation}'s LNC is {words}"
+    unset = len(_run(host, visible_cores, env={LNC_ENV: None, VISIBLE_CORES_ENV: None}))
+    at_1 = len(_run(host, visible_cores, env={LNC_ENV: "1", VISIBLE_CORES_ENV: None}))
+    evidence = f"{unset} logical NeuronCores with {LNC_ENV} unset, {at_1} with {LNC_ENV}=1"
+    if default is None:
+        evidence += f": the runtime's default reads as LNC {at_1 / unset:g}" if unset else ""
+        return Verdict("lnc", assumption, UNKNOWN, evidence, f"set {LNC_ENV} (1 or 2) for per-core peaks")
+    if at_1 != unset * default:
+        fix = f"per-core peaks and link classes take LNC {default} while {LNC_ENV} is unset: set it (1 or 2)"
+        return Verdict("lnc", assumption, FAIL, evidence, fix, breaks_runner=True)
+    return Verdict("lnc", assumption, PASS, evidence)
+
+
+def probe_compile_caches(host: NeuronHost) -> Verdict:
+    """A cold cache job compiles into its own folder, and the documented default caches gain nothing."""
+    assumption = (
+        f"{NEFF_CACHE_ENV} and {COMPILE_CACHE_URL_ENV}, set in-process as measure.compile_cache sets them, "
+        f"move the caches a job fills; {', '.join(map(str, DEFAULT_CACHES))} gain nothing"
+    )
+    folder = host.folder("compile_caches")
+    found = _run(host, cold_cache_job, folder / "cache", folder / "capture", env=dict.fromkeys(
+        [NEFF_CACHE_ENV, COMPILE_CACHE_URL_ENV]))  # fmt: skip
+    gained = {path: count for path, count in found["gained"].items() if count}
+    evidence = f"{found['in_folder']} NEFF(s) in the job's folder; the default caches gained {gained or 'nothing'}"
+    if not found["in_folder"] or gained:
+        fix = (
+            "a cold job is partly warm and writes the user's cache: NeuronBackend.compile_caches misses the "
+            "variable that moves it (another process writing those caches meanwhile reads the same)"
+        )
+        return Verdict("compile_caches", assumption, FAIL, evidence, fix, breaks_runner=True)
+    return Verdict("compile_caches", assumption, PASS, evidence)
+
+
 PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdict]]], ...] = (
     (("neuron_config",), probe_neuron_config),
     (("profile_modes",), probe_profile_modes),
@@ -747,6 +811,8 @@ PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdi
     (("async_default",), probe_async_default),
     (("inflight_removed",), probe_inflight_removed),
     (("neff_cache_in_process",), probe_neff_cache_in_process),
+    (("compile_caches",), probe_compile_caches),
+    (("lnc",), probe_lnc),
     (("process_group",), probe_process_group),
     (PROFILED_RUN_PROBES, probes_from_profiled_run),
     (("acc_events", "captures_per_cycle"), probes_from_repeated_schedule),
