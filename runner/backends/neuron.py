@@ -193,6 +193,7 @@ class NeuronBackend(Backend):
                 os.environ[INFLIGHT_ENV],
             )
         self.runtime_settings = self._set_async_runtime(self.config.async_runtime)
+        logical_nc_config(trainium_generation())  # a bad NEURON_LOGICAL_NC_CONFIG is refused before the runtime starts
         try:
             import torch_neuronx.profiling  # noqa: F401  (autoload registers torch.neuron; profiling is explicit)
         except ImportError:

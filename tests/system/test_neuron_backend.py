@@ -529,6 +529,15 @@ def test_a_neuron_sweep_times_its_jobs_in_rounds_each_worker_with_the_cores_to_i
     assert events == ["runtime_start"] * 9
 
 
+def test_an_lnc_the_runtime_does_not_take_is_refused_before_anything_runs(tmp_path: Path, tracking_uri: str) -> None:
+    done = run_neuron(tmp_path, "backend=neuron", NEURON_LOGICAL_NC_CONFIG="4")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    refusal = "error: NEURON_LOGICAL_NC_CONFIG='4' is not allowed; choose one of: 1, 2"
+    assert done.stderr.strip().splitlines()[-1] == refusal
+    assert all_runs(tracking_uri) == [] and not (tmp_path / "run").exists()
+    assert not [c for c in calls(tmp_path) if c["event"] == "runtime_start"]
+
+
 def test_roofline_counts_the_one_core_the_work_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("runner.backends.neuron.instance_type", lambda: "trn2.48xlarge")
     backend = NeuronBackend.__new__(NeuronBackend)  # no torch-neuronx in this process: skip __init__
