@@ -95,6 +95,11 @@ NEURON_FRAMEWORK_DEVICE_MS = "neuron/framework_device_ms"
 NEURON_DEVICE_TIME_COVERAGE = "neuron/device_time_coverage"
 # distinct ATen ops that ran on the CPU instead of the NeuronCore (torch_neuronx.get_fallback_ops())
 NEURON_CPU_FALLBACK_OPS = "neuron/cpu_fallback_ops"
+# Explorer's system-profile tables (runner/backends/neuron_system.py): per event source (neuron_rt,
+# neuron_hw, framework) its events and their summed time in ms, and the highest HBM in use
+NEURON_SYSTEM_EVENTS = "neuron/system_{source}_events"
+NEURON_SYSTEM_MS = "neuron/system_{source}_ms"
+NEURON_SYSTEM_HBM_PEAK_BYTES = "neuron/system_hbm_peak_bytes"
 
 # --- tags: what ran where ---
 TAG_WORKLOAD = "runner.workload"

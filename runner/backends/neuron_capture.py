@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import names
+from runner.backends.neuron_system import add_system_metrics, parquet_tables, system_profile_metrics
 from runner.backends.neuron_tools import neuron_tool
 
 log = logging.getLogger(__name__)
@@ -173,12 +174,6 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _tables(folder: Path, table: str) -> list[Path]:
-    """The files of one Parquet table, split or not (`Summary.parquet`, `Summary_0.parquet`, ...)."""
-    pattern = re.compile(rf"^{table}(_\d+)?\.parquet$")
-    return sorted(p for p in folder.rglob("*.parquet") if pattern.match(p.name))
-
-
 def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str]:
     """The `Summary` rows of a processed profile (one entry per row) and its `profile_schema_version`.
 
@@ -188,7 +183,7 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
     """
     import pyarrow.parquet as pq
 
-    metadata, summaries = _tables(folder, "Metadata"), _tables(folder, "Summary")
+    metadata, summaries = parquet_tables(folder, "Metadata"), parquet_tables(folder, "Summary")
     if not metadata or not summaries:
         raise ValueError(f"no Summary and Metadata tables in Explorer's Parquet output {folder}")
     versions = []
@@ -228,7 +223,8 @@ class ExplorerSummary:
 
 
 # one session's summary: metrics by profile, the schema version, and the summary as Explorer wrote it (JSON)
-Summary = tuple[dict[str, dict[str, float]], str, str]
+# ... and the metrics of its system-profile tables (Parquet only)
+Summary = tuple[dict[str, dict[str, float]], str, str, dict[str, float]]
 
 
 def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
@@ -241,11 +237,11 @@ def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
     if fmt == SUMMARY_JSON:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
         found = parse_summary_json(done.stdout, str(session))
-        return found, UNVERSIONED, json.dumps(first_json_object(done.stdout))
+        return found, UNVERSIONED, json.dumps(first_json_object(done.stdout)), {}
     with tempfile.TemporaryDirectory(prefix="neuron_explorer_") as out:
         subprocess.run([*cmd, "--output-file", out], capture_output=True, text=True, timeout=timeout_s, check=True)
         found, schema = read_parquet_summary(Path(out))
-        return found, schema, json.dumps(found)
+        return found, schema, json.dumps(found), system_profile_metrics(Path(out))
 
 
 def _summarise(tool: str, session: Path, formats: tuple[str, ...], timeout_s: int) -> tuple[str, Summary, list[str]]:
@@ -295,11 +291,12 @@ def explorer_summary(
         formats = tuple(f for f in formats if f != PARQUET)
         unread["pyarrow is not installed"] = None
     entries: dict[str, dict[str, float]] = {}
+    system_metrics: dict[str, float] = {}
     used: set[tuple[str, str]] = set()
     outputs = []
     for session in sessions:
         try:
-            fmt, (profiles, schema, raw), schemas_unread = _summarise(tool, session, formats, timeout_s)
+            fmt, (profiles, schema, raw, system), schemas_unread = _summarise(tool, session, formats, timeout_s)
         except UnknownSchema as err:
             tags[names.TAG_NEURON_EXPLORER] = f"{tool}: {err}"
             return ExplorerSummary(tags=tags, warnings=[f"neuron-explorer's summary is not read: {err}"])
@@ -312,6 +309,7 @@ def explorer_summary(
         fell_back = fell_back or bool(schemas_unread)
         used.add((fmt, schema))
         outputs.append(raw)
+        add_system_metrics(system_metrics, system)
         entries.update({f"{session.name}/{name}": metrics for name, metrics in profiles.items()})
     tags[names.TAG_NEURON_EXPLORER_SOURCE] = ", ".join(sorted({source_of(fmt, schema) for fmt, schema in used}))
     tags[names.TAG_NEURON_EXPLORER_SCHEMA] = ", ".join(sorted({schema for _, schema in used}))
@@ -322,4 +320,5 @@ def explorer_summary(
     metrics = {f"{names.NEURON_SUMMARY_PREFIX}{k}": v for k, v in largest.items()}
     metrics[names.NEURON_PROFILES] = float(len(entries))
     metrics[names.NEURON_TOTAL_TIME_SUM] = sum(m.get(TOTAL_TIME, 0.0) for m in entries.values())
+    metrics.update(system_metrics)
     return ExplorerSummary(metrics=metrics, tags=tags, raw="\n".join(outputs), warnings=warnings)

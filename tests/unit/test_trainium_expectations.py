@@ -8,7 +8,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from runner import names
 from runner.backends.cpu import CpuBackend
+from runner.backends.neuron_system import EVENT_SOURCES, add_system_metrics
 from runner.config import BackendConfig, ConfigError, load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import HELPERS, STANDIN, compose_cfg
@@ -66,3 +68,11 @@ def test_the_nki_workload_without_nki_is_refused_naming_both_packages() -> None:
     needs = r"^workload._target_=workloads.nki_rmsnorm.NkiRMSNorm needs NKI: neither nki nor neuronxcc.nki is installed"
     with pytest.raises(ConfigError, match=needs):
         built_nki_rmsnorm()
+
+
+def test_system_profile_sessions_add_up_and_keep_the_highest_hbm_peak() -> None:
+    events, peak = names.NEURON_SYSTEM_EVENTS.format(source=EVENT_SOURCES[0]), names.NEURON_SYSTEM_HBM_PEAK_BYTES
+    total: dict[str, float] = {}
+    add_system_metrics(total, {events: 2.0, peak: 5.0})
+    add_system_metrics(total, {events: 3.0, peak: 4.0})
+    assert total == {events: 5.0, peak: 5.0}
