@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from runner import names
+from runner.backends.base import CaptureReport
 from runner.backends.cores import LNC_ENV, logical_nc_config, parse_cores
 from runner.backends.neuron import (
     COMPILE_CACHE_URL_ENV,
@@ -46,6 +47,7 @@ from runner.backends.neuron_capture import (
     session_dirs,
 )
 from runner.backends.neuron_coverage import driver_events
+from runner.backends.neuron_fallback import note_cpu_fallbacks
 from runner.backends.neuron_tools import NEURON_BIN, neuron_tool
 from runner.backends.user_env import ASYNC_NRT_ENV
 from runner.config import (
@@ -285,6 +287,18 @@ def monitored_runtime(folder: Path, period_s: int) -> dict[str, Any]:
         "samples": len(samples),
         "keys": sorted({key for s in samples for key in s.values}),
         "errors": sampler.errors,
+    }
+
+
+def fallbacks_of_one_step() -> dict[str, Any]:
+    """One step of the tiny workload, its CPU fallbacks read as a job reads them (runner.backends.neuron_fallback)."""
+    backend = _backend()
+    timed_step(build_workload(tiny_spec(ProfilerConfig(enabled=False), ScheduleConfig()).workload, backend), backend)
+    report = CaptureReport()
+    note_cpu_fallbacks(report)
+    return {
+        "tag": report.tags[names.TAG_NEURON_CPU_FALLBACKS],
+        "ops": report.metrics.get(names.NEURON_CPU_FALLBACK_OPS),
     }
 
 
@@ -762,6 +776,17 @@ def probe_memory_snapshot(host: NeuronHost) -> Verdict:
     return Verdict("memory_snapshot", assumption, FAIL, evidence, fix, breaks_runner=True)
 
 
+def probe_cpu_fallbacks(host: NeuronHost) -> Verdict:
+    """torch-neuronx lists the ops it ran on the CPU (SRC torch_neuronx/__init__.py; no page read names the calls)."""
+    assumption = "torch_neuronx.get_fallback_ops() lists the ops run on the CPU since clear_op_tracking()"
+    found = _run(host, fallbacks_of_one_step, env={VISIBLE_CORES_ENV: str(host.cores[0])})
+    evidence = f"one step of a tiny RMSNorm: neuron.cpu_fallbacks={found['tag']!r}"
+    if found["ops"] is None:
+        fix = "nothing breaks: runs tag neuron.cpu_fallbacks as unknown and log no neuron/cpu_fallback_ops"
+        return Verdict("cpu_fallbacks", assumption, FAIL, evidence, fix)
+    return Verdict("cpu_fallbacks", assumption, PASS, evidence)
+
+
 # every probe with the verdicts it gives, in the order they run (cheap ones first)
 def probe_lnc(host: NeuronHost) -> Verdict:
     """The runtime's logical NeuronCores follow NEURON_LOGICAL_NC_CONFIG; unset, its LNC is the runner's default."""
@@ -821,6 +846,7 @@ PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdi
     (("first_execution",), probe_first_execution),
     (("neuron_monitor",), probe_neuron_monitor),
     (("memory_snapshot",), probe_memory_snapshot),
+    (("cpu_fallbacks",), probe_cpu_fallbacks),
 )
 PROBE_NAMES = tuple(name for names, _ in PROBES for name in names)
 

@@ -118,6 +118,7 @@ KNOBS = [
     ("NEURON_STANDIN_DEVIATE", "no_process_group", "process_group", True),
     ("NEURON_STANDIN_DEVIATE", "monitor_format", "neuron_monitor", True),
     ("NEURON_STANDIN_DEVIATE", "no_memory_snapshot", "memory_snapshot", False),
+    ("NEURON_STANDIN_DEVIATE", "no_op_tracking", "cpu_fallbacks", False),
 ]
 # the probes of the runtime rules of a current SDK: each also passes on its own
 CURRENT_SDK_PROBES = ["async_default", "inflight_removed", "neff_cache_in_process", "process_group"]
