@@ -1,29 +1,39 @@
-"""Timing fidelity: the runner's steady-state median against torch.utils.benchmark.Timer.
+"""Timing fidelity: does one default run's step time agree with an independent timer?
 
-For the naive, built-in and compiled RMSNorm at three shapes, each round runs, per cell, one
-whole runner job (`python -m runner`, default measure: 3 worker processes of 200 steps) and
-reads its time/step_median_ms and timing.stable back from MLflow; and, in a fresh Python
-process with the same malloc mode as the runner's workers (KEEP_ENV), builds the same module
-and inputs as the runner does and times its step with `Timer(...).blocked_autorange()`.
-Which of the two goes first alternates from round to round, so drifting machine noise hits
-both alike. Target per cell: runner/Timer within 0.95 to 1.05, or the runner flagged the
-run unstable (timing.stable=false), so that no silently wrong number gets through.
+Per cell (the naive, built-in and compiled RMSNorm at each shape), `runs` times, in a fresh
+random order each time: one whole default runner job (`python -m runner`, tracking into a
+temporary store, its `time/step_median_ms` and `timing.stable` read back), and two independent
+timings, each in a fresh process placed as the runner's first worker (one thread on one core,
+the same malloc mode), of the same module on the same inputs after the same warm-up:
+`torch.utils.benchmark.Timer.blocked_autorange` and a plain loop of `perf_counter` around each
+call. A single process's median depends on where its tensors landed, so the reference is each
+cell's median over all its Timer (or plain-loop) processes; each process's own ratio to that
+reference is printed too, as the floor any one-process timer has on this host.
 
-python benchmarks/timing_fidelity.py [rounds] [--quick]
+Target (issue 40): unflagged runs within 0.95-1.05 of the reference in at least 95% of runs, and
+at most 20% of runs flagged. `--save FILE` keeps every run's numbers (with the runner's process
+medians and `time/step_median_uncertainty_pct`) as JSON: A/A data, which `--calibrate FILE`
+reads back to print the same report and, for each bound the verdict could put on that
+uncertainty, the share of runs it would flag and the share of the others within 5% of the reference.
+
+python benchmarks/timing_fidelity.py [runs] [--quick] [--save FILE] | --calibrate FILE
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 from mlflow import MlflowClient
 
 from runner import names
@@ -33,22 +43,38 @@ from runner.measure.host_memory import KEEP_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
-# (batch, seq_len, hidden), smallest first: --quick keeps only the first
-SHAPES = ((4, 128, 512), (8, 128, 1024), (8, 512, 1024))
-# Timer's measuring time per cell; the runner's 3 x 200 steps take about as long at the middle shape
-TIMER_MIN_RUN_TIME_S = 1.0
+# (batch, seq_len, hidden): --quick keeps only the first
+SHAPES = ((4, 512, 1024), (8, 512, 1024))
+# each independent process's measuring time
+REFERENCE_S = 1.0
 TARGET = (0.95, 1.05)
+SIDES = ("runner", "Timer", "plain loop")
+
+
+@dataclass
+class Run:
+    """One run of a cell: the runner's number and flag, and the two independent processes' medians."""
+
+    runner_ms: float
+    stable: bool
+    reasons: str
+    process_medians_ms: list[float]
+    uncertainty_pct: float
+    timer_ms: float
+    plain_ms: float
 
 
 @dataclass
 class Cell:
-    """One variant at one shape, and what each round measured."""
+    """One variant at one shape, and its runs."""
 
     variant: str
     shape: tuple[int, int, int]
-    runner_ms: list[float] = field(default_factory=list)
-    timer_ms: list[float] = field(default_factory=list)
-    stable: list[bool] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant} {'x'.join(map(str, self.shape))}"
 
     def overrides(self) -> list[str]:
         """The Hydra overrides that select this cell."""
@@ -61,23 +87,35 @@ class Cell:
             f"workload.hidden={hidden}",
         ]
 
-    def ratios(self) -> list[float]:
-        """runner/Timer per round."""
-        return [ours / theirs for ours, theirs in zip(self.runner_ms, self.timer_ms, strict=True)]
+    def reference(self, side: str) -> float:
+        """The median over every run's independent process of that side (Timer or plain loop)."""
+        return statistics.median(run.timer_ms if side == "Timer" else run.plain_ms for run in self.runs)
 
-    def verdict(self) -> str:
-        """In target, flagged unstable by the runner, or missed: out of target with no flag."""
-        if TARGET[0] <= statistics.median(self.ratios()) <= TARGET[1]:
-            return "in target"
-        return "flagged unstable" if not all(self.stable) else "MISSED"
+    def reference_uncertainty(self) -> float:
+        """About the 95% half-width of the Timer reference, relative: what the target can be checked to."""
+        logs = np.log([run.timer_ms for run in self.runs])
+        return float(np.expm1(2 * logs.std(ddof=1) / np.sqrt(len(logs)))) if len(logs) > 1 else float("nan")
+
+    def run_to_run_sd(self, side: str) -> float:
+        """The sd of log medians over the runs: how much one run of that side moves from the next."""
+        values = [
+            getattr(run, {"runner": "runner_ms", "Timer": "timer_ms", "plain loop": "plain_ms"}[side])
+            for run in self.runs
+        ]
+        return float(np.log(values).std(ddof=1)) if len(values) > 1 else float("nan")
+
+    def ratios(self, side: str = "Timer") -> list[float]:
+        """Per run, the runner's number over the reference."""
+        reference = self.reference(side)
+        return [run.runner_ms / reference for run in self.runs]
 
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def shape_text(shape: tuple[int, int, int]) -> str:
-    return "x".join(map(str, shape))
+def in_target(ratio: float) -> bool:
+    return TARGET[0] <= ratio <= TARGET[1]
 
 
 def new_store(work: Path) -> str:
@@ -87,28 +125,39 @@ def new_store(work: Path) -> str:
     return uri
 
 
-def runner_median(cell: Cell, uri: str, out: Path) -> tuple[float, bool]:
-    """One runner job on the cell: its time/step_median_ms and timing.stable."""
+def runner_job(cell: Cell, uri: str, out: Path) -> tuple[float, bool, str, list[float], float]:
+    """One default runner job on the cell: its number, flag, reasons, process medians and uncertainty."""
     cmd = [sys.executable, "-m", "runner", *cell.overrides(), f"tracking.uri={uri}", f"hydra.run.dir={out}"]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"runner exited {done.returncode}: {' '.join(cmd)}\n{done.stderr[-3000:]}")
-    run = MlflowClient(uri).get_run((read_status(out) or {})["run_id"])
-    return run.data.metrics[names.STEP_MEDIAN_MS], run.data.tags.get(names.TAG_TIMING_STABLE) == "true"
+    client = MlflowClient(uri)
+    run_id = (read_status(out) or {})["run_id"]
+    run = client.get_run(run_id)
+    medians = [
+        m.value for m in sorted(client.get_metric_history(run_id, names.PROCESS_MEDIAN_MS), key=lambda m: m.step)
+    ]
+    return (
+        run.data.metrics[names.STEP_MEDIAN_MS],
+        run.data.tags.get(names.TAG_TIMING_STABLE) == "true",
+        run.data.tags.get(names.TAG_TIMING_REASONS) or "",
+        medians,
+        run.data.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT],
+    )
 
 
-def timer_median(cell: Cell) -> float:
-    """Timer's median in ms, from a fresh process in the runner workers' malloc mode."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--timer-child", *cell.overrides()]
-    # as the runner starts its workers: its fixed mode, unless the user set the variables
+def independent_median(overrides: list[str], side: str) -> float:
+    """Timer's or a plain loop's median in ms, from a fresh process placed as the runner's first worker."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", side, *overrides]
+    # as the runner starts its workers: its fixed malloc mode, unless the user set the variables
     env = {**KEEP_ENV, **os.environ}
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise SystemExit(f"Timer process exited {done.returncode}: {' '.join(cmd)}\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{side} process exited {done.returncode}: {' '.join(cmd)}\n{done.stderr[-3000:]}")
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def timer_child(overrides: list[str]) -> None:
+def child(side: str, overrides: list[str]) -> None:
     """In the fresh process: build the workload as the runner does, time its step, print the median in ms."""
     import torch
     from torch.utils.benchmark import Timer
@@ -122,69 +171,133 @@ def timer_child(overrides: list[str]) -> None:
     spec = load_run_spec(compose_config(*overrides, "tracking=off"))
     # where and on how many threads the runner's first worker times its steps
     CpuBackend.worker_placement(spec.backend, 1, WHOLE_MACHINE).take()
-    backend = CpuBackend(spec.backend)
-    workload = build_workload(spec.workload, backend)
-    # the very step the runner times: the module on its inputs, under no_grad
-    timer = Timer(
-        "step()",
-        globals={"step": workload.step},
-        num_threads=torch.get_num_threads(),  # Timer defaults to one thread; the runner's workers' count
-    )
+    workload = build_workload(spec.workload, CpuBackend(spec.backend))
     with torch.no_grad():
         workload.step()  # the first call, which compiles the compiled variant, outside the timing
         for _ in range(spec.measure.warmup):  # the runner's warm-up calls
             workload.step()
-        median_s = timer.blocked_autorange(min_run_time=TIMER_MIN_RUN_TIME_S).median
+        if side == "Timer":
+            # Timer defaults to one thread; the runner's workers' count
+            timer = Timer("step()", globals={"step": workload.step}, num_threads=torch.get_num_threads())
+            median_s = timer.blocked_autorange(min_run_time=REFERENCE_S).median
+        else:
+            samples, end = [], time.perf_counter() + REFERENCE_S
+            while time.perf_counter() < end:
+                start = time.perf_counter()
+                workload.step()
+                samples.append(time.perf_counter() - start)
+            median_s = statistics.median(samples)
     print(median_s * 1000)
 
 
-def main(rounds: int, quick: bool) -> None:
-    work = Path(tempfile.mkdtemp(prefix="timing-fidelity-"))
+def measure(cells: list[Cell], runs: int, work: Path) -> None:
     uri = new_store(work)
     progress(f"store and job folders in {work}")
-    cells = [Cell(v, s) for s in (SHAPES[:1] if quick else SHAPES) for v in VARIANTS]
-    start = time.perf_counter()
-    for i in range(rounds):
-        for number, cell in enumerate(cells):
-            for side in ("runner", "Timer") if i % 2 == 0 else ("Timer", "runner"):
+    rng, start = random.Random(0), time.perf_counter()
+    for number in range(runs):
+        for index, cell in enumerate(cells):
+            got: dict[str, object] = {}
+            for side in rng.sample(SIDES, len(SIDES)):
                 if side == "runner":
-                    median, stable = runner_median(cell, uri, work / f"round{i}-cell{number}")
-                    cell.runner_ms.append(median)
-                    cell.stable.append(stable)
+                    got[side] = runner_job(cell, uri, work / f"run{number}-cell{index}")
                 else:
-                    cell.timer_ms.append(timer_median(cell))
+                    got[side] = independent_median(cell.overrides(), side)
+            runner_ms, stable, reasons, medians, uncertainty = got["runner"]  # type: ignore[misc]
+            cell.runs.append(Run(runner_ms, stable, reasons, medians, uncertainty, got["Timer"], got["plain loop"]))  # type: ignore[arg-type]
+            last = cell.runs[-1]
             progress(
-                f"round {i + 1}/{rounds} {cell.variant} {shape_text(cell.shape)}: runner {cell.runner_ms[-1]:.4f} ms "
-                f"(stable={str(cell.stable[-1]).lower()}), Timer {cell.timer_ms[-1]:.4f} ms, "
-                f"ratio {cell.ratios()[-1]:.3f} [{time.perf_counter() - start:.0f} s]"
+                f"run {number + 1}/{runs} {cell.name}: runner {runner_ms:.4f} ms (stable={str(stable).lower()}), "
+                f"Timer {last.timer_ms:.4f} ms, plain loop {last.plain_ms:.4f} ms [{time.perf_counter() - start:.0f} s]"
             )
-    print(f"{'variant':17} {'shape':11} {'runner ms':>10} {'Timer ms':>10} {'ratio':>6}  {'stable':11} verdict")
-    for cell in cells:
-        stable = ",".join("yes" if s else "NO" for s in cell.stable)
-        print(
-            f"{cell.variant:17} {shape_text(cell.shape):11} {statistics.median(cell.runner_ms):10.4f} "
-            f"{statistics.median(cell.timer_ms):10.4f} {statistics.median(cell.ratios()):6.3f}  {stable:11} "
-            f"{cell.verdict()}  (per round: {' '.join(f'{r:.3f}' for r in cell.ratios())})"
-        )
-    verdicts = [cell.verdict() for cell in cells]
+
+
+def share(flags: list[bool]) -> str:
+    return f"{sum(flags)}/{len(flags)}" if flags else "0/0"
+
+
+def report(cells: list[Cell]) -> None:
     print(
-        f"{verdicts.count('in target')} of {len(cells)} cells in target ({TARGET[0]}-{TARGET[1]}), "
-        f"{verdicts.count('flagged unstable')} flagged unstable, {verdicts.count('MISSED')} missed "
-        f"(target: none missed); ratio is the median over {rounds} round(s) of runner/Timer"
+        f"{'cell':29} {'runs':>4} {'Timer ms':>9} {'ratio':>6} {'/plain':>6} {'flagged':>8} "
+        f"{'unflagged in 5%':>15} {'flagged in 5%':>13} {'Timer proc in 5%':>16}"
     )
+    unflagged_in, flagged = [], []
+    for cell in cells:
+        ratios, plain = cell.ratios("Timer"), cell.ratios("plain loop")
+        stable = [run.stable for run in cell.runs]
+        unflagged = [in_target(r) for r, s in zip(ratios, stable, strict=True) if s]
+        marked = [in_target(r) for r, s in zip(ratios, stable, strict=True) if not s]
+        own = [in_target(run.timer_ms / cell.reference("Timer")) for run in cell.runs]
+        unflagged_in += unflagged
+        flagged += [not s for s in stable]
+        print(
+            f"{cell.name:29} {len(cell.runs):4} {cell.reference('Timer'):9.4f} {statistics.median(ratios):6.3f} "
+            f"{statistics.median(plain):6.3f} {share([not s for s in stable]):>8} {share(unflagged):>15} "
+            f"{share(marked):>13} {share(own):>16}"
+        )
+        marks = " ".join(f"{ratio:.3f}{'' if ok else '*'}" for ratio, ok in zip(ratios, stable, strict=True))
+        print(f"{'':29} ratios: {marks}")
+        spread = ", ".join(f"{side} {cell.run_to_run_sd(side):.3f}" for side in SIDES)
+        print(
+            f"{'':29} reference +-{cell.reference_uncertainty():.1%}; run-to-run sd of log medians: {spread}; "
+            f"the runner's own uncertainty (median) {statistics.median(run.uncertainty_pct for run in cell.runs):.1f}%"
+        )
+    in_share = float(np.mean(unflagged_in)) if unflagged_in else float("nan")
+    print(
+        f"all cells: {share(flagged)} runs flagged ({np.mean(flagged):.0%}; target at most 20%), "
+        f"unflagged within {TARGET[0]}-{TARGET[1]} of the Timer reference: {share(unflagged_in)} ({in_share:.0%}; "
+        f"target at least 95%); * = flagged unstable"
+    )
+
+
+# bounds on time/step_median_uncertainty_pct that --calibrate tries
+BOUNDS_PCT = (2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, float("inf"))
+
+
+def calibrate(saved: Path) -> None:
+    """For each bound on the runner's uncertainty: the runs it flags, and how many of the rest are within 5%."""
+    cells = [
+        Cell(c["variant"], tuple(c["shape"]), [Run(**run) for run in c["runs"]]) for c in json.loads(saved.read_text())
+    ]
+    report(cells)
+    judged = [
+        (run.uncertainty_pct, in_target(ratio))
+        for cell in cells
+        for run, ratio in zip(cell.runs, cell.ratios(), strict=True)
+    ]
+    print(f"{len(judged)} runs of {len(cells)} cells from {saved}; bound on time/step_median_uncertainty_pct:")
+    print(f"{'bound %':>8} {'flagged':>9} {'unflagged within 5% of the Timer reference':>44}")
+    for bound in BOUNDS_PCT:
+        kept = [within for uncertainty, within in judged if uncertainty <= bound]
+        flagged = len(judged) - len(kept)
+        in_share = f"{sum(kept)}/{len(kept)} ({np.mean(kept):.0%})" if kept else "none unflagged"
+        print(f"{bound:8g} {flagged:>3}/{len(judged)} ({flagged / len(judged):.0%}) {in_share:>30}")
+
+
+def main(runs: int, quick: bool, save: Path | None) -> None:
+    cells = [Cell(v, s) for s in (SHAPES[:1] if quick else SHAPES) for v in VARIANTS]
+    try:
+        measure(cells, runs, Path(tempfile.mkdtemp(prefix="timing-fidelity-")))
+    finally:  # what was measured is kept and reported, even when a run failed or Ctrl-C stopped it
+        if save is not None:
+            save.write_text(json.dumps([{**asdict(cell), "name": cell.name} for cell in cells], indent=1))
+        report([cell for cell in cells if cell.runs])
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("rounds", nargs="?", type=int, default=2, help="interleaved rounds (default 2)")
-    parser.add_argument("--quick", action="store_true", help=f"only the smallest shape, {shape_text(SHAPES[0])}")
-    parser.add_argument("--timer-child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("runs", nargs="?", type=int, default=10, help="runs per cell (default 10)")
+    parser.add_argument("--quick", action="store_true", help="only the smallest shape, one cell per variant")
+    parser.add_argument("--save", type=Path, help="write every run's numbers to this JSON file")
+    parser.add_argument("--calibrate", type=Path, help="read a --save file: flags and agreement per uncertainty bound")
+    parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     args = parse_args()
-    if args.timer_child is not None:
-        timer_child(args.timer_child)
+    if args.child is not None:
+        child(args.child[0], args.child[1:])
+    elif args.calibrate is not None:
+        calibrate(args.calibrate)
     else:
-        main(args.rounds, args.quick)
+        main(args.runs, args.quick, args.save)

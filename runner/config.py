@@ -227,8 +227,7 @@ class MeasureConfig:
     steps_s: float | None = 0.15
     # stretches of each process's timed steps, with the inputs and the step's allocations moved to
     # new memory between them, so a median is not one memory layout's luck (runner.measure.layouts);
-    # null = 1 for a process timed alone, and for workers taking turns (a gate's, a sweep's
-    # rounds) the backend's default (8 on the CPU, where it was measured; 1 elsewhere)
+    # null = the backend's default (8 on the CPU, where it was measured; 1 elsewhere)
     layouts: int | None = None
     # times the warm-up and timed phases run; > 1 logs the spread of per-repeat medians
     repeats: int = 1

@@ -23,6 +23,8 @@ REPEAT_CV = "time/repeat_cv"
 # one value per worker process (the metric's history; step = process index), and their spread
 PROCESS_MEDIAN_MS = "time/process_median_ms"
 PROCESS_CV = "time/process_cv"
+# about the 95% half-width of time/step_median_ms, in percent (runner.measure.stability.median_uncertainty)
+STEP_MEDIAN_UNCERTAINTY_PCT = "time/step_median_uncertainty_pct"
 FIRST_CALL_S = "time/first_call_s"
 MEASURED_S = "time/measured_s"
 JOB_S = "time/job_s"

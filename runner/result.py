@@ -106,7 +106,7 @@ def derived_metrics(
     by_op = self_time_by_op(result.table)
     device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
     tags: dict[str, Any] = {names.TAG_TOP_OP: next(iter(by_op), None), names.TAG_DEVICE_TIME: device_time}
-    reasons = instability_reasons(result.process_medians(), result.samples())
+    reasons = instability_reasons(result.step_ms)
     tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
     tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
     window_metrics, window_tags = profiled_window_report(spec, result, metrics[names.STEP_MEDIAN_MS])

@@ -222,16 +222,14 @@ class Backend(ABC):
         return cls.default_processes if requested is None else requested
 
     @classmethod
-    def memory_layouts(cls, requested: int | None, in_turns: bool) -> int:
+    def memory_layouts(cls, requested: int | None) -> int:
         """The stretches a process's timed steps run in, each in memory of its own (runner.measure.layouts).
 
-        By default only a worker taking turns moves its memory: there the host's drift cancels
-        and the layout is what is left between two workers, while a process timed alone reads
-        its own layout, as a script would (moved layouts read slower on average on the CPU).
+        Every worker moves its memory, whether it takes turns or times alone: workers forked from
+        one server share its heap's layout, which held a single run's median 24% above a fresh
+        process's Timer where 8 layouts read 1.01 (benchmarks/timing_factors.py, docs/measurement.md).
         """
-        if requested is not None:
-            return requested
-        return cls.default_layouts if in_turns else 1
+        return cls.default_layouts if requested is None else requested
 
     @classmethod
     def round_workers(cls, requested: int | None) -> int:

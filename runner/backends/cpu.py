@@ -40,8 +40,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
     # where a process's tensors land held its median about 11% from its neighbours' on the
-    # project's 2-core host, and 8 layouts a process took that to 0-5% (docs/measurement.md);
-    # a worker timed alone keeps its own (Backend.memory_layouts)
+    # project's 2-core host, and 8 layouts a process took that to 0-5% (docs/measurement.md)
     default_layouts = 8
     workers_take_turns = True
     manifest_env_prefixes = ("OMP_NUM_THREADS", CORES_VARIABLE)

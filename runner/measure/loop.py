@@ -127,7 +127,7 @@ def timed_steps(
     (runner.measure.layouts), after which `SETTLE_CALLS` untimed calls touch it. A worker taking
     turns with another (runner.measure.turns) runs each stretch only while it holds the turn.
     """
-    stretches = min(backend.memory_layouts(spec.measure.layouts, turns.shared), steps)
+    stretches = min(backend.memory_layouts(spec.measure.layouts), steps)
     layouts = MemoryLayouts(workload.inputs)
     samples: list[float] = []
     progress = Progress(phase, steps)

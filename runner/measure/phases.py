@@ -31,6 +31,7 @@ from runner.measure.loop import Progress, RoundPlace, SteadyStateSource, timed_s
 from runner.measure.memory import MemoryPeak, recording, window_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
+from runner.measure.stability import median_uncertainty
 from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.window import ProfilerCost, profiler_cost
 
@@ -83,6 +84,7 @@ class Measurement:
         metrics[names.STEP_MEDIAN_MS] = statistics.median(process_medians)
         if len(process_medians) > 1:
             metrics[names.PROCESS_CV] = coefficient_of_variation(process_medians)
+        metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] = median_uncertainty(self.step_ms) * 100
         repeat_medians = [statistics.median(repeat) for process in self.step_ms for repeat in process]
         if len(self.step_ms[0]) > 1:
             metrics[names.REPEAT_CV] = coefficient_of_variation(repeat_medians)

@@ -45,9 +45,6 @@ class TurnsLost(RuntimeError):
 class Turns(Protocol):
     """What a worker's timing loop calls around each part it runs in turn."""
 
-    # whether other workers take turns with this one (it moves its memory: runner.measure.layouts)
-    shared: bool
-
     def take(self) -> None:
         """Wait for this worker's turn."""
 
@@ -60,8 +57,6 @@ class Turns(Protocol):
 
 class NoTurns:
     """A worker alone: every turn is its own."""
-
-    shared = False
 
     def take(self) -> None:
         """Nothing to wait for."""
@@ -83,8 +78,6 @@ class TurnsAddress:
 
 class RefereedTurns:
     """A worker's turns, given by a referee at `address`."""
-
-    shared = True
 
     def __init__(self, address: TurnsAddress) -> None:
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

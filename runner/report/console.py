@@ -65,10 +65,12 @@ def _memory(tags: dict[str, object], result: JobResult, folder: Path) -> str:
 def job_summary(run_name: str, placement: str, result: JobResult, where: str) -> str:
     """A short block: where it ran, headline numbers, the top ops, warnings, the trace and the run."""
     m, tags, table, trace_dir = result.metrics, result.tags, result.table, result.capture_dir
+    uncertainty = m.get(names.STEP_MEDIAN_UNCERTAINTY_PCT)
+    within = "" if uncertainty is None else f" (+-{uncertainty:.1f}%)"
     lines = [
         f"== {run_name} ==",
         f"ran on: {placement}",
-        f"steady state: median {m[names.STEP_MEDIAN_MS]:.4f} ms/step over {m[names.STEPS_TIMED]:.0f} steps "
+        f"steady state: median {m[names.STEP_MEDIAN_MS]:.4f} ms/step{within} over {m[names.STEPS_TIMED]:.0f} steps "
         f"(p10 {m[names.STEP_P10_MS]:.4f}, "
         f"p90 {m[names.STEP_P90_MS]:.4f}, cv {m[names.STEP_CV]:.2f}); first call {m[names.FIRST_CALL_S]:.3f} s",
     ]

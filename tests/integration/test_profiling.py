@@ -34,7 +34,7 @@ def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
 
 def unprofiled_calls(spec: RunSpec) -> int:
     """The steady state's calls: per repeat, its warm-up, its steps and the settling calls after each move of memory."""
-    settling = SETTLE_CALLS * (CpuBackend.memory_layouts(spec.measure.layouts, in_turns=False) - 1)
+    settling = SETTLE_CALLS * (CpuBackend.memory_layouts(spec.measure.layouts) - 1)
     return (spec.measure.warmup + spec.measure.steps + settling) * spec.measure.repeats
 
 

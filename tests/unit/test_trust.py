@@ -1,4 +1,4 @@
-"""Numbers one can bet on: stability verdicts, speedups with intervals, the regression gate.
+"""Numbers one can bet on: speedups with intervals, the regression gate.
 
 Synthetic samples and synthetic MLflow runs with known per-process medians, so each verdict
 is known in advance.
@@ -18,7 +18,6 @@ from mlflow.entities import Metric
 from scipy import stats
 
 from runner import compare, gate, names
-from runner.measure.stability import instability_reasons, two_modes
 from runner.measure.stats import SIGNIFICANCE, holm, paired_time_ratio, time_ratio
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds
@@ -29,28 +28,6 @@ rng = np.random.default_rng(0)
 def around(value: float, n: int, spread: float = 0.01) -> list[float]:
     """n step times near `value`, with a relative spread."""
     return list(value * (1 + spread * rng.standard_normal(n)))
-
-
-def test_steady_samples_are_stable() -> None:
-    assert instability_reasons([1.0, 1.01, 0.99], around(1.0, 300)) == []
-
-
-def test_a_slow_mode_is_two_modes() -> None:
-    samples = around(1.0, 180) + around(5.0, 120)
-    assert two_modes(samples) == pytest.approx((0.4, 5.0), rel=0.05)
-    assert any("two modes: 40% of steps are 5.0x slower" in r for r in instability_reasons([1.0], samples))
-
-
-def test_a_tail_of_slow_steps_is_outliers_not_a_mode() -> None:
-    samples = around(1.0, 279) + around(3.0, 21)  # 7%
-    reasons = instability_reasons([1.0], samples)
-    assert any("7% of steps are far-out slow" in r for r in reasons)
-    assert two_modes(samples) is None
-
-
-def test_worker_processes_that_disagree_are_unstable() -> None:
-    reasons = instability_reasons([1.0, 1.0, 1.3], around(1.0, 300))
-    assert reasons == ["the 3 rounds' medians (one worker process each) differ by 30%"]
 
 
 def test_time_ratio_is_welchs_test_on_logs() -> None:

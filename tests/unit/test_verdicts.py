@@ -1,22 +1,20 @@
 """Each threshold behind a verdict, pinned from both sides: a series just inside it and one just outside.
 
-The gate's margin and its one-sided test (both modes), and the stability verdict's guards: the
-spread between rounds, the two-modes separation and ratio, the step cv. Series are built from
-quantiles, not random draws, so each lands where the test says.
+The gate's margin and its one-sided test (both modes), and the stability verdict's one bound:
+how uncertain a run's median is. Series are built, not drawn, so each lands where the test says.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import statistics
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from runner import gate
-from runner.measure.stability import instability_reasons, two_modes
+from runner.measure.stability import BLOCKS, block_medians, instability_reasons, median_uncertainty
 from runner.measure.stats import paired_time_ratio, time_ratio
 
 
@@ -25,72 +23,55 @@ def quantiles(n: int) -> np.ndarray:
     return np.asarray(stats.norm.ppf((np.arange(n) + 0.5) / n))
 
 
-def steady(n: int = 300) -> list[float]:
-    """Step times around 1 ms with a 1% spread."""
-    return list(1 + 0.01 * quantiles(n))
+def processes(*block_medians: list[float], steps_per_block: int = 10) -> list[list[list[float]]]:
+    """One repeat per process, its steps in `BLOCKS` blocks whose steps all take that block's median."""
+    return [[[ms for median in medians for ms in [median] * steps_per_block]] for medians in block_medians]
 
 
-def spread_to(cv: float, n: int = 300) -> list[float]:
-    """Step times of one cluster (normal on log times), scaled to exactly this cv: no mode, no far-out step."""
-    times = np.exp(0.25 * quantiles(n))
-    return list(1 + cv * (times - times.mean()) / times.std(ddof=1))
+def alternating(uncertainty: float, count: int = 3 * BLOCKS) -> list[float]:
+    """Block medians alternately above and below 1 ms, their log sd set so the median is uncertain by exactly this."""
+    sd = np.log1p(uncertainty) * np.sqrt(count) / 2
+    half = sd * np.sqrt((count - 1) / count)  # +-half has this sample sd (ddof=1) over an even count
+    return list(np.exp(half * np.resize([1.0, -1.0], count)))
 
 
 @pytest.mark.parametrize(
-    ("slowest", "reasons"),
+    ("uncertainty", "reasons"),
     [
-        pytest.param(1.09, [], id="9%-inside"),
-        pytest.param(1.11, ["the 3 rounds' medians (one worker process each) differ by 11%"], id="11%-outside"),
+        pytest.param(0.049, [], id="4.9%-inside"),
+        pytest.param(0.051, ["its median is uncertain by about 5.1% (over 5%)"], id="5.1%-outside"),
     ],
 )
-def test_rounds_whose_medians_differ_by_more_than_10_percent_are_unstable(slowest: float, reasons: list[str]) -> None:
-    assert instability_reasons([1.0, 1.0, slowest], steady()) == reasons
+def test_a_median_uncertain_by_more_than_5_percent_is_unstable(uncertainty: float, reasons: list[str]) -> None:
+    medians = alternating(uncertainty)
+    step_ms = processes(medians[:BLOCKS], medians[BLOCKS : 2 * BLOCKS], medians[2 * BLOCKS :])
+    assert median_uncertainty(step_ms) == pytest.approx(uncertainty)
+    assert instability_reasons(step_ms) == reasons
+
+
+def test_blocks_are_the_stretches_the_loop_moves_memory_between() -> None:
+    """30 steps in 8 blocks cut at i * 30 // 8, as `timed_steps` cuts its stretches; each repeat on its own."""
+    cuts = [i * 30 // BLOCKS for i in range(BLOCKS + 1)]
+    repeat = [float(block) for block in range(BLOCKS) for _ in range(cuts[block + 1] - cuts[block])]
+    assert block_medians([[repeat, [5.0, 6.0, 7.0]]]) == [*map(float, range(BLOCKS)), 5.0, 6.0, 7.0]
 
 
 @pytest.mark.parametrize(
-    ("cv", "reasons"),
-    [pytest.param(0.24, [], id="0.24-inside"), pytest.param(0.26, ["step cv 0.26 (over 0.25)"], id="0.26-outside")],
+    ("slowest", "stable"),
+    [pytest.param(1.02, True, id="2%-apart"), pytest.param(1.3, False, id="30%-apart")],
 )
-def test_steps_with_a_cv_over_a_quarter_are_unstable(cv: float, reasons: list[str]) -> None:
-    samples = spread_to(cv)
-    assert statistics.stdev(samples) / statistics.fmean(samples) == pytest.approx(cv)
-    assert instability_reasons([1.0, 1.0, 1.0], samples) == reasons
+def test_processes_that_disagree_make_the_median_uncertain(slowest: float, stable: bool) -> None:
+    steady = [1.0 + 0.001 * (block % 2) for block in range(BLOCKS)]
+    step_ms = processes(steady, steady, [ms * slowest for ms in steady])
+    assert (instability_reasons(step_ms) == []) == stable
 
 
-def two_clusters(low: np.ndarray, high: np.ndarray) -> list[float]:
-    """The step times of two clusters of log times."""
-    return list(np.exp(np.concatenate([low, high])))
-
-
-def sides_ratio(samples: list[float]) -> float:
-    """The median of the steps over 1 ms over that of the steps under: Otsu's split of a series symmetric about 1 ms."""
-    times = np.asarray(samples)
-    return float(np.median(times[times > 1]) / np.median(times[times < 1]))
-
-
-# 150 steps of a cluster, normal on log times with sd 0.25; 1% for the tight ones
-WIDE, TIGHT = 0.25 * quantiles(150), 0.01 * quantiles(150)
-# two wide clusters 2.2 sd apart, Ashman's D 2.2: Otsu's sides score 3.01
-APART = two_clusters(WIDE - 0.275, WIDE + 0.275)
-
-
-@pytest.mark.parametrize(
-    ("samples", "modes"),
-    [
-        # Otsu's sides 1.40x apart, but one cluster: they score 2.67
-        pytest.param(two_clusters(WIDE, WIDE), None, id="one-cluster-D-2.67"),
-        # Ashman's D 1.6, too near to show two peaks: 2.80
-        pytest.param(two_clusters(WIDE - 0.2, WIDE + 0.2), None, id="two-clusters-D-2.80"),
-        pytest.param(APART, (0.5, sides_ratio(APART)), id="two-clusters-D-3.01"),
-        # cleanly apart, but nearer than the 1.3x a mode must be slower by
-        pytest.param(two_clusters(TIGHT, TIGHT + np.log(1.25)), None, id="two-clusters-1.25x"),
-        pytest.param(two_clusters(TIGHT, TIGHT + np.log(1.35)), (0.5, 1.35), id="two-clusters-1.35x"),
-    ],
-)
-def test_two_modes_need_clusters_that_show_two_peaks_1_3x_apart(
-    samples: list[float], modes: tuple[float, float] | None
-) -> None:
-    assert two_modes(samples) == (None if modes is None else pytest.approx(modes))
+def test_a_slow_mode_that_comes_and_goes_is_unstable_and_a_tail_of_slow_steps_is_not() -> None:
+    """Whole blocks 5x slower move the median; 7% of single steps 3x slower, spread over every block, do not."""
+    mode = [5.0 if block % 3 == 0 else 1.0 for block in range(BLOCKS)]
+    assert instability_reasons(processes(mode, mode, mode)) != []
+    tail = [[[3.0 if step % 15 == 0 else 1.0 + 0.001 * (step % 7) for step in range(300)]] for _ in range(3)]
+    assert instability_reasons(tail) == []
 
 
 def one_sided_p(base: list[float], new: list[float], margin: float) -> float:
