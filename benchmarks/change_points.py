@@ -4,7 +4,7 @@ Synthetic series, one point per run: a level of 1, times the noise. The noise is
 real runs' step times (--noise-from URI: each configuration's log values about their median,
 as `python -m runner.history` reads them), or drawn normal in the log with --noise SD (default
 0.18: the spread of 12 runs of `python -m runner +workload=rmsnorm_naive measure=quick` in a
-row on the 2-core development machine, docs/measurement.md#performance-over-time).
+row on the 2-core development machine, docs/history.md#performance-over-time).
 Prints the false change points per 100 points in series without a step (--length points each),
 and the share of 5% and 10% steps found within five points of where they are (a series of
 --length points, the step in the middle). Printed, not timed. Target: under 1 false change point

@@ -217,7 +217,7 @@ class MeasureConfig:
     # calls after the first one and before timing, so caches and allocators settle
     warmup: int = 5
     # and keep warming up for at least this long: a worker runs one pinned thread, and 0.02, 0.1
-    # and 0.5 s read the same median in a paired 10-round sweep (docs/measurement.md)
+    # and 0.5 s read the same median in a paired 10-round sweep (docs/trust.md)
     warmup_s: float = 0.1
     # synchronized steps timed without the profiler, per repeat
     steps: int = 200
@@ -236,7 +236,7 @@ class MeasureConfig:
     processes: int | None = None
     # how workers start: auto forks them from a server that imported torch where the backend allows
     # it (a fraction of a second each); spawn starts each in a new interpreter (seconds), so each
-    # draws its own process-level layout instead of sharing the server's (docs/measurement.md)
+    # draws its own process-level layout instead of sharing the server's (docs/trust.md)
     worker_start: str = "auto"
     # copies of the steady state timed at the same time, each in a worker process on its own
     # share of the machine (the parallel launcher's slot plan), for scaling studies; 1 is one

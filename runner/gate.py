@@ -76,7 +76,7 @@ PAIRED_LEGEND = (
 # the baseline's worktree comes from) and the server each side's tree must have
 SIDES = ("baseline", "candidate")
 # 60, twenty server pairs: on a quiet 2-core host 0 of 20 A/A gates alarmed, 143 s a gate, and 10%
-# more work was caught in 8 of 8 gates (30 rounds: 3 of 4), 134-177 s each (docs/measurement.md)
+# more work was caught in 8 of 8 gates (30 rounds: 3 of 4), 134-177 s each (docs/benchmarks.md)
 ROUNDS = 60
 # Rounds one pair of side servers runs before both start afresh. Every worker of a side starts from
 # its server, and under load one side of an A/A gate read 15% slower in 28 of 30 rounds: whatever

@@ -3,7 +3,7 @@
 Each steady-state worker and copy is placed as `backend.cpu_placement` says: on a busy 2-core
 host a worker with torch's default two threads sat in a stall mode (steps over 10x the median)
 while another process held a core; with one thread pinned to one core no worker did, and a
-third as many steps stalled (benchmarks/cpu_placement.py, docs/measurement.md).
+third as many steps stalled (benchmarks/cpu_placement.py, docs/trust.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
     # where a process's tensors land held its median about 11% from its neighbours' on the
-    # project's 2-core host, and 8 layouts a process took that to 0-5% (docs/measurement.md)
+    # project's 2-core host, and 8 layouts a process took that to 0-5% (docs/trust.md)
     default_layouts = 8
     workers_take_turns = True
     manifest_env_prefixes = ("OMP_NUM_THREADS", CORES_VARIABLE)

@@ -109,7 +109,7 @@ def steps_to_time(spec: RunSpec, call_s: float, backend: Backend) -> int:
     """`measure.steps`, or as many as fill `measure.steps_s` at `call_s` a step (at least `FEWEST_TIMED_STEPS`).
 
     The host's drift, not the count, limits a process's median: on the project's 2-core host the
-    medians of 25 and of 400 consecutive steps spread 12% and 10% (docs/measurement.md), so long
+    medians of 25 and of 400 consecutive steps spread 12% and 10% (docs/trust.md), so long
     steps need not each be timed 200 times. Every rank times the most any rank asked for.
     """
     steps = spec.measure.steps

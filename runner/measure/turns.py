@@ -6,7 +6,7 @@ spread 12% and 10%. Two workers of the same config forked from one process, one 
 other on one core, read medians 6.2% and 9.6% apart (sd of the log ratio; two runs, 30 and 20
 pairs), and 3.9% and 1.3% taking turns a stretch at a time (8 stretches of 25 steps); with new
 memory each stretch (runner.measure.layouts), 7.9-15.6% against 7.0-8.4% (three runs of 30
-pairs; docs/measurement.md, `--against`). So where
+pairs; docs/gate.md, `--against`). So where
 the device allows, the workers of a round take turns: a referee (the gate, or a sweep's rounds)
 hands the turn to one worker at a time, in the round's order, and each worker runs its own
 parts (building the workload and its first call, the warm-up, each stretch of timed steps)

@@ -7,7 +7,7 @@ is then tested: a Welch t-test on the log values of the segments on either side.
 change point that fails the test is dropped and its neighbours tested again on the wider
 segments, until every one left passes. The p-value is the test's on segments the detector
 chose, so it reads low; the threshold is strict (`MAX_P`) for that reason.
-docs/measurement.md#performance-over-time says how this was chosen and what it finds.
+docs/history.md#performance-over-time says how this was chosen and what it finds.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ MIN_SEGMENT = 3
 # the fewest points a series needs for a change point between two segments
 MIN_POINTS = 2 * MIN_SEGMENT
 # PELT's penalty per change point, in units of the noise's variance times log(points): higher
-# finds fewer steps (docs/measurement.md#performance-over-time has the figures that chose it)
+# finds fewer steps (docs/history.md#performance-over-time has the figures that chose it)
 PENALTY = 2.0
 # the largest p-value a change point keeps (the test is on segments chosen to differ): at 0.01,
 # series of 24 points without a step had 0.46 false change points per 100 points, at 0.001 0.08

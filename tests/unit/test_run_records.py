@@ -8,7 +8,7 @@ from runner import names
 from tests.helpers import REPO
 
 # a metric's name: a namespace and a name (`time/step_median_ms`); the system series' templated
-# names (`system/neuron/core{core}/...`) are documented as patterns, in measurement.md's table
+# names (`system/neuron/core{core}/...`) are documented as patterns, in optional_measurements.md's table
 METRIC = re.compile(r"[a-z]+/[a-z_]+")
 
 
