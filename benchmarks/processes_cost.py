@@ -29,13 +29,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner import names
-from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
 from runner.config import RunSpec, load_run_spec
 from runner.execute.processes import Child, StartMethod
@@ -62,30 +60,24 @@ def start_s(method: StartMethod) -> float:
         return float(child.result()) - started
 
 
-@contextmanager
-def workers_started_by(method: StartMethod) -> Iterator[None]:
-    """CPU workers started by `method`, whatever the backend allows (the benchmark's one switch)."""
-    allowed = CpuBackend.fork_server
-    CpuBackend.fork_server = method == "forkserver"
-    try:
-        yield
-    finally:
-        CpuBackend.fork_server = allowed
+def started_by(spec: RunSpec, method: StartMethod) -> RunSpec:
+    """`spec` with workers started by `method` (measure.worker_start=auto forks them from the fork server)."""
+    return replace(spec, measure=replace(spec.measure, worker_start="spawn" if method == "spawn" else "auto"))
 
 
 def whole_worker_s(spec: RunSpec, method: StartMethod) -> float:
     """Seconds from `Child()` to the answer of a default worker: build, first call, warm-up, 200 steps."""
+    spec = started_by(spec, method)
     started = time.monotonic()
-    with workers_started_by(method):
-        steps(start_steady_state(spec, "steady-state worker 1", 1))
+    steps(start_steady_state(spec, "steady-state worker 1", 1))
     return time.monotonic() - started
 
 
 def round_s(jobs: list[RoundJob], method: StartMethod) -> float:
     """Seconds for one round: a worker of each job, one after another."""
+    jobs = [replace(job, spec=started_by(job.spec, method)) for job in jobs]
     started = time.monotonic()
-    with workers_started_by(method):
-        _round(jobs, list(range(len(jobs))), 1, None)
+    _round(jobs, list(range(len(jobs))), 1, None)
     return time.monotonic() - started
 
 

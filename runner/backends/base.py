@@ -171,13 +171,8 @@ class Backend(ABC):
     # whether host-only profiler sessions may measure the profiler's own cost (runner.measure.window):
     # they must start no device capture
     measures_profiler_cost: ClassVar[bool] = True
-    # Whether steady-state workers and copies may be forked from a fork server that has only
-    # imported torch and the runner (runner.execute.processes), instead of each being a new
-    # interpreter: the server never touches the device (no CUDA context, no runtime), so each
-    # child starts it afresh as a spawned one would
-    fork_server: ClassVar[bool] = True
-    # what that fork server imports for workers that torch.compile, so that each need not: torch's
-    # compiler (seconds of imports)
+    # what the workers' fork server (runner.execute.processes) imports for workers that
+    # torch.compile, so that each need not: torch's compiler (seconds of imports)
     compiler_preload: ClassVar[tuple[str, ...]] = ("torch._dynamo", "torch._inductor.compile_fx")
     # Config keys this device reads once per process, each with what reads it: a later job in a
     # process that already measured one runs on the first job's values, whatever its config says
@@ -202,9 +197,9 @@ class Backend(ABC):
         return [WHOLE_MACHINE] if jobs == 1 else cls.split_machine(config, jobs, pool, cores_per_job)
 
     @classmethod
+    @abstractmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
-        """Shares for several concurrent jobs; a device without shares runs them whole, one slot."""
-        return [WHOLE_MACHINE]
+        """Shares for several concurrent jobs (0: as many as fit), one per job."""
 
     @classmethod
     def worker_processes(cls, requested: int | None, ranks: int = 1) -> int:

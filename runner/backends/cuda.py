@@ -34,9 +34,6 @@ class CudaBackend(Backend):
     # NVML (nvidia-ml-py): the GPU's utilisation, memory and power
     system_monitor = "nvml"
     manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
-    # a child forked after its parent created a CUDA context cannot use CUDA; the fork server
-    # only imports torch, which creates none (nor calls torch.cuda, whose device count starts the driver)
-    fork_server = True
     # CUDA reads CUDA_VISIBLE_DEVICES once per process, but no config key sets it (a launcher's slot does)
     process_keys: ClassVar[dict[str, str]] = {}
 

@@ -116,10 +116,6 @@ class NeuronBackend(Backend):
     # a host-only profiler session would start a runtime capture too: the Neuron profiler maps
     # Kineto's CPU_OP to the runtime's cpu_util (neuron-profiling.md §1.5), written to ./output
     measures_profiler_cost = False
-    # `import torch` loads torch-neuronx, which registers the device and its profiler and starts
-    # no runtime (that waits for first use); a process forked before its parent started the
-    # runtime may start one of its own (reference: sections 5.1, 10.6): the fork server only imports
-    fork_server = True
     # NRT is "controlled through environment variables at the process level" (the runtime's
     # configuration guide): it and torch-neuronx read these once per process
     process_keys = {

@@ -54,11 +54,15 @@ class WorkerStart:
 
 
 def worker_start(backend: Backend | type[Backend], requested: str = "auto") -> WorkerStart:
-    """A fork of the fork server where the backend, the platform and `measure.worker_start` allow it, else a spawn."""
+    """A fork of the fork server where the platform and `measure.worker_start` allow it, else a spawn.
+
+    Every device allows it (`backend` is not consulted): the server's imports start no CUDA
+    context (a child forked after one cannot use CUDA) and no Neuron runtime (torch-neuronx's
+    autoload waits for first use; reference: sections 5.1, 10.6), so each child starts its
+    device afresh, as a spawned one would.
+    """
     if requested == "spawn":
         return WorkerStart("spawn", "measure.worker_start=spawn")
-    if not backend.fork_server:
-        return WorkerStart("spawn", f"backend={backend.name} does not allow forking its workers")
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return WorkerStart("spawn", f"multiprocessing has no fork server on {sys.platform}")
     return WorkerStart("forkserver", f"forked from a server that imported {', '.join(FORK_SERVER_PRELOAD)}")

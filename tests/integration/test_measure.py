@@ -338,9 +338,9 @@ def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_a_ctrl_c_while_a_worker_starts_leaves_it_running(method: StartMethod, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(CpuBackend, "fork_server", method == "forkserver")
-    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
+def test_a_ctrl_c_while_a_worker_starts_leaves_it_running(method: StartMethod) -> None:
+    start = "measure.worker_start=" + ("spawn" if method == "spawn" else "auto")
+    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive", start))
     worker = start_steady_state(spec, "steady-state worker 1", 1)
     os.kill(worker.pid, signal.SIGINT)  # what a Ctrl-C to the process group does while it starts
     samples = steps(worker)
