@@ -466,8 +466,8 @@ def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) 
 
 def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], depth: int, output_format: str) -> int:
     """`--diff`: the aligned tree on stdout; diff.md, diff.json and perfetto.json logged to the newer run."""
+    from runner.measure.traces import load_profile
     from runner.report import trace_diff
-    from runner.traces import load_profile
 
     runs = [find_run(client, experiment_id, key, "--diff") for key in keys]
     for run in runs:

@@ -40,7 +40,7 @@ from runner.report.reader import find_sweep, sweep_children
 from runner.report.series import Series, Step, by_configuration, find_steps, in_order, job_runs, point, worse_by
 from runner.teardown import skip_final_collections
 from runner.tracking.links import run_page, ui_for
-from runner.worktree import NoCheckout, commits_oldest_first
+from runner.tracking.worktree import NoCheckout, commits_oldest_first
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, NOT_JUDGED_EXIT = 1, 2, 3
 ORDERS = ("time", "commit")

@@ -1,7 +1,8 @@
 """A job's life, in one place: its status, its folder, its MLflow run, its error, the failure policy, its death.
 
 `life` runs a job (JobLife), `status` holds the status values and the status file, `run`
-opens and closes the job's MLflow run, and `dead` closes the jobs and runs whose process died.
+opens and closes the job's MLflow run, and `dead` closes the jobs and runs whose process died;
+`manifest` builds the job's `environment.json` (imported by name: it loads torch).
 """
 
 from runner.job.dead import close_dead_job, close_dead_runs, close_orphans, fail_run, finished_run_id, process_alive
