@@ -54,7 +54,7 @@ from runner.report.reader import (
 )
 from runner.report.scaling import scaling_curves, scaling_report
 from runner.secrets import redact
-from runner.teardown import skip_final_collections
+from runner.signals import skip_final_collections
 from runner.tracking.links import comparison_links, describe_links, swept_columns, ui_for
 from runner.tracking.store import check_usable, sqlite_path
 

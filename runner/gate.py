@@ -59,8 +59,7 @@ from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, paired_time_rati
 from runner.measure.turns import give_turns, referee
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds, label, rounds, sweep_children
-from runner.signals import exit_code_of, stop_on_signals
-from runner.teardown import skip_final_collections
+from runner.signals import exit_code_of, skip_final_collections, stop_on_signals
 from runner.tracking.worktree import NoCheckout, checkout, commit_of, snapshot_of
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3

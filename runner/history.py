@@ -38,7 +38,7 @@ from runner.job import JobStatus
 from runner.report.change_points import MAX_P, MIN_POINTS
 from runner.report.reader import find_sweep, sweep_children
 from runner.report.series import Series, Step, by_configuration, find_steps, in_order, job_runs, point, worse_by
-from runner.teardown import skip_final_collections
+from runner.signals import skip_final_collections
 from runner.tracking.links import run_page, ui_for
 from runner.tracking.worktree import NoCheckout, commits_oldest_first
 
