@@ -262,7 +262,7 @@ class RunnerCallback(Callback):
 
         A stop waits until it is whole (MLflow appends to a table logged twice), then closes the parent KILLED.
         """
-        from runner.compare import report_sweep
+        from runner.report.sweep_report import report_sweep
 
         assert self.parent_run_id is not None
         if self.compared:
