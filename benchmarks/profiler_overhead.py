@@ -16,7 +16,7 @@ from runner.config import load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
 from runner.measure.phases import measure
-from runner.result import profiled_window_report
+from runner.measure.result import profiled_window_report
 
 
 def overhead(variant: str, *overrides: str) -> tuple[float, float, float]:

@@ -20,8 +20,7 @@ from runner.compose import help_text, refusal
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
 from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus
 from runner.secrets import one_line, redact, redact_file, redact_process_output
-from runner.signals import exit_code_of
-from runner.teardown import skip_final_collections
+from runner.signals import exit_code_of, skip_final_collections
 from runner.tracking.store import StoreFull
 
 register_schemas()

@@ -19,27 +19,25 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
 from hydra.core.utils import JobStatus as HydraJobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, flag_override
+from omegaconf import DictConfig, OmegaConf
 
 from runner import names
 from runner.config import ConfigError, TrackingConfig
 from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus
 from runner.secrets import redact
 from runner.signals import ignore_later_stops, signals_held, stop_on_signals
-from runner.sweep import summarise_sweep, sweep_jobs
+from runner.sweep.jobs import isolate_if_needed, sweep_jobs, swept_keys
+from runner.sweep.summary import summarise_sweep
 from runner.tracking.run import PARENT_RUN_ENV
 from runner.tracking.store import StoreFull, check_usable, prepare_store
 
 log = logging.getLogger(__name__)
 # bytes written to prove a folder takes files: more than Hydra writes into .hydra/ before a job
 PROBE_BYTES = 64 * 1024
-# Hydra's default launcher: every job of a sweep in this one process
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 class UsageError(CompactHydraException):
@@ -111,47 +109,6 @@ def check_store(tracking: TrackingConfig, create: bool) -> None:
         sys.exit(f"error: {err}")
 
 
-def swept_keys(config: DictConfig) -> list[str]:
-    """The keys a sweep varies: overrides with several values, hydra.sweeper.params' unless overridden."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from runner.sweep import sweep_overrides
-
-    given = sweep_overrides(config)
-    last = {override.key_or_group: override for override in OverridesParser.create().parse_overrides(given)}
-    return [key for key, override in last.items() if override.is_sweep_override()]
-
-
-def isolate_if_needed(config: DictConfig, swept: list[str]) -> None:
-    """Under the basic launcher, give every job a fresh process when they could not share one.
-
-    The device runtime reads some settings once per process (`Backend.process_keys`): jobs that
-    change them, or that need a process of their own, run under the isolated launcher instead.
-    Hydra instantiates the launcher from this config after this callback.
-    """
-    if not swept or config.hydra.launcher.get("_target_") != BASIC_LAUNCHER:
-        return
-    from runner.backends.registry import BACKEND_CLASSES, backend_class
-    from runner.sweep import ISOLATED_LAUNCHER, own_process_keys
-
-    varied = "backend" in swept or "backend.name" in swept
-    try:
-        backends = list(BACKEND_CLASSES) if varied else [backend_class(config.backend.name)]
-    except ConfigError:  # each job says so itself
-        return
-    keys = own_process_keys(backends, swept, config)
-    if not keys:
-        return
-    log.info("%s chosen: jobs cannot share a process over %s (read once per process, or needing one of its own)",
-             ISOLATED_LAUNCHER, ", ".join(keys))  # fmt: skip
-    isolated = ConfigStore.instance().load("hydra/launcher/isolated.yaml").node  # registered by its Hydra plugin
-    with flag_override(config.hydra, ["readonly", "struct"], False):
-        config.hydra.launcher = isolated
-        config.hydra.runtime.choices["hydra/launcher"] = "isolated"
-        # the jobs' configs are composed again from these, and then record the launcher they ran under
-        config.hydra.overrides.hydra.append(ISOLATED_LAUNCHER)
-
-
 class RunnerCallback(Callback):
     """Checks output directories up front; opens and closes a sweep's parent run.
 
@@ -200,7 +157,7 @@ class RunnerCallback(Callback):
         Creating the store here, before any job starts, keeps parallel jobs from racing
         on the first schema migration of a SQLite store. Parent runs of earlier sweeps on
         this host whose process is gone are closed on the way. Then the jobs' steady state
-        is timed in interleaved rounds (`runner.sweep_rounds`), before any job touches the device.
+        is timed in interleaved rounds (`runner.sweep.rounds`), before any job touches the device.
         """
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
@@ -214,7 +171,7 @@ class RunnerCallback(Callback):
         isolate_if_needed(config, varied)
         stop_on_signals()
         atexit.register(self._close_if_stopped)
-        from runner.sweep_rounds import round_jobs, time_sweep_rounds  # torch loads only past a sweep's checks
+        from runner.sweep.rounds import round_jobs, time_sweep_rounds  # torch loads only past a sweep's checks
 
         jobs = round_jobs(config)  # their fork server's imports (seconds) overlap the store's opening
         check_store(tracking, create=True)
@@ -305,7 +262,7 @@ class RunnerCallback(Callback):
 
         A stop waits until it is whole (MLflow appends to a table logged twice), then closes the parent KILLED.
         """
-        from runner.compare import report_sweep
+        from runner.report.sweep_report import report_sweep
 
         assert self.parent_run_id is not None
         if self.compared:

@@ -18,12 +18,11 @@ from omegaconf import OmegaConf
 from runner import CONF_DIR, names
 from runner.config import ConfigError, JobInfo, RunSpec
 from runner.execute.plan import Execution, plan
-from runner.job import JobLife, close_dead_runs, finished_run_id
-from runner.manifest import build_manifest
+from runner.job import THIS_PROCESS, JobLife, close_dead_runs, config_hash, finished_run_id
+from runner.job.manifest import build_manifest
+from runner.measure.result import JobResult
 from runner.report.console import job_summary
-from runner.result import JobResult
 from runner.secrets import redact_tree
-from runner.sweep import THIS_PROCESS, config_hash
 from runner.tracking.run import flatten, git_commit
 
 log = logging.getLogger(__name__)

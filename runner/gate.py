@@ -45,23 +45,16 @@ from mlflow.entities import Run
 from scipy.stats import gmean
 
 from runner import CONF_DIR, names
-from runner.compare import (
-    FORMATS,
-    add_selection_arguments,
-    find_run,
-    open_experiment,
-    render,
-    selected_runs,
-)
 from runner.execute.serve import MODULE, SideFailed, SideServer
 from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, paired_time_ratio
 from runner.measure.turns import give_turns, referee
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds, label, rounds, sweep_children
-from runner.signals import exit_code_of, stop_on_signals
-from runner.teardown import skip_final_collections
-from runner.worktree import NoCheckout, checkout, commit_of, snapshot_of
+from runner.report.selection import add_selection_arguments, find_run, open_experiment, selected_runs
+from runner.report.table import FORMATS, render
+from runner.signals import exit_code_of, skip_final_collections, stop_on_signals
+from runner.tracking.worktree import NoCheckout, checkout, commit_of, snapshot_of
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
 TIMES_LEGEND = (

@@ -33,14 +33,15 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner import CONF_DIR, names
-from runner.compare import add_store_arguments, open_experiment, render
 from runner.job import JobStatus
 from runner.report.change_points import MAX_P, MIN_POINTS
 from runner.report.reader import find_sweep, sweep_children
+from runner.report.selection import add_store_arguments, open_experiment
 from runner.report.series import Series, Step, by_configuration, find_steps, in_order, job_runs, point, worse_by
-from runner.teardown import skip_final_collections
+from runner.report.table import render
+from runner.signals import skip_final_collections
 from runner.tracking.links import run_page, ui_for
-from runner.worktree import NoCheckout, commits_oldest_first
+from runner.tracking.worktree import NoCheckout, commits_oldest_first
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, NOT_JUDGED_EXIT = 1, 2, 3
 ORDERS = ("time", "commit")

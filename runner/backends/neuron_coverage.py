@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import names
-from runner.traces import read_chrome_trace
+from runner.measure.traces import read_chrome_trace
 
 # below this fraction the run warns: the op table misses device time
 COVERAGE_WARN = 0.95

@@ -17,7 +17,7 @@ import torch
 from runner.backends.neuron import DRIVER_VERSION, instance_type
 from runner.backends.peaks import cached_here, calibrate_cpu, cpu_peak, keep_best_calibration, threads_words
 from runner.backends.registry import BACKEND_CLASSES, backend_class
-from runner.manifest import package_versions, system_package_versions
+from runner.job.manifest import package_versions, system_package_versions
 from runner.secrets import redact
 
 COMMAND_TIMEOUT_S = 10

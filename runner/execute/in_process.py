@@ -21,7 +21,7 @@ from runner.measure.build import BuiltWorkload
 from runner.measure.compile_cache import cache_report
 from runner.measure.loop import SteadyState, SteadyStateSource, in_this_process
 from runner.measure.phases import measure
-from runner.result import JobResult, collect_result
+from runner.measure.result import JobResult, collect_result
 
 
 def steady_state_source(

@@ -38,7 +38,7 @@ from runner.config import MonitorConfig
 from runner.execute import monitor_reader
 from runner.execute.monitor_reader import CPU_BUSY, NEURON_MONITOR, RUNTIME_GROUPS, SYSTEM_GROUPS
 from runner.execute.processes import end_process
-from runner.result import SystemSample
+from runner.measure.result import SystemSample
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from runner.measure.compile_cache import use_compile_cache
 from runner.measure.layers import check_layer_names
 from runner.measure.loop import SteadyState
 from runner.measure.memory import memory_source
+from runner.measure.result import JobResult
 from runner.measure.roofline import resolve_peak
-from runner.result import JobResult
 
 
 @dataclass(frozen=True)

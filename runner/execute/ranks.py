@@ -31,9 +31,9 @@ from runner.execute.in_process import measure_job
 from runner.execute.processes import Child, ChildDied, ChildRaised, answered, stop
 from runner.measure.build import build_workload
 from runner.measure.collectives import collective_timing
+from runner.measure.result import JobResult
 from runner.measure.roofline import resolve_peak
-from runner.result import JobResult
-from runner.traces import steps_under
+from runner.measure.traces import steps_under
 
 log = logging.getLogger(__name__)
 

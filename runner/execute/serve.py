@@ -33,7 +33,7 @@ from runner.config import load_run_spec
 from runner.execute.processes import ChildFailed, die_with_parent, end_process
 from runner.measure.turns import TurnsAddress
 from runner.secrets import one_line
-from runner.teardown import skip_final_collections
+from runner.signals import skip_final_collections
 
 # the server's module, run in each side's tree
 MODULE = "runner.execute.serve"

@@ -23,7 +23,7 @@ from pathlib import Path
 from runner.config import ConfigError, RunSpec
 from runner.execute.processes import Answer, ChildFailed, ChildRaised
 from runner.execute.ranks import Rendezvous, measure_rank, rank_folder, torchrun_env
-from runner.result import JobResult
+from runner.measure.result import JobResult
 
 log = logging.getLogger(__name__)
 RESULT_FILE = "rank_result.pickle"

@@ -1,10 +1,14 @@
 """A job's life, in one place: its status, its folder, its MLflow run, its error, the failure policy, its death.
 
 `life` runs a job (JobLife), `status` holds the status values and the status file, `run`
-opens and closes the job's MLflow run, and `dead` closes the jobs and runs whose process died.
+opens and closes the job's MLflow run, and `dead` closes the jobs and runs whose process died;
+`hashing` gives a job's config hash, `shared_process` refuses a job that cannot share this
+process with the jobs before it, and `manifest` builds the job's `environment.json` (imported by
+name: it loads torch).
 """
 
 from runner.job.dead import close_dead_job, close_dead_runs, close_orphans, fail_run, finished_run_id, process_alive
+from runner.job.hashing import config_hash
 from runner.job.life import (
     ERROR_FILE,
     OWNER_FILE,
@@ -14,24 +18,30 @@ from runner.job.life import (
     release_folder,
 )
 from runner.job.run import open_run
+from runner.job.shared_process import ISOLATED_LAUNCHER, THIS_PROCESS, SharedProcess, own_process_keys
 from runner.job.status import NO_RESULT, STATUS_FILE, SWEEP_ID_ENV, JobStatus, read_status, write_status
 
 __all__ = [
     "ERROR_FILE",
+    "ISOLATED_LAUNCHER",
     "NO_RESULT",
     "OWNER_FILE",
     "STATUS_FILE",
     "SWEEP_ID_ENV",
+    "THIS_PROCESS",
     "JobLife",
     "JobStatus",
+    "SharedProcess",
     "claim_folder",
     "close_dead_job",
     "close_dead_runs",
     "close_orphans",
+    "config_hash",
     "current_traceback",
     "fail_run",
     "finished_run_id",
     "open_run",
+    "own_process_keys",
     "process_alive",
     "read_status",
     "release_folder",

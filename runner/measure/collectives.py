@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from runner import names
 from runner.backends.peaks import LINK_WORDS, Peak, link_between
-from runner.traces import STEP, Span
+from runner.measure.traces import STEP, Span
 
 # the span around the wait for the gradients' all-reduces: its self time is the wait for the
 # other ranks, which no op records (gloo and nccl wait outside any op)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from runner import names
 from runner.measure.optable import self_time_by_op
+from runner.measure.result import JobResult
 from runner.report.memory_diff import readable_bytes
-from runner.result import JobResult
 
 TOP_OPS = 5
 

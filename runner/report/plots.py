@@ -24,6 +24,7 @@ from mlflow.entities import Run
 
 from runner import names
 from runner.job import JobStatus
+from runner.measure.traces import label_of
 from runner.report.curves import Crossover, crossovers, size_curves
 from runner.report.reader import (
     dollars_per_million_steps,
@@ -36,7 +37,6 @@ from runner.report.reader import (
 )
 from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves
 from runner.report.series import Series
-from runner.traces import label_of
 
 # the PNGs' resolution; figures are built at it too, so text measured while laying out fits in the file
 DPI = 110

@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner import names
-from runner.traces import read_chrome_trace
+from runner.measure.traces import read_chrome_trace
 
 
 def label(run: Run) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from scipy import stats
 
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
-from runner.traces import Profile, ProfileNode, Span
+from runner.measure.traces import Profile, ProfileNode, Span
 
 MATCHED, REPLACED, REMOVED, ADDED = "matched", "replaced", "removed", "added"
 MARKS = {MATCHED: "=", REPLACED: "~", REMOVED: "-", ADDED: "+"}

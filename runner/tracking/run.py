@@ -23,7 +23,7 @@ from runner.signals import signals_held
 from runner.tracking.store import SQLITE_FULL, StoreFull, prepare_store, sqlite_path, store_lock
 
 if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
-    from runner.result import JobResult, SystemSample
+    from runner.measure.result import JobResult, SystemSample
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,8 @@ from runner.job import (
     write_status,
 )
 from runner.signals import Interrupted
-from runner.sweep import summarise_sweep, sweep_jobs
+from runner.sweep.jobs import sweep_jobs
+from runner.sweep.summary import summarise_sweep
 from tests.helpers import all_runs, job_for
 
 

@@ -31,12 +31,12 @@ from runner.measure.build import build_workload
 from runner.measure.host_memory import is_glibc
 from runner.measure.loop import FEWEST_TIMED_STEPS, SETTLE_CALLS, steady_state
 from runner.measure.phases import Measurement, measure
+from runner.measure.result import collect_result, derived_metrics, rounds_table
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.turns import RefereedTurns, TurnsAddress, give_turns, referee
 from runner.measure.window import judge_window
-from runner.result import collect_result, derived_metrics, rounds_table
 from tests.helpers import compose_cfg
 from tests.helpers.counting import RecordingModule
 from workloads.rmsnorm import NaiveRMSNorm

@@ -17,8 +17,8 @@ from runner.measure.build import build_workload
 from runner.measure.loop import SETTLE_CALLS
 from runner.measure.optable import summary_metrics
 from runner.measure.phases import Measurement, measure
+from runner.measure.traces import steps_under
 from runner.measure.window import COST_SESSIONS, SETTLE_STEPS
-from runner.traces import steps_under
 from tests.helpers import compose_cfg
 from tests.helpers.counting import CountingModule
 

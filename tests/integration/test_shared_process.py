@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from runner import experiment
 from runner.config import ConfigError, load_run_spec
-from runner.sweep import SharedProcess
+from runner.job import SharedProcess
 from tests.helpers import all_runs, compose_cfg, job_for
 
 

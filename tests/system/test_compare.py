@@ -18,7 +18,7 @@ import pytest
 from mlflow.entities import Run
 
 from runner import names
-from runner.compare import SPEEDUP
+from runner.report.table import SPEEDUP
 from runner.tracking.links import LOCAL_UI
 from tests.helpers import REPO, all_runs, serve_mlflow
 

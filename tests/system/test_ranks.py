@@ -16,8 +16,8 @@ import mlflow
 import pytest
 
 from runner import names
+from runner.measure.traces import load_profile
 from runner.report.reader import trace_files
-from runner.traces import load_profile
 from tests.helpers import REPO, RunnerInProcess, all_runs
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from runner.backends.cpu import CpuBackend
 from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NeuronBackend
 from runner.config import BackendConfig, ConfigError, NeuronBackendConfig
-from runner.sweep import config_hash
+from runner.job import config_hash
 from tests.helpers import REPO, all_runs
 
 FAULTY = ["+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "workload.inputs=[[4]]", "measure=quick"]
@@ -185,7 +185,7 @@ def test_each_launcher_times_the_jobs_in_interleaved_rounds(tmp_path: Path, trac
 def test_the_swept_keys_are_what_the_sweep_varies() -> None:
     from omegaconf import OmegaConf
 
-    from runner.callbacks import swept_keys
+    from runner.sweep.jobs import swept_keys
 
     config = OmegaConf.create({
         "hydra": {

@@ -15,7 +15,7 @@ from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
 from runner.backends.registry import BACKEND_CLASSES, COMPILE_CACHES
 from runner.config import BackendConfig, load_run_spec
 from runner.execute import ranks
-from runner.manifest import build_manifest
+from runner.job.manifest import build_manifest
 from runner.measure.compile_cache import use_compile_cache
 from tests.helpers import compose_cfg
 

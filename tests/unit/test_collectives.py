@@ -11,7 +11,7 @@ from runner import names
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import datasheet_peak, link_between
 from runner.measure.collectives import collective_bandwidth, collective_timing, is_collective
-from runner.traces import Span
+from runner.measure.traces import Span
 
 STEP_THREAD, GLOO_THREAD = "1/1", "1/7"
 

@@ -12,9 +12,10 @@ import mlflow
 import pytest
 
 from runner import compare, history, names
-from runner.compare import comparison_rows, render
 from runner.measure.stats import mann_whitney_p
 from runner.report.plots import roof
+from runner.report.selection import DEFAULT_EXPERIMENT
+from runner.report.table import comparison_rows, render
 
 
 def test_mann_whitney_matches_known_exact_values() -> None:
@@ -94,7 +95,7 @@ def test_a_finished_run_whose_artifacts_were_deleted_is_named_not_diffed_as_ever
     tracking_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client = mlflow.MlflowClient(tracking_uri)
-    experiment = client.create_experiment(compare.DEFAULT_EXPERIMENT, artifact_location=str(tmp_path / "artifacts"))
+    experiment = client.create_experiment(DEFAULT_EXPERIMENT, artifact_location=str(tmp_path / "artifacts"))
     table = {"columns": [names.OP_NAME, names.OP_CALLS_PER_STEP, names.OP_SELF_CPU_MS], "data": [["aten::mul", 1, 0.5]]}
     kept, emptied = (client.create_run(experiment, run_name=name).info.run_id for name in ("kept", "emptied"))
     for run_id in (kept, emptied):

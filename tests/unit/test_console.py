@@ -12,9 +12,9 @@ from torch import nn
 from runner import names
 from runner.measure.accuracy import TOLERANCE, check_accuracy
 from runner.measure.optable import OpTable
+from runner.measure.result import JobResult
 from runner.measure.roofline import over_peak
 from runner.report.console import job_summary
-from runner.result import JobResult
 
 STEADY = {
     names.STEP_MEDIAN_MS: 1.0,

@@ -13,8 +13,8 @@ from mlflow.entities import Param, Run, RunData, RunInfo
 from mlflow.exceptions import MlflowException
 
 from runner import names
-from runner.compare import ui_links
 from runner.report.reader import sweep_children
+from runner.report.sweep_report import ui_links
 from runner.tracking.links import (
     KEY_COLUMNS,
     LOCAL_UI,

@@ -18,7 +18,7 @@ from runner.backends.neuron import NeuronBackend
 from runner.config import ConfigError, MonitorConfig
 from runner.execute.monitor import gpu_values, memory_used_bytes, neuron_monitor_config, plan_monitor
 from runner.execute.monitor_reader import figures, neuron_values
-from runner.sweep import config_hash
+from runner.job import config_hash
 from tests.helpers import compose_cfg
 
 JOB, OTHER = 4242, 777

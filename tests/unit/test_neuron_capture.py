@@ -20,7 +20,7 @@ from runner.backends.neuron_capture import (
 )
 from runner.config import ConfigError, NeuronBackendConfig, TrackingConfig
 from runner.job import open_run
-from runner.manifest import allowed_environment
+from runner.job.manifest import allowed_environment
 from runner.tracking.run import split_by_budget
 from tests.helpers import STANDIN_PATH
 

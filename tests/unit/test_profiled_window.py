@@ -7,9 +7,9 @@ from pathlib import Path
 from runner import names
 from runner.config import ScheduleConfig
 from runner.measure.optable import OpTable
+from runner.measure.result import JobResult
 from runner.measure.window import ProfilerCost, judge_window
 from runner.report.console import job_summary
-from runner.result import JobResult
 
 DEFAULT = ScheduleConfig()  # wait 2, warm-up 1, active 1: one recorded step
 # a busy host's steady state: 0.21 ms steps, 11% of them stalled at 8.3 ms

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from runner.backends.cpu import CpuBackend
 from runner.backends.neuron import NeuronBackend
 from runner.config import ConfigError
-from runner.sweep import SharedProcess, own_process_keys
+from runner.job import SharedProcess, own_process_keys
 
 
 def neuron_job(**backend: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import mlflow
 import pytest
 
 from runner import compare, names
+from runner.measure.traces import Profile, load_profile
 from runner.report.trace_diff import (
     ADDED,
     BLOCKS_TRACK,
@@ -26,7 +27,6 @@ from runner.report.trace_diff import (
     perfetto_trace,
     render_tree,
 )
-from runner.traces import Profile, load_profile
 from tests.helpers import TRACES
 
 NAIVE_OPS = ["aten::mul", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]

@@ -21,6 +21,7 @@ from runner import compare, gate, names
 from runner.measure.stats import SIGNIFICANCE, holm, paired_time_ratio, time_ratio
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds
+from runner.report.table import SPEEDUP, TEST
 
 rng = np.random.default_rng(0)
 
@@ -327,7 +328,7 @@ def test_compare_does_not_diff_a_run_that_failed(
     assert compare.main(["--runs", crashed, ok, "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["op_diff"] is None and document["op_diff_note"] == "not compared: run crashed FAILED"
-    assert [row[compare.SPEEDUP] for row in document["runs"]] == ["not compared: run FAILED",
+    assert [row[SPEEDUP] for row in document["runs"]] == ["not compared: run FAILED",
                                                                   "not compared: baseline FAILED"]  # fmt: skip
     with pytest.raises(SystemExit, match=f"^error: --diff {crashed}: not compared: run FAILED$"):
         compare.main(["--diff", ok, crashed])
@@ -396,7 +397,7 @@ def test_gate_and_compare_pair_runs_timed_in_the_same_rounds(
     assert (exit_code, row["test"]) == (code, test) and row["verdict"].startswith(verdict), row
     assert compare.main(["--runs", base, job, "--format", "json"]) == 0
     compared = json.loads(capsys.readouterr().out)["runs"]
-    assert [(r[compare.SPEEDUP].split(" [")[0], r[compare.TEST]) for r in compared] == [
+    assert [(r[SPEEDUP].split(" [")[0], r[TEST]) for r in compared] == [
         ("baseline", "-"),
         ("0.91x" if test.startswith("paired") else "no significant difference", test),
     ]
@@ -445,6 +446,6 @@ def test_unstable_runs_that_share_rounds_are_compared_round_by_round_and_say_so(
     paired = synthetic_run(client, SHARED_MODE_NEW, "paired", stable=False, tags=rounds_of("sweep-1"))
     apart = synthetic_run(client, SHARED_MODE_NEW, "apart", stable=False, tags=rounds_of("sweep-2"))
     assert compare.main(["--runs", base, paired, apart, "--format", "json"]) == 0
-    speedups = {r["run"]: r[compare.SPEEDUP] for r in json.loads(capsys.readouterr().out)}
+    speedups = {r["run"]: r[SPEEDUP] for r in json.loads(capsys.readouterr().out)}
     assert speedups["paired"].startswith("0.91x [") and speedups["paired"].endswith("(timing unstable)")
     assert speedups["apart"] == "not compared: baseline unstable"

@@ -23,9 +23,9 @@ from runner.backends.registry import backend_class, launcher_slots
 from runner.config import ConfigError, load_run_spec
 from runner.execute.rounds import RoundJob, rounds_of, save_rounds, time_rounds
 from runner.execute.workers import prepare_workers
-from runner.job import finished_run_id
+from runner.job import config_hash, finished_run_id
 from runner.secrets import redact
-from runner.sweep import BASIC_SWEEPER, config_hash, sweep_jobs
+from runner.sweep.jobs import BASIC_SWEEPER, sweep_jobs
 
 log = logging.getLogger(__name__)
 PROCESS_LAUNCHER = "hydra_plugins.runner_launcher.process_launcher.ProcessLauncher"

@@ -1,0 +1,19 @@
+"""A job's config hash: what it measures, the key its runs are found and its rounds left under."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+# Config keys that say where results go, how a sweep treats finished work and what is watched
+# beside the measurement (the system series, so a run keeps the hash it had before `monitor`
+# existed), not what a job measures: left out of the config hash. Every other key is in, cache
+# folders too (a cold job's folder decides what a warm one finds).
+UNHASHED_TOP = ("tracking", "resume", "monitor")
+
+
+def config_hash(resolved: dict[str, Any]) -> str:
+    """A short hash of what a job measures: its resolved config without where results go."""
+    identity = {k: v for k, v in resolved.items() if k not in UNHASHED_TOP}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]

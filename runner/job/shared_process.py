@@ -1,0 +1,106 @@
+"""Jobs sharing one process: which keys a process fixes for every later job in it, and the refusal.
+
+Under Hydra's basic launcher a sweep's jobs run in one process, one after another; a job that
+would run on an earlier job's process-level settings is refused (`THIS_PROCESS`), and a sweep
+that varies such keys gets the isolated launcher up front (`runner.sweep.jobs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.config import ConfigError
+
+if TYPE_CHECKING:
+    from runner.backends.base import Backend
+
+# the launcher that gives every job a process of its own
+ISOLATED_LAUNCHER = "hydra/launcher=isolated"
+
+
+def own_process_keys(backends: list[type[Backend]], swept: list[str], fixed: DictConfig) -> list[str]:
+    """The keys for which this sweep's jobs cannot share one process on these backends.
+
+    Those read once per process that the sweep varies, and those needing a fresh process that
+    it varies or sets for every job (`fixed`: the sweep's config, swept keys at their defaults).
+    A sweep that varies nothing is one job, which has its process to itself.
+    """
+    if not swept:
+        return []
+    keys = [key for cls in backends for key in cls.process_keys if key in swept]
+    for cls in backends:
+        keys += [key for key, (shared, _) in cls.fresh_process_keys.items()
+                 if key in swept or OmegaConf.select(fixed, key) != shared]  # fmt: skip
+    return list(dict.fromkeys(keys))
+
+
+class SharedProcess:
+    """What the jobs measured so far in this process fixed for every later job in it.
+
+    Under Hydra's basic launcher a sweep's jobs share one process, and the device runtime
+    reads its process-level settings once: a later job that changes one would run on the
+    first job's values while its manifest names its own. Such a job is refused.
+    """
+
+    def __init__(self) -> None:
+        # the first job measured here, by name
+        self.first_job: str | None = None
+        # per backend: the first job that ran on it, and its values of the backend's process-level keys
+        self.held: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    @contextmanager
+    def job(self, backend: str, config: dict[str, Any], name: str) -> Iterator[None]:
+        """Refuse a job this process cannot run as its config says; record what it fixed once it tried.
+
+        A job counts as measured whatever its outcome: it may have started the runtime before it failed.
+
+        Raises:
+            ConfigError: naming the key and the launcher that gives each job its own process.
+        """
+        if self.first_job is not None:
+            self._refuse_change(_backend_class(backend), config)
+        try:
+            yield
+        finally:
+            with suppress(ConfigError):  # a device that is not here measured nothing
+                cls = _backend_class(backend)
+                self.first_job = self.first_job or name
+                self.held.setdefault(cls.name, (name, {key: _value(config, key) for key in cls.process_keys}))
+
+    def _refuse_change(self, cls: type[Backend], config: dict[str, Any]) -> None:
+        for key, (shared, why) in cls.fresh_process_keys.items():
+            if (value := _value(config, key)) != shared:
+                raise ConfigError(
+                    f"{key}={value} needs a process no job has measured in ({why}), and this process ran "
+                    f"'{self.first_job}' already: run the sweep with {ISOLATED_LAUNCHER} (a fresh process per job)"
+                )
+        first, held = self.held.get(cls.name, ("", {}))
+        for key, why in cls.process_keys.items():
+            if key in held and (value := _value(config, key)) != held[key]:
+                raise ConfigError(
+                    f"{key}={value}: this process ran '{first}' with {key}={held[key]} already and "
+                    f"{why}: run the sweep with {ISOLATED_LAUNCHER} (a fresh process per job)"
+                )
+
+
+def _backend_class(name: str) -> type[Backend]:
+    """The backend `backend.name` selects; imported here, as it loads torch (the sweep's summary must not)."""
+    from runner.backends.registry import backend_class
+
+    return backend_class(name)
+
+
+def _value(config: dict[str, Any], key: str) -> Any:
+    """A dotted key's value in a resolved config; None where the config lacks it."""
+    node: Any = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+# the jobs of this process: one, unless a launcher runs several in it
+THIS_PROCESS = SharedProcess()

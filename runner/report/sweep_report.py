@@ -1,0 +1,67 @@
+"""A sweep's comparison, logged to its parent run at the sweep's end, and the MLflow UI links to its runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Run, RunTag
+
+from runner import names
+from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
+from runner.report.reader import label, sweep_children
+from runner.report.scaling import scaling_curves, scaling_report
+from runner.report.table import SPEEDUP, comparison_rows, render
+from runner.tracking.links import comparison_links, describe_links, swept_columns, ui_for
+
+
+def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
+    """Log the comparison of a sweep's jobs to its parent run; return the terminal table and UI links.
+
+    The parent gets `comparison.json` (an MLflow table), `comparison.md`, `plots/*.png` and the
+    links as tags; each job gets its speedup and baseline as tags, for the runs table's columns
+    (a job that a later sweep reuses carries that sweep's).
+    """
+    runs = sweep_children(client, parent.info.experiment_id, parent)
+    if not runs:
+        return "no job runs to compare"
+    baseline = runs[0]  # as pick_baseline chooses without --baseline
+    rows = comparison_rows(client, runs, baseline, parent)
+    run_id = parent.info.run_id
+    client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file=names.COMPARISON_FILE)
+    client.log_text(run_id, render(rows, "markdown") + "\n", names.COMPARISON_TEXT_FILE)
+    for row in rows:
+        speedup_tags = {names.TAG_COMPARE_SPEEDUP: row[SPEEDUP], names.TAG_COMPARE_BASELINE: label(baseline)}
+        client.log_batch(row["run id"], tags=[RunTag(k, v) for k, v in speedup_tags.items()])
+    from runner.report.plots import write_plots
+
+    curves = size_curves(runs)
+    found = crossovers(client, curves) if curves else []
+    for path in write_plots(client, runs, plots_dir, found):
+        client.log_artifact(run_id, str(path), names.PLOTS_FOLDER)
+    table = render(rows, "table")
+    if curves:
+        report = crossover_report(found, curves)
+        client.log_text(run_id, report + "\n", names.CROSSOVERS_FILE)
+        table += "\n\n" + report
+    elif note := too_few_sizes(runs):
+        table += "\n\n" + note
+    if scaling := scaling_curves(runs):
+        report = scaling_report(scaling)
+        client.log_text(run_id, report + "\n", names.SCALING_FILE)
+        table += "\n\n" + report
+    return table + "\n\n" + ui_links(client, runs, parent)
+
+
+def ui_links(client: MlflowClient, runs: list[Run], parent: Run | None) -> str:
+    """Links to the runs in MLflow's runs table (a sweep's swept keys first) and compare view.
+
+    They are tagged on the sweep's parent, if any.
+    """
+    ui = ui_for(client.tracking_uri)
+    swept = parent.data.tags.get(names.TAG_SWEPT_KEYS, "").split(",") if parent is not None else []
+    first = swept_columns([key for key in swept if key], runs)
+    links = comparison_links(ui, client, runs, first)
+    if parent is not None:
+        client.log_batch(parent.info.run_id, tags=[RunTag(key, link) for key, link in links.items()])
+    return describe_links(ui, links)

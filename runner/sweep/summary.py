@@ -1,0 +1,69 @@
+"""The end-of-sweep summary: what became of each job, read from the jobs' status files, which `runner.job` writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.job import STATUS_FILE, JobStatus, close_dead_job, read_status
+
+
+@dataclass
+class SweepSummary:
+    """What became of each job of a sweep."""
+
+    finished: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    # stopped by SIGINT/SIGTERM (the sweep's own stop, or a signal to the job alone)
+    killed: list[str] = field(default_factory=list)
+    # the FINISHED runs that skipped jobs found: the comparison shows them, marked reused
+    reused_run_ids: list[str] = field(default_factory=list)
+    # the sweep's jobs, started or not (None when its sweeper does not say up front)
+    planned: int | None = None
+
+    @property
+    def total(self) -> int:
+        """Jobs of the sweep, whatever became of them, those a stop kept from starting too."""
+        return max(self.planned or 0, self.started)
+
+    @property
+    def started(self) -> int:
+        """Jobs that ran or were skipped: those with a status."""
+        return len(self.finished) + len(self.skipped) + len(self.failed) + len(self.killed)
+
+    def lines(self) -> list[str]:
+        """The summary printed at the end of a sweep."""
+        lines = [
+            f"sweep: {self.total} job(s): {len(self.finished)} finished, {len(self.skipped)} skipped "
+            f"(already FINISHED), {len(self.failed)} failed"
+            + (f", {len(self.killed)} killed" if self.killed else "")
+            + (f", {self.total - self.started} not run" if self.total > self.started else "")
+        ]
+        lines += [f"  skipped: {name}" for name in self.skipped]
+        lines += [f"  FAILED:  {name}" for name in self.failed]
+        lines += [f"  KILLED:  {name}" for name in self.killed]
+        return lines
+
+
+def summarise_sweep(sweep_dir: Path, sweep_id: str, uri: str | None, planned: int | None = None) -> SweepSummary:
+    """Read the status of this sweep's `planned` jobs; those still RUNNING died, and their runs are marked FAILED."""
+    summary = SweepSummary(planned=planned)
+    for path in sorted(sweep_dir.glob(f"*/{STATUS_FILE}"), key=lambda p: p.parent.name):
+        job_dir = path.parent
+        if (read_status(job_dir) or {}).get("sweep_id") != sweep_id:
+            continue
+        if (read_status(job_dir) or {}).get("status") == JobStatus.RUNNING:
+            close_dead_job(job_dir, "died without finishing its run (killed, crashed or out of memory)", uri)
+        status = read_status(job_dir) or {}
+        name = f"{job_dir.name} [{status.get('overrides', '')}]"
+        if status.get("status") == JobStatus.FINISHED:
+            summary.finished.append(name)
+        elif status.get("status") == JobStatus.SKIPPED:
+            summary.skipped.append(f"{name} -> run {status.get('run_id')}")
+            summary.reused_run_ids.append(str(status.get("run_id")))
+        elif status.get("status") == JobStatus.KILLED:
+            summary.killed.append(f"{name}: {status.get('error', 'interrupted')}")
+        else:
+            summary.failed.append(f"{name}: {status.get('error', 'no error recorded')}")
+    return summary
