@@ -222,7 +222,7 @@ class Backend(ABC):
 
         Every worker moves its memory, whether it takes turns or times alone: workers forked from
         one server share its heap's layout, which held a single run's median 24% above a fresh
-        process's Timer where 8 layouts read 1.01 (benchmarks/timing_factors.py, docs/measurement.md).
+        process's Timer where 8 layouts read 1.01 (benchmarks/timing_factors.py, docs/trust.md).
         """
         return cls.default_layouts if requested is None else requested
 

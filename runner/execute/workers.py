@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from runner.backends.base import WHOLE_MACHINE, Backend, Placement, Slot
+from runner.backends.base import WHOLE_MACHINE, Placement, Slot
 from runner.backends.registry import backend_class, make_backend
 from runner.config import RunSpec
 from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, start_fork_server, stop
@@ -53,10 +53,10 @@ class WorkerStart:
     why: str
 
 
-def worker_start(backend: Backend | type[Backend], requested: str = "auto") -> WorkerStart:
+def worker_start(requested: str = "auto") -> WorkerStart:
     """A fork of the fork server where the platform and `measure.worker_start` allow it, else a spawn.
 
-    Every device allows it (`backend` is not consulted): the server's imports start no CUDA
+    Every device allows it: the server's imports start no CUDA
     context (a child forked after one cannot use CUDA) and no Neuron runtime (torch-neuronx's
     autoload waits for first use; reference: sections 5.1, 10.6), so each child starts its
     device afresh, as a spawned one would.
@@ -123,11 +123,7 @@ def prepare_workers(specs: list[RunSpec]) -> None:
     any worker times a step: `PROFILER_PRELOAD` where a job profiles, and a compiled job's
     `compiler_preload`.
     """
-    forked = [
-        spec
-        for spec in specs
-        if worker_start(backend_class(spec.backend.name), spec.measure.worker_start).method == "forkserver"
-    ]
+    forked = [spec for spec in specs if worker_start(spec.measure.worker_start).method == "forkserver"]
     if forked:
         compiled = {backend_class(spec.backend.name) for spec in forked if spec.workload.compile}
         preload = dict.fromkeys(module for backend in compiled for module in backend.compiler_preload)
@@ -151,7 +147,7 @@ def _placement(spec: RunSpec, number: int, slot: Slot) -> Placement | None:
 
 
 def _start(name: str, target: Callable[..., Any], spec: RunSpec, *args: Any, slot: Slot = WHOLE_MACHINE) -> Child:
-    method = worker_start(backend_class(spec.backend.name), spec.measure.worker_start).method
+    method = worker_start(spec.measure.worker_start).method
     return Child(name, target, spec, *args, env=dict(slot.env), start_method=method)
 
 
@@ -203,7 +199,7 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     """
     # the slot's environment pins each copy; backend.cores would pin every copy back to the job's cores
     spec = replace(spec, backend=spec.backend.unpinned())
-    method = worker_start(backend_class(spec.backend.name), spec.measure.worker_start).method
+    method = worker_start(spec.measure.worker_start).method
     start_together = multiprocessing.get_context(method).Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
     workers: list[Child] = []

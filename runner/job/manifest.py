@@ -95,7 +95,7 @@ def build_manifest(
     placement = backend.placement_facts(spec) if spec is not None else {}
     requested_start = spec.measure.worker_start if spec is not None else "auto"
     monitor = plan_monitor(spec.monitor, backend.system_monitor) if spec is not None else None
-    workers = worker_start(backend, requested_start)
+    workers = worker_start(requested_start)
     system_packages = system_package_versions()
     return {
         "python": platform.python_version(),
