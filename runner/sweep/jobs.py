@@ -7,6 +7,7 @@ its jobs can share the basic launcher's one process (else they get the isolated 
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 from hydra.core.config_store import ConfigStore
@@ -29,16 +30,27 @@ def sweep_overrides(config: DictConfig) -> list[str]:
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
-    """Each job's overrides, in the order the basic sweeper launches them; None under another (it picks as it goes)."""
+    """Each job's overrides, in the order the basic sweeper launches them; None under another (it picks as it goes).
+
+    The basic sweeper's grid, from Hydra's public override API: each key's last override, its
+    values in order (one for a plain override), and their product with the first key slowest.
+    """
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    overrides = parser.parse_overrides(sweep_overrides(config))
-    return [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    choices: dict[str, list[str]] = {}
+    for override in parser.parse_overrides(sweep_overrides(config)):
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:  # an interval: the basic sweeper refuses it, and each job says so
+            return None
+    return [list(job) for job in itertools.product(*choices.values())]
 
 
 def swept_keys(config: DictConfig) -> list[str]:

@@ -28,7 +28,7 @@ from runner.job import (
     write_status,
 )
 from runner.signals import Interrupted
-from runner.sweep.jobs import sweep_jobs
+from runner.sweep.jobs import sweep_jobs, sweep_overrides
 from runner.sweep.summary import summarise_sweep
 from tests.helpers import all_runs, job_for
 
@@ -142,3 +142,29 @@ def test_a_sweep_stopped_early_counts_the_jobs_it_never_started(tmp_path: Path) 
     assert (
         summary.lines()[0] == "sweep: 4 job(s): 1 finished, 0 skipped (already FINISHED), 0 failed, 1 killed, 2 not run"
     )
+
+
+@pytest.mark.parametrize(
+    ("params", "task"),
+    [
+        pytest.param({}, ["+workload=rmsnorm_naive,rmsnorm_builtin", "workload.seed=0,1,2"], id="grid"),
+        pytest.param({"workload.seed": "0,1"}, ["+workload=rmsnorm_naive,rmsnorm_builtin"], id="params-first"),
+        pytest.param({"workload.seed": "0,1"}, ["workload.seed=5", "+workload=rmsnorm_naive"], id="overridden-param"),
+        pytest.param({}, ["+workload=rmsnorm_naive", "workload.seed=range(0,3)"], id="range"),
+    ],
+)
+def test_the_sweep_jobs_are_the_basic_sweepers_grid_in_its_order(params: dict[str, str], task: list[str]) -> None:
+    """Read through Hydra's public override API (runner/ imports none of its internals), checked against its own."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    register_schemas()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        config = compose("config", overrides=["+workload=rmsnorm_naive"], return_hydra_config=True)
+        with open_dict(config):
+            config.hydra.sweeper.params = params
+            config.hydra.overrides.task = task
+        jobs = sweep_jobs(config)
+        overrides = OverridesParser.create().parse_overrides(sweep_overrides(config))
+    assert jobs == [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    assert jobs
