@@ -7,6 +7,7 @@ Plain helpers (all_runs, job_for, serve_mlflow, ...) live in tests/helpers, impo
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -103,6 +104,9 @@ def runner_in_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFix
     from runner.secrets import redact
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
+        # what earlier tests in this process left to the collector warns now, not inside this run's output
+        gc.collect()
+        capsys.readouterr()
         monkeypatch.setattr(sys, "argv", ["runner", *args])
         environ, handlers, level = dict(os.environ), logging.root.handlers[:], logging.root.level
         code: int | str | None = 0
