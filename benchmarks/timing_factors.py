@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -69,46 +67,33 @@ def main(rounds: int, variant: str, shape: str, arms: list[str] | None) -> None:
     specs = {arm: arm_spec(cell, factor) for arm, factor in FACTORS.items() if not arms or arm in arms}
     prepare_workers(list(specs.values()))
     numbers: dict[str, list[float]] = {arm: [] for arm in specs}
-    spreads: dict[str, list[float]] = {arm: [] for arm in specs}
     timer: list[float] = []
     rng, start = random.Random(0), time.perf_counter()
     try:
-        measure(rounds, specs, cell, numbers, spreads, timer, rng, start)
+        for number in range(1, rounds + 1):
+            for arm in rng.sample([*specs, "Timer"], len(specs) + 1):
+                if arm == "Timer":
+                    timer.append(independent_median([*cell, "backend=cpu"], "Timer"))
+                else:
+                    numbers[arm].append(statistics.median(process_medians(specs[arm])))
+            progress(f"round {number}/{rounds} [{time.perf_counter() - start:.0f} s]: Timer {timer[-1]:.4f} ms")
+            progress("  " + ", ".join(f"{arm} {values[-1]:.4f}" for arm, values in numbers.items()))
     finally:  # a failed or stopped round: what was measured is still reported
-        report(variant, shape, numbers, spreads, timer)
+        report(f"{variant} {shape}", {arm: values[: len(timer)] for arm, values in numbers.items()}, timer)
 
 
-def measure(rounds, specs, cell, numbers, spreads, timer, rng, start) -> None:  # type: ignore[no-untyped-def]
-    for number in range(1, rounds + 1):
-        order = [*specs, "Timer"]
-        rng.shuffle(order)
-        for arm in order:
-            if arm == "Timer":
-                timer.append(independent_median([*cell, "backend=cpu"], "Timer"))
-                continue
-            medians = process_medians(replace(specs[arm]))
-            numbers[arm].append(statistics.median(medians))
-            spreads[arm].append((max(medians) - min(medians)) / statistics.median(medians))
-        progress(f"round {number}/{rounds} [{time.perf_counter() - start:.0f} s]: Timer {timer[-1]:.4f} ms")
-        progress("  " + ", ".join(f"{arm} {values[-1]:.4f}" for arm, values in numbers.items()))
-
-
-def report(variant, shape, numbers, spreads, timer) -> None:  # type: ignore[no-untyped-def]
-    rounds = len(timer)
-    numbers = {arm: values[:rounds] for arm, values in numbers.items()}
+def report(cell: str, numbers: dict[str, list[float]], timer: list[float]) -> None:
+    """Per arm, its numbers over the reference (the median of every round's Timer)."""
+    if not timer:
+        return
     reference = statistics.median(timer)
-    print(
-        f"{variant} {shape}, {rounds} rounds; reference: the median of {len(timer)} Timer processes, {reference:.4f} ms"
-    )
+    print(f"{cell}, {len(timer)} rounds; reference: the median of {len(timer)} Timer processes, {reference:.4f} ms")
     print(f"  Timer itself: each process over the reference within 5% in {within([t / reference for t in timer]):.0%}")
-    print(f"  {'arm':34} {'median':>7} {'within 5%':>9} {'p5-p95 of number/reference':>27} {'spread>10%':>10}")
+    print(f"  {'arm':34} {'median':>7} {'within 5%':>9} {'p5-p95 of number/reference':>27}")
     for arm, values in numbers.items():
         errors = [v / reference for v in values]
         p5, p95 = np.percentile(errors, [5, 95])
-        flagged = float(np.mean([s > 0.10 for s in spreads[arm]]))
-        print(
-            f"  {arm:34} {statistics.median(errors):7.3f} {within(errors):9.0%} {p5:13.3f} - {p95:.3f} {flagged:10.0%}"
-        )
+        print(f"  {arm:34} {statistics.median(errors):7.3f} {within(errors):9.0%} {p5:13.3f} - {p95:.3f}")
 
 
 if __name__ == "__main__":
@@ -119,4 +104,3 @@ if __name__ == "__main__":
     parser.add_argument("--arm", action="append", choices=list(FACTORS), help="only these arms (default: all)")
     args = parser.parse_args()
     main(args.rounds, args.variant, args.shape, args.arm)
-    sys.exit(0)

@@ -40,6 +40,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.job import read_status
 from runner.measure.host_memory import KEEP_ENV
+from runner.measure.stability import median_uncertainty
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
@@ -93,8 +94,8 @@ class Cell:
 
     def reference_uncertainty(self) -> float:
         """About the 95% half-width of the Timer reference, relative: what the target can be checked to."""
-        logs = np.log([run.timer_ms for run in self.runs])
-        return float(np.expm1(2 * logs.std(ddof=1) / np.sqrt(len(logs)))) if len(logs) > 1 else float("nan")
+        # the runner's own interval, each Timer process one block
+        return median_uncertainty([[[run.timer_ms]] for run in self.runs]) if len(self.runs) > 1 else float("nan")
 
     def run_to_run_sd(self, side: str) -> float:
         """The sd of log medians over the runs: how much one run of that side moves from the next."""

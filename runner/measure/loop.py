@@ -118,6 +118,11 @@ def steps_to_time(spec: RunSpec, call_s: float, backend: Backend) -> int:
     return all_ranks_max(steps, backend.device)
 
 
+def stretch_ends(steps: int, stretches: int) -> list[int]:
+    """Where each of `stretches` near-equal runs of `steps` steps ends; the verdict cuts its blocks there too."""
+    return [(stretch + 1) * steps // stretches for stretch in range(stretches)]
+
+
 def timed_steps(
     workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = NO_TURNS
 ) -> list[float]:
@@ -131,13 +136,13 @@ def timed_steps(
     layouts = MemoryLayouts(workload.inputs)
     samples: list[float] = []
     progress = Progress(phase, steps)
-    for stretch in range(stretches):
+    for stretch, end in enumerate(stretch_ends(steps, stretches)):
         turns.take()
         if stretch:
             layouts.move()
             for _ in range(SETTLE_CALLS):
                 workload.step()
-        while len(samples) < (stretch + 1) * steps // stretches:
+        while len(samples) < end:
             samples.append(timed_step(workload, backend) * 1000)
             progress.step(len(samples))
         turns.give()

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from runner.measure.loop import stretch_ends
+
 if TYPE_CHECKING:
     from runner.backends.base import Backend
     from runner.config import RunSpec
@@ -29,9 +31,8 @@ def block_medians(step_ms: list[list[list[float]]]) -> list[float]:
     medians = []
     for process in step_ms:
         for repeat in process:
-            count = min(BLOCKS, len(repeat))
-            cuts = [i * len(repeat) // count for i in range(count + 1)]
-            medians += [float(np.median(repeat[start:end])) for start, end in zip(cuts, cuts[1:], strict=False)]
+            ends = stretch_ends(len(repeat), min(BLOCKS, len(repeat)))
+            medians += [float(np.median(repeat[start:end])) for start, end in zip([0, *ends], ends, strict=False)]
     return medians
 
 
