@@ -7,6 +7,7 @@ as the current user, and stops them afterwards. `SlurmUnavailable` says why it c
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -30,7 +31,10 @@ def free_port() -> int:
 
 
 def _slurm_conf(root: Path, host: str, cpus: int, memory_mb: int, user: str) -> str:
+    """A random first job id: submitit picks a rendezvous port from the job id, so two test clusters
+    numbering their jobs alike would give two concurrent ranked jobs the same port (EADDRINUSE)."""
     return f"""ClusterName=runner-test
+FirstJobId={random.randint(1, 60_000_000)}
 SlurmctldHost={host}
 SlurmUser={user}
 SlurmdUser={user}
