@@ -11,7 +11,10 @@ steps untimed (its start):
   under the runner's reader process, with this process holding a stand-in NeuronCore, so every
   report carries its runtime with `--models` loaded models (a report of about 0.5 KB a model);
 - `neuron-monitor parsed here`: the same reports read and parsed by a thread of this process, as
-  the runner did before the reader (kept here only to measure what the reader saves).
+  the runner did before the reader (kept here only to measure what the reader saves);
+- `mlflow log_system_metrics`: MLflow's own system metrics monitor (psutil, which the runner does
+  not require: the arm is left out without it) every second, logging to a run in a temporary
+  SQLite store as it samples, as `mlflow.start_run(log_system_metrics=True)` would.
 
 Prints each arm's median and mean step time (the blocks' medians of each) and their ratios to
 `none`, paired by round (median per-round ratio, 95% interval), each round's figures, and the
@@ -23,6 +26,7 @@ python benchmarks/monitor_cost.py [ROUNDS] [--block-s S] [--settle-s S] [--model
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -36,6 +40,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
+from mlflow import MlflowClient
 
 from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
@@ -75,14 +80,32 @@ def parsed_here(folder: Path) -> Iterator[None]:
         stdout.close()
 
 
+@contextmanager
+def mlflow_system_metrics(run_id: str, tracking_uri: str) -> Iterator[None]:
+    """MLflow's system metrics monitor on the run, every second, logging as it samples."""
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=1, tracking_uri=tracking_uri)
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.finish()
+
+
 def arms(cpu: CpuBackend, watched: CpuBackend, folder: Path) -> dict[str, Callable[[], AbstractContextManager[object]]]:
-    """Each arm: what starts its monitor."""
-    return {
+    """Each arm: what starts its monitor (MLflow's only where psutil is installed)."""
+    factories: dict[str, Callable[[], AbstractContextManager[object]]] = {
         "none": nullcontext,
         "every_second": lambda: system_monitor(EVERY_SECOND, cpu, folder / "host"),
         "neuron-monitor": lambda: system_monitor(EVERY_SECOND, watched, folder / "reader"),
         "neuron-monitor parsed here": lambda: parsed_here(folder),
     }
+    if importlib.util.find_spec("psutil") is not None:
+        uri = f"sqlite:///{folder / 'mlflow.db'}"
+        run_id = MlflowClient(uri).create_run(MlflowClient(uri).create_experiment("monitor_cost")).info.run_id
+        factories["mlflow log_system_metrics"] = lambda: mlflow_system_metrics(run_id, uri)
+    return factories
 
 
 def steps_ms(workload: BuiltWorkload, backend: CpuBackend, seconds: float) -> list[float]:
