@@ -37,8 +37,9 @@ from runner import names
 from runner.compose import compose_config
 from runner.config import RunSpec, load_run_spec
 from runner.execute.processes import Child, StartMethod
-from runner.execute.rounds import RoundJob, _round
+from runner.execute.rounds import run_round
 from runner.execute.workers import prepare_workers, start_steady_state, steps
+from runner.sweep.rounds import JobSide, RoundJob
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -74,10 +75,10 @@ def whole_worker_s(spec: RunSpec, method: StartMethod) -> float:
 
 
 def round_s(jobs: list[RoundJob], method: StartMethod) -> float:
-    """Seconds for one round: a worker of each job, one after another."""
+    """Seconds for one round: a worker of each job, taking turns as a sweep's CPU workers do."""
     jobs = [replace(job, spec=started_by(job.spec, method)) for job in jobs]
     started = time.monotonic()
-    _round(jobs, list(range(len(jobs))), 1, None)
+    run_round([JobSide(index, job) for index, job in enumerate(jobs)], 1, in_turns=True)
     return time.monotonic() - started
 
 

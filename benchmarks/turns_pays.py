@@ -25,8 +25,9 @@ import numpy as np
 
 from runner.compose import compose_config
 from runner.config import load_run_spec
-from runner.execute.rounds import RoundJob, _round_in_turns
-from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps
+from runner.execute.rounds import run_round
+from runner.execute.workers import prepare_workers, start_first_call
+from runner.sweep.rounds import JobSide, RoundJob
 
 OVERRIDES = ["+workload=rmsnorm_naive", "backend=cpu", "tracking=off"]
 MODES = ("in turns", "one after the other")
@@ -41,13 +42,9 @@ def median_ms(samples: list[list[float]]) -> float:
     return statistics.median(step for repeat in samples for step in repeat)
 
 
-def pair_in_turns(jobs: list[RoundJob], number: int) -> list[float]:
-    results = dict(_round_in_turns(jobs, [0, 1], number))
-    return [median_ms(results[job]) for job in (0, 1)]  # type: ignore[arg-type]
-
-
-def pair_in_sequence(jobs: list[RoundJob], number: int) -> list[float]:
-    return [median_ms(steps(start_steady_state(job.spec, job.name, number))) for job in jobs]
+def pair(jobs: list[RoundJob], number: int, in_turns: bool) -> list[float]:
+    results = run_round([JobSide(index, job) for index, job in enumerate(jobs)], number, in_turns)
+    return [median_ms(samples) for samples in results]  # type: ignore[arg-type]  (a failure ends the benchmark)
 
 
 def main(rounds: int, extra: list[str]) -> None:
@@ -59,7 +56,7 @@ def main(rounds: int, extra: list[str]) -> None:
     start = time.perf_counter()
     for number in range(1, rounds + 1):
         for mode in random.sample(MODES, len(MODES)):
-            a, b = (pair_in_turns if mode == MODES[0] else pair_in_sequence)(jobs, number)
+            a, b = pair(jobs, number, in_turns=mode == MODES[0])
             log_ratios[mode].append(math.log(a / b))
         progress(f"round {number}/{rounds} [{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.2f}]")
     sds = {mode: float(np.std(values, ddof=1)) for mode, values in log_ratios.items()}

@@ -42,7 +42,11 @@ def job_info() -> JobInfo:
     hydra_dir = output_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
     for written in [*(hydra_dir.glob("*.yaml") if hydra_dir else []), output_dir.parent / MULTIRUN_FILE]:
         redact_file(written)
-    return JobInfo(names.job_name(workload, overrides, names.swept_keys()), workload, overrides, output_dir, hydra_dir)
+    # a sweep's folder is relative to where it started (runtime.cwd), as its jobs' folders are
+    swept = hydra_cfg.mode == RunMode.MULTIRUN
+    rounds_dir = Path(hydra_cfg.runtime.cwd, hydra_cfg.sweep.dir, names.ROUNDS_FOLDER) if swept else None
+    name = names.job_name(workload, overrides, names.swept_keys())
+    return JobInfo(name, workload, overrides, output_dir, hydra_dir, rounds_dir)
 
 
 def run(cfg: DictConfig) -> float:

@@ -222,7 +222,6 @@ class RunnerCallback(Callback):
         os.environ.pop(PARENT_RUN_ENV, None)
         os.environ.pop(SWEEP_ID_ENV, None)
         os.environ.pop(names.SWEPT_KEYS_ENV, None)
-        os.environ.pop(names.ROUNDS_DIR_ENV, None)
         tracking = self.tracking
         uri = tracking.uri if tracking is not None and tracking.enabled else None
         summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri, self.planned)

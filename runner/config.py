@@ -420,6 +420,8 @@ class JobInfo:
     output_dir: Path
     # Hydra's .hydra/ folder with the composed config and overrides, when there is one
     hydra_dir: Path | None = None
+    # a sweep's job: where the sweep's rounds leave its steady state (runner.sweep.rounds)
+    rounds_dir: Path | None = None
 
 
 @dataclass

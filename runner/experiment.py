@@ -79,7 +79,7 @@ def prepare(spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[s
         ConfigError: the config cannot run here; the message names the key.
     """
     try:
-        return plan(spec, job.output_dir, digest)
+        return plan(spec, job.output_dir, digest, job.rounds_dir)
     except ConfigError:
         raise
     except Exception:

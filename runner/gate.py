@@ -45,10 +45,11 @@ from mlflow.entities import Run
 from scipy.stats import gmean
 
 from runner import CONF_DIR, names
+from runner.execute.processes import ChildFailed
+from runner.execute.rounds import round_orders, run_round
 from runner.execute.serve import MODULE, SideFailed, SideServer
 from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, paired_time_ratio
-from runner.measure.turns import give_turns, referee
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds, label, rounds, sweep_children
 from runner.report.selection import add_selection_arguments, find_run, open_experiment, selected_runs
@@ -286,13 +287,12 @@ def rounds_per_servers(count: int) -> int:
 def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: int) -> SideRounds:
     """Each side's first worker (its first call compiles; not counted), then the rounds in random orders.
 
-    One worker of each side per round, in an order drawn afresh, so a slow stretch of the host
-    falls on both sides of a round and cancels in its ratio. Every few rounds
+    One worker of each side per round (`runner.execute.rounds`, taking turns where both sides'
+    code and device can), in an order drawn afresh, so a slow stretch of the host falls on both
+    sides of a round and cancels in its ratio. Every few rounds
     (`rounds_per_servers`) both sides' servers are started afresh, so what one server started
     with is one sample of the test, not a bias of its side.
     """
-    from runner.execute.rounds import round_orders  # it loads torch: the stored-baseline gate needs none
-
     result = SideRounds(seed)
     orders = round_orders([count] * len(SIDES), random.Random(seed))
     per_pair = rounds_per_servers(count)
@@ -308,34 +308,16 @@ def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: i
             result.turns = all(server.takes_turns for server in servers.values())
             for number in range(first + 1, last + 1):
                 order = [SIDES[index] for index in orders[number - 1]]
-                for side, ms in run_round(servers, order, result.turns).items():
+                timed = run_round([servers[side] for side in order], number, result.turns)
+                for side, ms in zip(order, timed, strict=True):
+                    if isinstance(ms, ChildFailed):  # a side's worker failed: SideFailed, naming the side
+                        raise ms
                     result.ms[side].append(ms)
                 result.orders.append(order)
                 result.servers.append(pair)
                 times = ", ".join(f"{side} {result.ms[side][-1]:.4f} ms" for side in order)
                 progress(f"gate: round {number}/{count} (servers {pair}): {times}")
     return result
-
-
-def run_round(servers: dict[str, SideServer], order: list[str], in_turns: bool) -> dict[str, float]:
-    """One worker of each side, started in `order`: taking turns a stretch at a time, or one after the other.
-
-    In turns (runner.measure.turns) the host's drift over seconds falls on both sides of the
-    round alike; a baseline whose code cannot take turns runs its workers one after the other.
-
-    Raises:
-        SideFailed: a worker failed, never came for its turns, or a server ended.
-    """
-    if not in_turns:
-        return {side: servers[side].worker() for side in order}
-    with referee() as (path, listener):
-        for side in order:
-            servers[side].ask(path)
-        try:
-            give_turns(listener, order, lambda side: servers[side].answered())
-        except TimeoutError as err:
-            raise SideFailed(str(err)) from None
-        return {side: servers[side].median_ms() for side in order}
 
 
 @contextmanager
@@ -350,7 +332,7 @@ def side_servers(trees: dict[str, Path], overrides: list[str]) -> Iterator[dict[
         yield servers
     finally:
         for server in servers.values():
-            server.stop()
+            server.close()
 
 
 def measure_both(rev: str, overrides: list[str], count: int, seed: int) -> tuple[str, SideRounds]:

@@ -375,8 +375,9 @@ OUTPUT_OVERRIDES = ("tracking=", "tracking.", "hydra.", "resume=")
 UNNAMED = ("workload=", "experiment=", *OUTPUT_OVERRIDES)
 # the sweep's swept keys, comma-separated, from the sweep's process to its jobs
 SWEPT_KEYS_ENV = "RUNNER_SWEPT_KEYS"
-# the folder where a sweep's interleaved rounds left each job's steady state (runner.execute.rounds)
-ROUNDS_DIR_ENV = "RUNNER_ROUNDS_DIR"
+# the sweep folder's subfolder where its interleaved rounds leave each job's steady state, by
+# config hash (runner.sweep.rounds)
+ROUNDS_FOLDER = "rounds"
 
 
 def self_time_column(has_device_time: bool) -> str:

@@ -17,7 +17,6 @@ from runner.backends.registry import make_backend
 from runner.config import ConfigError, RunSpec
 from runner.execute.in_process import measure_job
 from runner.execute.ranks import cross_rank, rank_folder, run_ranks
-from runner.execute.rounds import sweep_rounds
 from runner.execute.slurm_ranks import SlurmTask, check_world, lead, slurm_task
 from runner.execute.workers import prepare_workers, steady_state_concurrently
 from runner.measure.build import BuiltWorkload, build_workload
@@ -121,11 +120,12 @@ class SlurmRanks:
 Execution = InProcess | LocalRanks | SlurmRanks
 
 
-def plan(spec: RunSpec, output_dir: Path, config_key: str = "") -> Execution:
+def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path | None = None) -> Execution:
     """The backend and how the job is measured, refused here if it cannot run.
 
     In-process, the workload is built (and the copies timed first) here; for ranks, each rank
-    builds its own. `config_key` (its config hash) finds the steady state its sweep's rounds timed.
+    builds its own. `config_key` (its config hash) finds the steady state its sweep's rounds timed
+    in `rounds_dir`, if they did.
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.
@@ -141,7 +141,7 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "") -> Execution:
     if spec.distributed.ranks > 1:
         slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
         return LocalRanks(_rank_spec(spec), output_dir, backend, slots)
-    timed = sweep_rounds(config_key)
+    timed = SteadyState.load(rounds_dir / f"{config_key}.json") if rounds_dir is not None else None
     if timed is None and backend.worker_processes(spec.measure.processes):
         prepare_workers([spec])
     if spec.measure.copies is not None:

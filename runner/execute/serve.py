@@ -39,7 +39,7 @@ from runner.signals import skip_final_collections
 MODULE = "runner.execute.serve"
 
 
-class SideFailed(RuntimeError):
+class SideFailed(ChildFailed):
     """A side's server refused its config, its worker failed, or the server died; the message names the side."""
 
 
@@ -87,10 +87,13 @@ def main(argv: list[str]) -> int:
 
 
 class SideServer:
-    """The client of one side's server: started in `tree`, asked for one worker at a time."""
+    """The client of one side's server: started in `tree`, asked for one worker at a time.
+
+    A side of the rounds (`runner.execute.rounds.Side`): `start`, `ended`, `result`.
+    """
 
     def __init__(self, side: str, tree: Path, overrides: list[str]) -> None:
-        self.side = side
+        self.name = side
         self.takes_turns = False
         path = [str(tree), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         self._process = subprocess.Popen(
@@ -107,10 +110,10 @@ class SideServer:
         assert self._process.stdout is not None
         line = self._process.stdout.readline()
         if not line:
-            raise SideFailed(f"{self.side}: its server ended (exit status {self._process.wait()})")
+            raise SideFailed(f"{self.name}: its server ended (exit status {self._process.wait()})")
         answer: dict[str, Any] = json.loads(line)
         if "error" in answer:
-            raise SideFailed(f"{self.side}: {answer['error']}")
+            raise SideFailed(f"{self.name}: {answer['error']}")
         return answer
 
     def ready(self) -> None:
@@ -121,26 +124,26 @@ class SideServer:
         """
         self.takes_turns = bool(self._answer().get("turns"))
 
-    def ask(self, turns_path: str | None = None) -> None:
-        """Start one fresh worker; with `turns_path`, one that takes turns at the referee listening there.
+    def start(self, number: int = 0, turns_at: TurnsAddress | None = None) -> None:
+        """Start one fresh worker; with `turns_at`, one that takes turns at that referee.
 
         Raises:
             SideFailed: the server ended.
         """
         assert self._process.stdin is not None
-        request = {} if turns_path is None else {"turns": turns_path, "name": self.side}
+        request = {} if turns_at is None else {"turns": turns_at.path, "name": turns_at.name}
         try:
             self._process.stdin.write(json.dumps(request) + "\n")
             self._process.stdin.flush()
         except BrokenPipeError:
-            raise SideFailed(f"{self.side}: its server ended (exit status {self._process.wait()})") from None
+            raise SideFailed(f"{self.name}: its server ended (exit status {self._process.wait()})") from None
 
-    def answered(self) -> bool:
+    def ended(self) -> bool:
         """Whether an answer (or the server's end) is there to read: a worker that failed says so at once."""
         assert self._process.stdout is not None
         return bool(select.select([self._process.stdout], [], [], 0)[0])
 
-    def median_ms(self) -> float:
+    def result(self) -> float:
         """The worker's median step time in ms, once it answers.
 
         Raises:
@@ -154,10 +157,13 @@ class SideServer:
         Raises:
             SideFailed: the worker failed, or the server ended.
         """
-        self.ask()
-        return self.median_ms()
+        self.start()
+        return self.result()
 
     def stop(self) -> None:
+        """Nothing: a worker the rounds leave behind ends with its server (`close`)."""
+
+    def close(self) -> None:
         """Close its stdin and end it with its fork server and workers."""
         if self._process.stdin is not None:
             with suppress(BrokenPipeError):  # it ended already

@@ -8,14 +8,17 @@ work is asynchronous.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from runner.backends.base import Backend
 from runner.config import RunSpec
+from runner.files import write_whole
 from runner.measure.build import BuiltWorkload
 from runner.measure.collectives import all_ranks_agree, all_ranks_max
 from runner.measure.layouts import MemoryLayouts
@@ -61,6 +64,19 @@ class SteadyState:
     rounds_id: str | None = None
     # timed in the job's own process, which is then warm for what follows (throughput, the profiled window)
     in_job_process: bool = False
+
+    def save(self, path: Path) -> None:
+        """Write it whole where its job will read it (a sweep's rounds folder)."""
+        write_whole(path, json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> SteadyState | None:
+        """What `save` wrote there; None when nothing was."""
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        data["places"] = [RoundPlace(**place) for place in data["places"]]
+        return cls(**data)
 
 
 # What `measure()` calls for the steady state, after the job's first call: the caller chooses

@@ -1,16 +1,25 @@
-"""Before a sweep's first job: its jobs composed as the launcher will compose them, their steady state timed in rounds.
+"""A sweep's steady state, timed in interleaved rounds before its first job runs.
 
-The rounds themselves are `runner.execute.rounds`; this is the Hydra side: which jobs the
-sweeper will run, each one's spec and config hash (the key its rounds are left under), and
-the slots the parallel launcher will give its jobs.
+Every job of the sweep first makes its first call in a worker of its own (its compilation fills
+the caches); then the steady state runs in rounds (`runner.execute.rounds`), each starting one
+fresh worker of every job in a new random order, so a slow stretch falls on all variants alike
+and the comparison pairs them round by round. Given slots (the parallel launcher's), a round's
+workers run side by side, each in a free slot, as the sweep's jobs do. The sweep's process never
+touches the device: each worker is a process of its own (on Neuron, one runtime each).
+
+The Hydra side is here too: which jobs the sweeper will run, each one's spec and config hash
+(the name of the file its rounds are left in, in the sweep folder's `names.ROUNDS_FOLDER`), and
+the slots the parallel launcher will give its jobs. A job that is not there (it takes no part,
+or a worker of it failed) times its own steady state.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import os
-from dataclasses import dataclass
+import random
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
@@ -18,19 +27,144 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner import names
-from runner.backends.base import Slot
+from runner.backends.base import Backend, Slot
 from runner.backends.registry import backend_class, launcher_slots
-from runner.config import ConfigError, load_run_spec
-from runner.execute.rounds import RoundJob, rounds_of, save_rounds, time_rounds
-from runner.execute.workers import prepare_workers
+from runner.config import ConfigError, RunSpec, load_run_spec
+from runner.execute.processes import Child, ChildFailed, answered, stop
+from runner.execute.rounds import round_orders, run_round
+from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps
 from runner.job import config_hash, finished_run_id
+from runner.measure.loop import RoundPlace, SteadyState
+from runner.measure.turns import TurnsAddress
 from runner.secrets import redact
 from runner.sweep.jobs import BASIC_SWEEPER, sweep_jobs
 
 log = logging.getLogger(__name__)
 PROCESS_LAUNCHER = "hydra_plugins.runner_launcher.process_launcher.ProcessLauncher"
-# the sweep folder's subfolder where each job finds its rounds, by config hash
-ROUNDS_FOLDER = "rounds"
+
+
+@dataclass(frozen=True)
+class RoundJob:
+    """A job of the sweep whose steady state the rounds time."""
+
+    # the job's name, for the console
+    name: str
+    # its config hash: where the job finds its rounds
+    key: str
+    spec: RunSpec
+    # its worker processes: the rounds it has a worker in, from the first
+    rounds: int
+
+
+def rounds_of(spec: RunSpec, backend: type[Backend]) -> tuple[int, str]:
+    """The rounds a job takes part in (0: none) and, for none, why it times its own steady state."""
+    if spec.measure.copies is not None:
+        return 0, "its copies time their steps side by side"
+    if spec.distributed.ranks > 1:
+        return 0, "each of its ranks times its own steps"
+    if spec.measure.compile_cache is not None:
+        return 0, "its first call must find the compile caches as measure.compile_cache says"
+    if not (processes := backend.round_workers(spec.measure.processes)):
+        return 0, "measure.processes=0 times it in its own process"
+    return processes, ""
+
+
+class JobSide:
+    """A job as a side of the rounds (`runner.execute.rounds.Side`): a fresh worker of this process's fork server."""
+
+    def __init__(self, index: int, job: RoundJob) -> None:
+        self.name = str(index)
+        self.job = job
+        self._worker: Child | None = None
+
+    def start(self, number: int, turns_at: TurnsAddress | None) -> None:
+        """Start the job's worker of round `number`."""
+        name = f"round {number} worker of {self.job.name}"
+        self._worker = start_steady_state(self.job.spec, name, number, turns_at=turns_at)
+
+    def ended(self) -> bool:
+        """Whether its worker has ended."""
+        return self._worker is not None and not self._worker.is_alive()
+
+    def result(self) -> list[list[float]]:
+        """Its worker's per-repeat step times in ms (the worker is stopped whatever happens)."""
+        assert self._worker is not None
+        return steps(self._worker)
+
+    def stop(self) -> None:
+        """Stop its worker if it still runs."""
+        if self._worker is not None:
+            stop([self._worker])
+
+
+def time_rounds(
+    jobs: list[RoundJob], rounds_id: str, slots: list[Slot] | None = None, rng: random.Random | None = None
+) -> dict[str, SteadyState]:
+    """Each job's steady state by its key, timed in interleaved rounds; a job with a failed worker is left out."""
+    failed: set[int] = set()
+    prepare_workers([job.spec for job in jobs])
+    for index, first in enumerate(jobs):
+        log.info("rounds: first call %d/%d: %s ...", index + 1, len(jobs), first.name)
+        try:
+            with start_first_call(first.spec, first.name) as worker:
+                log.info("rounds: %s: first call took %.3f s", first.name, worker.result())
+        except ChildFailed as err:
+            _leave_out(failed, index, first, err)
+    orders = round_orders([job.rounds for job in jobs], rng or random.Random())
+    steady = {index: SteadyState([], rounds_id=rounds_id) for index in range(len(jobs))}
+    for number, planned in enumerate(orders, 1):
+        order = [job for job in planned if job not in failed]
+        log.info("rounds: round %d/%d: %s", number, len(orders), ", ".join(jobs[job].name for job in order))
+        if slots:
+            results = _round_in_slots(jobs, order, number, slots)
+        else:
+            in_turns = all(backend_class(jobs[job].spec.backend.name).workers_take_turns for job in order)
+            results = run_round([JobSide(job, jobs[job]) for job in order], number, in_turns)
+        for position, (job, samples) in enumerate(zip(order, results, strict=True), 1):
+            if isinstance(samples, ChildFailed):
+                _leave_out(failed, job, jobs[job], samples)
+                continue
+            steady[job].step_ms.append(samples)
+            steady[job].places.append(RoundPlace(number, position, len(order)))
+    return {jobs[index].key: timed for index, timed in steady.items() if index not in failed}
+
+
+def _round_in_slots(
+    jobs: list[RoundJob], order: list[int], number: int, slots: list[Slot]
+) -> list[list[list[float]] | ChildFailed]:
+    """One worker of each job in `order`, started in that order, each in a free slot; results in `order`."""
+    results: dict[int, list[list[float]] | ChildFailed] = {}
+    free = list(slots)
+    running: dict[Child, tuple[int, Slot]] = {}
+    try:
+        for job in order:
+            while not free:
+                for worker in answered(running):
+                    done, slot = running.pop(worker)
+                    results[done] = _steps_or_failure(worker)
+                    free.append(slot)
+            slot = free.pop(0)
+            # the slot's environment places the worker; backend.cores would pin it back to the job's cores
+            unpinned = replace(jobs[job].spec, backend=jobs[job].spec.backend.unpinned())
+            name = f"round {number} worker of {jobs[job].name} [{slot.name}]"
+            running[start_steady_state(unpinned, name, number, slot)] = (job, slot)
+        for worker, (job, _) in running.items():
+            results[job] = _steps_or_failure(worker)
+    finally:
+        stop(running)
+    return [results[job] for job in order]
+
+
+def _steps_or_failure(worker: Child) -> list[list[float]] | ChildFailed:
+    try:
+        return steps(worker)
+    except ChildFailed as err:
+        return err
+
+
+def _leave_out(failed: set[int], index: int, job: RoundJob, err: ChildFailed) -> None:
+    failed.add(index)
+    log.warning("rounds: %s left out, it will time its own steady state: %s", job.name, str(err).splitlines()[0])
 
 
 def job_configs(config: DictConfig) -> list[DictConfig]:
@@ -112,10 +246,13 @@ def round_jobs(config: DictConfig) -> list[SweepJob]:
 
 
 def time_sweep_rounds(config: DictConfig, candidates: list[SweepJob], sweep_id: str) -> None:
-    """Time the steady state of the sweep's jobs in interleaved rounds and tell the jobs where to find it.
+    """Time the steady state of the sweep's jobs in interleaved rounds, leaving each in the folder its job reads.
 
-    Left to the jobs when fewer than two take part (the rest skipped as FINISHED): a job then times its own.
+    Left to the jobs when fewer than two take part (the rest skipped as FINISHED): a job then
+    times its own. The folder is emptied first, so a job never reads an earlier sweep's rounds.
     """
+    folder = Path(config.hydra.sweep.dir) / names.ROUNDS_FOLDER
+    shutil.rmtree(folder, ignore_errors=True)
     jobs = [candidate.job for candidate in candidates if not candidate.skipped()]
     if len(jobs) < 2:
         return
@@ -123,6 +260,5 @@ def time_sweep_rounds(config: DictConfig, candidates: list[SweepJob], sweep_id: 
         slots = parallel_slots(config)
     except ConfigError:  # the launcher says so itself
         return
-    folder = Path(config.hydra.sweep.dir) / ROUNDS_FOLDER
-    save_rounds(folder, time_rounds(jobs, sweep_id, slots))
-    os.environ[names.ROUNDS_DIR_ENV] = str(folder.resolve())
+    for key, steady in time_rounds(jobs, sweep_id, slots).items():
+        steady.save(folder / f"{key}.json")

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 from runner.config import load_run_spec
-from runner.execute.rounds import RoundJob, time_rounds
+from runner.sweep.rounds import RoundJob, time_rounds
 from tests.helpers import compose_cfg
 
 QUICK = ["backend=cpu", "tracking=off", "measure=quick", "measure.steps=5"]

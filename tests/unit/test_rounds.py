@@ -1,11 +1,17 @@
-"""The rounds' order: every job once per round it has a worker in, in an order drawn afresh each round."""
+"""The rounds' order (every job once per round it has a worker in, drawn afresh each round) and where they are left."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from runner import names
 from runner.execute.rounds import round_orders
+from runner.measure.loop import RoundPlace, SteadyState
+from runner.sweep.rounds import time_sweep_rounds
 
 
 def test_each_round_holds_every_job_once_in_a_fresh_random_order() -> None:
@@ -24,3 +30,18 @@ def test_a_job_with_fewer_workers_leaves_the_later_rounds_to_the_others() -> Non
 def test_the_order_comes_from_the_generator_it_is_given() -> None:
     assert round_orders([5, 5, 5], random.Random(3)) == round_orders([5, 5, 5], random.Random(3))
     assert round_orders([], random.Random(0)) == []
+
+
+def test_a_job_reads_the_steady_state_its_sweeps_rounds_saved_for_it(tmp_path: Path) -> None:
+    timed = SteadyState([[[1.0, 2.0]], [[3.0]]], places=[RoundPlace(1, 2, 2), RoundPlace(2, 1, 2)], rounds_id="s1")
+    timed.save(tmp_path / "key.json")
+    assert SteadyState.load(tmp_path / "key.json") == timed
+    assert SteadyState.load(tmp_path / "other.json") is None  # a job the rounds did not time times its own
+
+
+def test_a_sweep_clears_the_rounds_an_earlier_sweep_left_in_its_folder(tmp_path: Path) -> None:
+    stale = tmp_path / names.ROUNDS_FOLDER / "key.json"
+    SteadyState([[[1.0]]], rounds_id="earlier").save(stale)
+    # fewer than two jobs take part: no rounds now, and none of the earlier sweep's are read
+    time_sweep_rounds(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}), [], "now")
+    assert not stale.exists()
