@@ -82,7 +82,7 @@ MUTANTS = [
     Mutant("stored-paired-margin-dropped", "runner/report/pairing.py", "paired_time_ratio(base_ms, new_ms, margin)",
            "paired_time_ratio(base_ms, new_ms)", (f"{TRUST}::test_runs_paired_by_round_fail_only_past_the_margin",),
            "stored runs timed in the same rounds fail on any significant slowdown, however small"),
-    Mutant("could-not-judge-by-point-estimate", "runner/gate.py", "estimate.high > 1 + margin",
+    Mutant("could-not-judge-by-point-estimate", "runner/report/gate_verdicts.py", "estimate.high > 1 + margin",
            "estimate.ratio > 1 + margin", (AGAINST_GATE, f"{TRUST}::test_gate_against_a_synthetic_baseline"),
            "a job whose change is within the margin but whose interval reaches past it reads \"ok\""),
     Mutant("uncertainty-bound-10%", "runner/measure/stability.py", "MAX_UNCERTAINTY = 0.05",

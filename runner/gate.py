@@ -2,8 +2,9 @@
 
 With `--against REV [--rounds N] [OVERRIDES...]` the gate measures both sides itself, in one
 invocation: the baseline from a temporary git worktree of REV, the candidate from this tree,
-each with its own code and conf/, one fresh worker of each side per round in a random order.
-The job is judged on the rounds' paired ratios (`paired_time_ratio`), with the verdicts below.
+each with its own code and conf/, one fresh worker of each side per round in a random order
+(`runner.execute.against`). The job is judged on the rounds' paired ratios (`paired_time_ratio`),
+with the verdicts below (`runner.report.gate_verdicts`).
 Exit status: 0 passed, 1 a regression, 2 no such commit (or no git checkout), 3 a side failed.
 
 With `--baseline`, stored runs are compared: each compared job (the latest sweep, --sweep or
@@ -29,310 +30,40 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import signal
 import sys
 import time
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlflow import MlflowClient
-from mlflow.entities import Run
-from scipy.stats import gmean
-
-from runner import CONF_DIR, names
-from runner.execute.processes import ChildFailed
-from runner.execute.rounds import round_orders, run_round
-from runner.execute.serve import MODULE, SideFailed, SideServer
-from runner.job import JobStatus
-from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm, paired_time_ratio
-from runner.report.pairing import compare_times
-from runner.report.reader import Rounds, label, rounds, sweep_children
-from runner.report.selection import add_selection_arguments, find_run, open_experiment, selected_runs
+from runner import CONF_DIR
+from runner.execute.against import SideRounds, run_rounds
+from runner.execute.serve import MODULE, SideFailed
+from runner.measure.stats import SIGNIFICANCE, paired_time_ratio
+from runner.report.gate_verdicts import (
+    PAIRED_LEGEND,
+    TIMES_LEGEND,
+    baseline_runs,
+    judge,
+    judged,
+    measured,
+    not_passed,
+    pair_up,
+    rows,
+    summary,
+)
+from runner.report.selection import add_selection_arguments, open_experiment, selected_runs
 from runner.report.table import FORMATS, render
 from runner.signals import exit_code_of, skip_final_collections, stop_on_signals
 from runner.tracking.worktree import NoCheckout, checkout, commit_of, snapshot_of
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
-TIMES_LEGEND = (
-    "baseline ms, job ms: geometric mean of each run's per-process median step times (the values the test compares;"
-    " a paired test compares the rounds both runs have, round by round)"
-)
-PAIRED_LEGEND = (
-    "baseline ms, job ms: geometric mean of each side's per-round medians; change: the median ratio of the server "
-    "pairs (each the ratio of its rounds' geometric means), its interval and p from a paired t-test on their log ratios"
-)
-# --against: the two sides, the rounds by default, the project's tree (the candidate, and where
-# the baseline's worktree comes from) and the server each side's tree must have
-SIDES = ("baseline", "candidate")
 # 60, twenty server pairs: on a quiet 2-core host 0 of 20 A/A gates alarmed, 143 s a gate, and 10%
 # more work was caught in 8 of 8 gates (30 rounds: 3 of 4), 134-177 s each (docs/benchmarks.md)
 ROUNDS = 60
-# Rounds one pair of side servers runs before both start afresh. Every worker of a side starts from
-# its server, and under load one side of an A/A gate read 15% slower in 28 of 30 rounds: whatever
-# a server started with holds for all its rounds, so the test pairs server pairs, not rounds.
-ROUNDS_PER_SERVERS = 3
+# the project's tree (the candidate, and where the baseline's worktree comes from) and the server
+# each side's tree must have
 PROJECT_TREE = CONF_DIR.parent
 SERVER_FILE = Path(*MODULE.split(".")).with_suffix(".py")
-
-
-@dataclass
-class Pair:
-    """A job, its baseline run and what the test found."""
-
-    job: Run
-    baseline: Run | None
-    estimate: TimeRatio | None = None
-    p_holm: float = 1.0
-    # per-process medians in ms: the test's data (a paired test's: the rounds both runs have)
-    job_ms: list[float] = field(default_factory=list)
-    baseline_ms: list[float] = field(default_factory=list)
-    # which test: "paired, 5 rounds" or "unpaired, 3+3 workers"
-    test: str = "-"
-
-
-def baseline_runs(client: MlflowClient, experiment_id: str, ref: str) -> list[Run]:
-    """The runs --baseline names: `KEY=VALUE` (a tag, e.g. runner.git_commit=abc123), a sweep, or a run."""
-    if "=" in ref:
-        key, value = ref.split("=", 1)
-        query = f"tags.`{key}` = '{value}' and attributes.status = '{JobStatus.FINISHED}'"
-        runs = [r for r in client.search_runs([experiment_id], query, order_by=["start_time DESC"])
-                if r.data.tags.get(names.TAG_SWEEP) != "true"]  # fmt: skip
-        if not runs:
-            raise SystemExit(f"error: --baseline {ref!r}: no FINISHED job run has tag {key} = {value!r}")
-        return runs
-    run = find_run(client, experiment_id, ref, "--baseline")
-    if run.data.tags.get(names.TAG_SWEEP) == "true":
-        return sweep_children(client, experiment_id, run)
-    return [run]
-
-
-def pair_up(jobs: list[Run], baselines: list[Run]) -> list[Pair]:
-    """Each job with the newest FINISHED baseline run of its configuration (not itself)."""
-    if len(jobs) == 1 and len(baselines) == 1:
-        return [Pair(jobs[0], baselines[0])]
-    by_hash: dict[str, Run] = {}
-    for run in sorted((r for r in baselines if r.info.status == JobStatus.FINISHED), key=lambda r: r.info.start_time):
-        by_hash[run.data.tags.get(names.TAG_CONFIG_HASH, "")] = run
-    job_ids = {job.info.run_id for job in jobs}
-    pairs = []
-    for job in jobs:
-        base = by_hash.get(job.data.tags.get(names.TAG_CONFIG_HASH, ""))
-        pairs.append(Pair(job, base if base is not None and base.info.run_id not in job_ids else None))
-    return pairs
-
-
-def judge(client: MlflowClient, pairs: list[Pair], margin: float) -> None:
-    """Test every pair that can be tested, then correct the p-values across them (Holm)."""
-    tested = []
-    for pair in pairs:
-        job = rounds(client, pair.job) if pair.job.info.status == JobStatus.FINISHED else Rounds({}, None)
-        pair.job_ms = job.in_order()
-        if pair.baseline is not None and pair.baseline.info.status == JobStatus.FINISHED:
-            comparison = compare_times(rounds(client, pair.baseline), job, margin)
-            pair.baseline_ms, pair.job_ms = comparison.baseline_ms, comparison.new_ms
-            pair.estimate = comparison.estimate  # None without two medians a side
-            if pair.estimate is not None:
-                pair.test = comparison.test
-                tested.append(pair)
-    for pair, adjusted in zip(tested, holm([p.estimate.p_slower for p in tested if p.estimate]), strict=True):
-        pair.p_holm = adjusted
-
-
-def catchable(estimate: TimeRatio, margin: float) -> float:
-    """The smallest slowdown the gate would catch 80% of the time: the margin, plus what the spread hides."""
-    return (1 + margin) * (1 + estimate.detectable) - 1
-
-
-def not_judged(estimate: TimeRatio, p_holm: float, margin: float) -> bool:
-    """Neither shown slower than the margin nor shown within it: the interval reaches past the margin."""
-    return p_holm >= SIGNIFICANCE and estimate.high > 1 + margin
-
-
-def verdict(pair: Pair, margin: float) -> str:
-    """What the gate concludes for one job."""
-    if pair.job.info.status != JobStatus.FINISHED:
-        return f"not tested: the job is {pair.job.info.status}"
-    if pair.baseline is None:
-        return "no baseline for this configuration"
-    if pair.baseline.info.status != JobStatus.FINISHED:
-        return f"not tested: the baseline is {pair.baseline.info.status}"
-    if pair.estimate is None:
-        return "not tested: needs measure.processes >= 2 in both runs"
-    unstable = any(r.data.tags.get(names.TAG_TIMING_STABLE) == "false" for r in (pair.job, pair.baseline))
-    return judged(pair.estimate, pair.p_holm, margin, " (timing unstable)" if unstable else "")
-
-
-def judged(estimate: TimeRatio, p: float, margin: float, note: str = "") -> str:
-    """The verdict on a tested job from its estimate and its (corrected) p-value."""
-    if p < SIGNIFICANCE:
-        return f"REGRESSION: slower by more than {margin:.0%}{note}"
-    if estimate.high < 1:
-        return f"faster{note}"
-    if not_judged(estimate, p, margin):
-        reach = estimate.high - 1
-        return f"could not judge: its 95% interval reaches {reach:+.1%}, past the +{margin:.0%} margin{note}"
-    return f"ok{note}"
-
-
-def not_passed(pairs: list[Pair], margin: float) -> str | None:
-    """Why the gate cannot pass these jobs whatever their times: one did not finish, or none was tested."""
-    unfinished = Counter(p.job.info.status for p in pairs if p.job.info.status != JobStatus.FINISHED)
-    if unfinished:
-        statuses = ", ".join(f"{count} {status}" for status, count in unfinished.items())
-        return f"{unfinished.total()} of {len(pairs)} job(s) did not finish ({statuses})"
-    if not any(p.estimate is not None for p in pairs):
-        reasons = "; ".join(f"{n} {why}" for why, n in Counter(verdict(p, margin) for p in pairs).items())
-        return f"no job could be tested ({reasons or 'no job runs'})"
-    return None
-
-
-def rows(pairs: list[Pair], margin: float) -> list[dict[str, str]]:
-    """One row per job; its times are geometric means of the per-process medians, as the test sees them."""
-    return [
-        {
-            "job": label(pair.job),
-            **measured(pair.baseline_ms, pair.job_ms, pair.estimate, pair.p_holm, margin, pair.test, "Holm"),
-            "verdict": verdict(pair, margin),
-            "run id": pair.job.info.run_id,
-            "baseline id": pair.baseline.info.run_id if pair.baseline is not None else "-",
-        }
-        for pair in pairs
-    ]
-
-
-def measured(
-    baseline_ms: list[float],
-    job_ms: list[float],
-    est: TimeRatio | None,
-    p: float,
-    margin: float,
-    test: str,
-    correction: str,
-) -> dict[str, str]:
-    """A row's times, change, the `test` that gave it, its p (with its `correction`), what the gate can catch."""
-
-    def typical(samples: list[float]) -> str:
-        return f"{float(gmean(samples)):.4f}" if samples else "-"
-
-    return {
-        "baseline ms": typical(baseline_ms),
-        "job ms": typical(job_ms),
-        "change (95% CI)": "-" if est is None else f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
-        "test": test,
-        f"p (> +{margin:.0%}, {correction})": "-" if est is None else f"{p:.3f}",
-        "caught from": "-" if est is None else f"+{catchable(est, margin):.1%}",
-    }
-
-
-def summary(tested: list[tuple[TimeRatio, float]], untested: int, fail_above: float, closer: str) -> str:
-    """The lines under the table: what the spread lets the gate catch (`closer` narrows it), and the count."""
-    margin = fail_above / 100
-    lines = []
-    if tested:
-        detectable = [catchable(estimate, margin) for estimate, _ in tested]
-        reach = f"+{min(detectable):.1%}" + (f" to +{max(detectable):.1%}" if len(detectable) > 1 else "")
-        lines.append(
-            f"smallest slowdown the gate catches 80% of the time here: {reach}; {closer} bring it nearer the margin"
-        )
-    regressions = sum(p < SIGNIFICANCE for _, p in tested)
-    unjudged = sum(not_judged(estimate, p, margin) for estimate, p in tested)
-    lines.append(
-        f"gate: {regressions} regression(s) above +{fail_above:g}% in {len(tested)} tested job(s)"
-        + (f", {unjudged} of them not judged" if unjudged else "")
-        + f"; {untested} not tested"
-    )
-    return "\n".join(lines)
-
-
-def progress(message: str) -> None:
-    """A line on stderr while both sides run: a round takes seconds."""
-    print(message, file=sys.stderr, flush=True)
-
-
-@dataclass
-class SideRounds:
-    """Both sides' per-round medians, the order each round ran the sides in, and the server pair that ran it."""
-
-    seed: int
-    orders: list[list[str]] = field(default_factory=list)
-    ms: dict[str, list[float]] = field(default_factory=lambda: {side: [] for side in SIDES})
-    # per round, which pair of side servers (from 1) ran it
-    servers: list[int] = field(default_factory=list)
-    # whether both sides' workers took turns (runner.measure.turns), not one after the other
-    turns: bool = False
-
-    def per_servers(self, side: str) -> list[float]:
-        """The side's geometric mean per server pair: the values the test pairs."""
-        pairs = sorted(set(self.servers))
-        return [
-            float(gmean([ms for ms, pair in zip(self.ms[side], self.servers, strict=True) if pair == number]))
-            for number in pairs
-        ]
-
-
-def rounds_per_servers(count: int) -> int:
-    """How many of `count` rounds each pair of servers runs: `ROUNDS_PER_SERVERS`, fewer for three pairs at least.
-
-    The test has one degree of freedom fewer than pairs: two pairs would leave one, whose t
-    interval is too wide to judge anything.
-    """
-    return max(1, min(ROUNDS_PER_SERVERS, math.ceil(count / 3)))
-
-
-def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: int) -> SideRounds:
-    """Each side's first worker (its first call compiles; not counted), then the rounds in random orders.
-
-    One worker of each side per round (`runner.execute.rounds`, taking turns where both sides'
-    code and device can), in an order drawn afresh, so a slow stretch of the host falls on both
-    sides of a round and cancels in its ratio. Every few rounds
-    (`rounds_per_servers`) both sides' servers are started afresh, so what one server started
-    with is one sample of the test, not a bias of its side.
-    """
-    result = SideRounds(seed)
-    orders = round_orders([count] * len(SIDES), random.Random(seed))
-    per_pair = rounds_per_servers(count)
-    for pair, first in enumerate(range(0, count, per_pair), 1):
-        last = min(first + per_pair, count)
-        if pair > 1:
-            progress(f"gate: servers {pair}: both sides' servers start afresh for rounds {first + 1}-{last} ...")
-        with side_servers(trees, overrides) as servers:
-            if pair == 1:  # the caches are on disk from then on: later servers' first workers count
-                for side, server in servers.items():
-                    progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
-                    server.worker()
-            result.turns = all(server.takes_turns for server in servers.values())
-            for number in range(first + 1, last + 1):
-                order = [SIDES[index] for index in orders[number - 1]]
-                timed = run_round([servers[side] for side in order], number, result.turns)
-                for side, ms in zip(order, timed, strict=True):
-                    if isinstance(ms, ChildFailed):  # a side's worker failed: SideFailed, naming the side
-                        raise ms
-                    result.ms[side].append(ms)
-                result.orders.append(order)
-                result.servers.append(pair)
-                times = ", ".join(f"{side} {result.ms[side][-1]:.4f} ms" for side in order)
-                progress(f"gate: round {number}/{count} (servers {pair}): {times}")
-    return result
-
-
-@contextmanager
-def side_servers(trees: dict[str, Path], overrides: list[str]) -> Iterator[dict[str, SideServer]]:
-    """A worker server per side, started together, ready once both composed the job's config; stopped after."""
-    servers: dict[str, SideServer] = {}
-    try:
-        for side, tree in trees.items():
-            servers[side] = SideServer(side, tree, overrides)
-        for server in servers.values():
-            server.ready()
-        yield servers
-    finally:
-        for server in servers.values():
-            server.close()
 
 
 def measure_both(rev: str, overrides: list[str], count: int, seed: int) -> tuple[str, SideRounds]:

@@ -18,6 +18,7 @@ from mlflow.entities import Metric
 from scipy import stats
 
 from runner import compare, gate, names
+from runner.execute import against
 from runner.measure.stats import SIGNIFICANCE, holm, paired_time_ratio, time_ratio
 from runner.report.pairing import compare_times
 from runner.report.reader import Rounds
@@ -66,7 +67,7 @@ def test_pairing_by_round_catches_what_a_shared_slow_mode_hides_from_welch() -> 
 
 def test_the_against_gate_tests_server_pairs_so_a_mode_of_one_server_is_one_sample() -> None:
     # A/A: the candidate's first server runs 15% slow in each of its three rounds, its others do not
-    timed = gate.SideRounds(seed=0, servers=[1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4])
+    timed = against.SideRounds(seed=0, servers=[1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4])
     timed.ms["baseline"] = around(1.0, 12)
     timed.ms["candidate"] = [
         value * (1.15 if pair == 1 else 1.0) for value, pair in zip(around(1.0, 12), timed.servers, strict=True)
@@ -80,7 +81,7 @@ def test_the_against_gate_tests_server_pairs_so_a_mode_of_one_server_is_one_samp
     )
     # the slow server is one sample of four, not three rounds of evidence: its spread widens the interval
     assert by_servers.p_slower > SIGNIFICANCE and by_servers.high > 1.1 > by_round.high
-    assert [gate.rounds_per_servers(count) for count in (2, 3, 6, 9, 30, 31)] == [1, 1, 2, 3, 3, 3]
+    assert [against.rounds_per_servers(count) for count in (2, 3, 6, 9, 30, 31)] == [1, 1, 2, 3, 3, 3]
 
 
 @pytest.mark.parametrize(

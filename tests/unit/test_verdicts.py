@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from runner import gate
+from runner.execute import against
 from runner.measure.stability import BLOCKS, block_medians, instability_reasons, median_uncertainty
 from runner.measure.stats import paired_time_ratio, time_ratio
 
@@ -115,9 +116,9 @@ def test_ratios_without_spread_are_judged_by_the_ratio_against_the_margin(margin
         assert estimate is not None and estimate.p_slower == p_slower, compared.__name__
 
 
-def side_rounds(pair_ratios: list[float]) -> gate.SideRounds:
+def side_rounds(pair_ratios: list[float]) -> against.SideRounds:
     """Three rounds per server pair on a drifting host; in pair p the candidate takes `pair_ratios[p]` times as long."""
-    timed = gate.SideRounds(seed=0, servers=[pair for pair in range(1, len(pair_ratios) + 1) for _ in range(3)])
+    timed = against.SideRounds(seed=0, servers=[pair for pair in range(1, len(pair_ratios) + 1) for _ in range(3)])
     timed.ms["baseline"] = [1.0 + 0.1 * (number % 4) for number in range(len(timed.servers))]
     timed.ms["candidate"] = [
         ms * pair_ratios[pair - 1] for ms, pair in zip(timed.ms["baseline"], timed.servers, strict=True)
