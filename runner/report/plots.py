@@ -26,15 +26,7 @@ from runner import names
 from runner.job import JobStatus
 from runner.measure.traces import label_of
 from runner.report.curves import Crossover, crossovers, size_curves
-from runner.report.reader import (
-    dollars_per_million_steps,
-    label,
-    metric,
-    op_table,
-    per_op,
-    price_per_hour,
-    variant,
-)
+from runner.report.reader import dollars_per_million_steps, label, metric, op_table, per_op, price_per_hour, variant
 from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves
 from runner.report.series import Series
 
@@ -57,9 +49,10 @@ CENTERED = [(0.0, 0.0)]
 DASHES = ["--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]
 
 
-def _figure(width: float, height: float) -> Figure:
-    """An empty figure for the Agg renderer (no pyplot state, nothing to close) laid out at draw time."""
-    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+def _figure(width: float, height: float, rows: int = 1) -> tuple[Figure, list[Axes]]:
+    """A column of `rows` axes sharing x, in a figure for the Agg renderer (no pyplot state, nothing to close)."""
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    return fig, list(fig.subplots(rows, sharex=True, squeeze=False)[:, 0])
 
 
 def _wrap(text: str) -> str:
@@ -136,17 +129,18 @@ def keep_apart(fig: Figure, placements: list[tuple[Annotation, Artist]], offsets
             text.set_visible(False)
 
 
-def _label_at(axes: Axes, text: str, xy: tuple[float, float], **style: Any) -> Annotation:
-    """A label for `keep_apart` to place: offset in points from a data point (or as `xycoords` says)."""
-    return axes.annotate(text, xy, xytext=(0, 0), textcoords="offset points", **style)
+def _label_at(
+    axes: Axes, text: str, xy: tuple[float, float], area: Artist | None = None, **style: Any
+) -> tuple[Annotation, Artist]:
+    """A label for `keep_apart` to place, offset in points from `xy` (data, or as `xycoords` says), and its area."""
+    return axes.annotate(text, xy, xytext=(0, 0), textcoords="offset points", **style), area or axes
 
 
 def step_time_figure(runs: list[Run]) -> Figure:
     """Median step time per run as bars, with p10-p90 whiskers."""
     done = [r for r in runs if metric(r, names.STEP_MEDIAN_MS) is not None]
     labels = [_wrap(label(r)) for r in done]
-    fig = _figure(9, _row_height(labels) * len(done) + 1.6)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(9, _row_height(labels) * len(done) + 1.6)
     medians = [metric(r, names.STEP_MEDIAN_MS) or 0.0 for r in done]
     low = [m - (metric(r, names.STEP_P10_MS) or m) for m, r in zip(medians, done, strict=True)]
     high = [(metric(r, names.STEP_P90_MS) or m) - m for m, r in zip(medians, done, strict=True)]
@@ -181,8 +175,7 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
     top = sorted(totals, key=lambda n: totals[n], reverse=True)[:TOP_OPS]
     colors = [f"C{index}" for index in range(len(top))] + [OTHER_COLOR]
     labels = [_wrap(label(r)) for r in done]
-    fig = _figure(11, _row_height(labels) * len(done) + 1.4)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(11, _row_height(labels) * len(done) + 1.4)
     segments: list[tuple[Annotation, Artist]] = []
     for row, ops in enumerate(tables):
         widths = [ops.get(n, 0.0) for n in top] + [sum(ms for n, ms in ops.items() if n not in top)]
@@ -190,8 +183,7 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
         for name, width, color in zip([*top, "other"], widths, colors, strict=True):
             (bar,) = ax.barh(row, width, left=left, color=color)
             if width > 0:
-                text = _label_at(ax, name.removeprefix("aten::"), (left + width / 2, row), fontsize=8)
-                segments.append((text, bar))
+                segments.append(_label_at(ax, name.removeprefix("aten::"), (left + width / 2, row), bar, fontsize=8))
             left += width
     ax.set_yticks(range(len(done)), labels)
     ax.invert_yaxis()
@@ -221,31 +213,27 @@ def roofline_figure(runs: list[Run]) -> Figure:
     legend (its marker and colour), never beside the point where another point's would be.
     """
     done = [r for r in runs if metric(r, names.ROOFLINE_INTENSITY) is not None]
-    fig = _figure(9, 6)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(9, 6)
     ceilings = {
         (metric(r, names.ROOFLINE_PEAK_GBPS) or 1.0, metric(r, names.ROOFLINE_PEAK_GFLOPS) or 1.0) for r in done
     }
     intensities = [metric(r, names.ROOFLINE_INTENSITY) or 1.0 for r in done] or [1.0]
-    x_low, x_high = (
-        min(intensities) / 10,
-        max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10),
-    )
+    x_low = min(intensities) / 10
+    x_high = max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10)
     notes: list[tuple[Annotation, Artist]] = []
     for bandwidth, gflops in sorted(ceilings):
         ridge = gflops / bandwidth
         ax.plot(*roof(bandwidth, gflops, x_low, x_high), color="#444444", linewidth=1.5)
         flat_middle = math.sqrt(min(max(ridge, x_low), x_high) * x_high)
         text = f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {ridge:.1f} FLOP/B)"
-        notes.append((_label_at(ax, text, (flat_middle, gflops), fontsize=8), ax))
+        notes.append(_label_at(ax, text, (flat_middle, gflops), fontsize=8))
     handles: list[Artist] = []
     labels = []
     for index, run in enumerate(done):
         x, y = metric(run, names.ROOFLINE_INTENSITY) or 0.0, metric(run, names.ROOFLINE_ACHIEVED_GFLOPS) or 0.0
         handles.append(ax.scatter([x], [y], s=40, zorder=3, **_run_style(index)))
         labels.append(f"{label(run)} ({y:.3g}\N{NO-BREAK SPACE}GFLOP/s)")  # the value wraps with its unit
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    ax.set(xscale="log", yscale="log")
     ax.set_xlabel("arithmetic intensity, FLOP/byte (workload cost model)")
     ax.set_ylabel("achieved GFLOP/s (steady-state median)")
     ax.set_title("Roofline: each run against its device's ceilings")
@@ -276,8 +264,7 @@ def cost_frontier_figure(runs: list[Run]) -> Figure:
     ]
     points = [(median, dollars_per_million_steps(price, median)) for _, price, median in priced]
     front = pareto_front(points)
-    fig = _figure(9, 6)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(9, 6)
     handles: list[Artist] = []
     labels = []
     for index, (run, price, median) in enumerate(priced):
@@ -301,8 +288,7 @@ def cost_frontier_figure(runs: list[Run]) -> Figure:
     )
     spread = max(p[0] for p in points) / min(p[0] for p in points) if points else 1.0
     if spread > 20:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        ax.set(xscale="log", yscale="log")
     ax.set_xlabel("steady-state step time, ms (point: median; whiskers: p10 to p90)")
     ax.set_ylabel("$ per 1M steps (backend.price_per_hour)")
     ax.set_title("Cost frontier: runs on the red line are not beaten on both time and cost")
@@ -315,10 +301,9 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
 
     Compilations are one kind of marker and each crossover one line, all named in the legend.
     """
-    fig = _figure(9, 8)
-    speed, share = fig.subplots(2, 1, sharex=True)
+    fig, (speed, share) = _figure(9, 8, rows=2)
     handles: list[Artist] = []
-    labels = []
+    labels = list(curves)
     colors = {}
     compiled_at: list[tuple[float, float]] = []
     for name, runs in curves.items():
@@ -328,7 +313,6 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
         fractions = [100 * (metric(r, names.ROOFLINE_BANDWIDTH_FRACTION) or 0.0) for r in runs]
         share.plot(sizes, fractions, "o-", color=line.get_color())
         handles.append(line)
-        labels.append(name)
         colors[name] = line.get_color()
         # where the job compiled graphs (in one process, every size after the first recompiles)
         graphs = [metric(r, names.COMPILE_GRAPHS) for r in runs]
@@ -339,7 +323,10 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
         labels.append("x: the job compiled graphs")
     for index, crossover in enumerate(found):
         middle = math.sqrt(crossover.bytes_low * crossover.bytes_high)
-        style = {"color": colors.get(crossover.after, "#888888"), "linestyle": DASHES[index % len(DASHES)]}
+        style: dict[str, Any] = {
+            "color": colors.get(crossover.after, "#888888"),
+            "linestyle": DASHES[index % len(DASHES)],
+        }
         handles.append(speed.axvline(middle, linewidth=1.2, **style))
         share.axvline(middle, linewidth=1.2, **style)
         labels.append(f"crossover: {crossover.line()}")
@@ -354,8 +341,7 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
 
 def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
     """Summed throughput against copies with the linear line, and efficiency with contention marked."""
-    fig = _figure(9, 8)
-    speed, share = fig.subplots(2, 1, sharex=True)
+    fig, (speed, share) = _figure(9, 8, rows=2)
     handles: list[Artist] = []
     labels = list(curves)
     notes: list[tuple[Annotation, Artist]] = []
@@ -371,8 +357,8 @@ def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
         if onset := contention_onset(points):
             share.axvline(onset, color=line.get_color(), linestyle=":", linewidth=1)
             text = f"contention ({name})"
-            where = {"xycoords": ("data", "axes fraction"), "fontsize": 7, "color": line.get_color()}
-            notes.append((_label_at(share, text, (onset, 0.05), **where), share))
+            where: dict[str, Any] = {"xycoords": ("data", "axes fraction"), "fontsize": 7, "color": line.get_color()}
+            notes.append(_label_at(share, text, (onset, 0.05), **where))
     if any(not p.stable for points in curves.values() for p in points):
         handles += share.plot([], [], "o", color="#888888", markerfacecolor="white")
         labels.append("hollow: timing unstable, efficiency not stated")
@@ -389,8 +375,7 @@ def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
 
 def rank_steps_figure(step_ms: list[list[float]]) -> Figure:
     """Each rank's timed steps in the order they ran, with its median: where the ranks part ways."""
-    fig = _figure(10, 4.5)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(10, 4.5)
     handles: list[Artist] = []
     for rank, samples in enumerate(step_ms):
         color = f"C{rank % 10}"
@@ -422,8 +407,7 @@ def queue_depth_figure(curves: dict[str, list[Run]]) -> Figure:
 
     Where variants' points crowd together, a depth that cannot be placed clear of the others is left out.
     """
-    fig = _figure(9, 5.5)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(9, 5.5)
     handles: list[Artist] = []
     notes: list[tuple[Annotation, Artist]] = []
     for found in curves.values():
@@ -433,7 +417,7 @@ def queue_depth_figure(curves: dict[str, list[Run]]) -> Figure:
         handles.append(line)
         for run, x, y in zip(found, latency, rate, strict=True):
             depth = metric(run, names.THROUGHPUT_INFLIGHT) or 0
-            notes.append((_label_at(ax, f"{depth:.0f}", (x, y), color=line.get_color()), ax))
+            notes.append(_label_at(ax, f"{depth:.0f}", (x, y), color=line.get_color()))
     ax.set_xscale("log")
     ax.set_xlabel("wait for a block's results, ms (steps queued per synchronize at each point)")
     ax.set_ylabel("steps per second")
@@ -447,8 +431,7 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     """Normwise relative error of each layer's output, in call order, against the tolerance."""
     errors = [max(e, 1e-18) for e in table["max_rel_err"]]  # exact zeros still show on a log axis
     passed = table["pass"]
-    fig = _figure(max(8, 0.25 * len(errors) + 3), 5)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(max(8, 0.25 * len(errors) + 3), 5)
     ax.plot(range(len(errors)), errors, color="#4c78a8", linewidth=0.8)
     ax.scatter(range(len(errors)), errors, c=["#4c78a8" if ok else "#e45756" for ok in passed], s=14, zorder=3)
     tolerance = ax.axhline(table["tolerance"][0], color="#e45756", linestyle="--", linewidth=0.8)
@@ -463,7 +446,7 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     failing = next((i for i, ok in enumerate(passed) if not ok), None)
     if failing is not None:
         note = _label_at(ax, f"first over: {table['layer'][failing]}", (failing, errors[failing]), color="#e45756")
-        keep_apart(fig, [(note, ax)], AROUND)
+        keep_apart(fig, [note], AROUND)
     return fig
 
 
@@ -473,8 +456,7 @@ def history_figure(series: Series, key: str) -> Figure:
     Runs left out of the change points are hollow; each step is a dashed line labelled with the
     first commit after it and the change.
     """
-    fig = _figure(10, 4.8)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(10, 4.8)
     handles: list[Artist] = []
     labels = []
     kinds = (("run", "#4c78a8", series.used), ("left out of the change points", "white", series.left_out_positions()))
@@ -499,8 +481,8 @@ def history_figure(series: Series, key: str) -> Figure:
     for step in series.steps:
         at = series.points.index(step.after) - 0.5
         ax.axvline(at, color="#888888", linestyle="--", linewidth=1)
-        where = {"xycoords": ("data", "axes fraction"), "fontsize": 8, "color": "#444444"}
-        notes.append((_label_at(ax, f"{step.after.commit[:8]} {step.change.change:+.1%}", (at, 0.03), **where), ax))
+        where: dict[str, Any] = {"xycoords": ("data", "axes fraction"), "fontsize": 8, "color": "#444444"}
+        notes.append(_label_at(ax, f"{step.after.commit[:8]} {step.change.change:+.1%}", (at, 0.03), **where))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one run: one integer in view
     ax.set_xlabel("run, oldest first (dashed: a change point, labelled with the first commit after it)")
     ax.set_ylabel(key)
@@ -515,16 +497,6 @@ def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
     return path
-
-
-def rank_steps(step_ms: list[list[float]], path: Path) -> Path:
-    """Write `rank_steps_figure` to `path` (a job's own plot)."""
-    return save(rank_steps_figure(step_ms), path)
-
-
-def layer_errors(table: dict[str, list[Any]], path: Path) -> Path:
-    """Write `layer_errors_figure` to `path` (a job's own plot)."""
-    return save(layer_errors_figure(table), path)
 
 
 def write_plots(
