@@ -233,7 +233,6 @@ def profiled_run(spec: RunSpec, capture_dir: Path) -> dict[str, Any]:
         "tags": {k: v for k, v in report.tags.items() if v is not None},
         "summary_json": summary_json.raw,
         "summary_json_status": summary_json.tags[names.TAG_NEURON_EXPLORER],
-        "owned": backend.cores,
     }
 
 
@@ -296,7 +295,7 @@ def monitored_runtime(folder: Path, period_s: int) -> dict[str, Any]:
 def fallbacks_of_one_step() -> dict[str, Any]:
     """One step of the tiny workload, its CPU fallbacks read as a job reads them (runner.backends.neuron_fallback)."""
     backend = _backend()
-    timed_step(build_workload(tiny_spec(ProfilerConfig(enabled=False)).workload, backend), backend)
+    timed_step(build_workload(tiny_spec().workload, backend), backend)
     report = CaptureReport()
     note_cpu_fallbacks(report)
     return {
@@ -311,7 +310,7 @@ def snapshot_of_one_step(folder: Path) -> dict[str, Any] | None:
     history = backend.memory_history()
     if history is None:
         return None
-    workload = build_workload(tiny_spec(ProfilerConfig(enabled=False)).workload, backend)
+    workload = build_workload(tiny_spec().workload, backend)
     snapshot = folder / names.MEMORY_SNAPSHOT_FILE
     with recording(backend, history, snapshot):
         timed_step(workload, backend)
