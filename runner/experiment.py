@@ -57,9 +57,9 @@ def job_plots(results: list[JobResult], folder: Path) -> Path | None:
     from runner.report import plots
 
     if len(results) > 1:
-        plots.rank_steps([result.step_ms for result in results], folder / names.RANK_STEPS_PLOT_FILE)
+        plots.save(plots.rank_steps_figure([result.step_ms for result in results]), folder / names.RANK_STEPS_PLOT_FILE)
     if names.LAYER_TABLE_FILE in results[0].tables:
-        plots.layer_errors(results[0].tables[names.LAYER_TABLE_FILE], folder / names.LAYER_PLOT_FILE)
+        plots.save(plots.layer_errors_figure(results[0].tables[names.LAYER_TABLE_FILE]), folder / names.LAYER_PLOT_FILE)
     return folder
 
 

@@ -19,13 +19,14 @@ from runner.config import TrackingConfig
 from runner.doctor.cuda_probes import CUDA_PROBE_NAMES, cuda_verdicts
 from runner.doctor.host import host_rows, usable_backends
 from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts, visible_cores
-from runner.doctor.probe import FAIL, PASS, ProcessFailed, Verdict, in_fresh_process
+from runner.doctor.probe import Assumption, ProcessFailed, Verdict, in_fresh_process
 from runner.doctor.report import as_json, exit_status, log_report, markdown, write_files
 from runner.job import open_run
 from runner.secrets import one_line, redact
 from runner.signals import exit_code_of, stop_on_signals
 
 DEFAULT_URI = TrackingConfig.uri  # where jobs log by default
+ALL_PROBES = (*PROBE_NAMES, *CUDA_PROBE_NAMES)
 
 
 def say(line: str) -> None:
@@ -48,9 +49,8 @@ def device_verdicts(
         try:
             cores = in_fresh_process(visible_cores, timeout_s=timeout_s)
         except ProcessFailed as err:
-            unlisted = Verdict(
-                "neuron_cores", "the visible NeuronCores can be listed", FAIL, str(err), breaks_runner=True
-            )
+            cores_listed = Assumption("neuron_cores", "the visible NeuronCores can be listed")
+            unlisted = cores_listed.fails(str(err), breaks_runner=True)
             show(unlisted)
             return [unlisted], notes
         say(f"Neuron probes on NeuronCores {format_cores(cores)} (captures in {out / 'captures'}) ...")
@@ -72,16 +72,15 @@ def log_to_store(
     uri: str, experiment: str, host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[str]
 ) -> list[Verdict]:
     """Log the report as an MLflow run; the store's own verdict is added to the list returned."""
-    assumption = "the MLflow store is reachable and writable"
+    store = Assumption("mlflow_store", "the MLflow store is reachable and writable")
     try:
         with open_run(TrackingConfig(uri=uri, experiment=experiment), f"doctor {platform.node()}") as run:
-            logged = [*verdicts, Verdict("mlflow_store", assumption, PASS, run.describe().splitlines()[0])]
+            logged = [*verdicts, store.holds(run.describe().splitlines()[0])]
             log_report(run, markdown(host, logged, notes), as_json(host, logged, notes), logged)
             return logged
     except Exception as err:  # noqa: BLE001  (any store failure is this probe's finding)
         fix = "tracking.uri / MLFLOW_TRACKING_URI: every job logs there"
-        failed = Verdict("mlflow_store", assumption, FAIL, f"{redact(uri)}: {one_line(err)}", fix, breaks_runner=True)
-        return [*verdicts, failed]
+        return [*verdicts, store.fails(f"{redact(uri)}: {one_line(err)}", fix, breaks_runner=True)]
 
 
 def check(args: argparse.Namespace) -> int:
@@ -120,14 +119,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--probe",
         action="append",
         metavar="NAME",
-        help="run only this device probe (repeatable); one of: " + ", ".join((*PROBE_NAMES, *CUDA_PROBE_NAMES)),
+        help=f"run only this device probe (repeatable); one of: {', '.join(ALL_PROBES)}",
     )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.probe or ()) - {*PROBE_NAMES, *CUDA_PROBE_NAMES})
+    unknown = sorted(set(args.probe or ()) - set(ALL_PROBES))
     if unknown:
-        parser.error(
-            f"--probe {unknown[0]!r} is not a probe; choose from: {', '.join((*PROBE_NAMES, *CUDA_PROBE_NAMES))}"
-        )
+        parser.error(f"--probe {unknown[0]!r} is not a probe; choose from: {', '.join(ALL_PROBES)}")
     if args.timeout_s <= 0:
         parser.error(f"--timeout-s must be > 0, got {args.timeout_s:g}")
     return args

@@ -24,7 +24,7 @@ from runner.config import (
     TrackingConfig,
     WorkloadSpec,
 )
-from runner.doctor.probe import FAIL, PASS, UNKNOWN, ProcessFailed, Verdict, in_fresh_process
+from runner.doctor.probe import Assumption, ProcessFailed, Verdict, in_fresh_process
 from runner.measure.build import build_workload
 from runner.measure.loop import steady_state, timed_step
 from runner.measure.phases import profiled_window
@@ -39,20 +39,17 @@ PEAK_PROBE_BYTES = 256 * 2**20
 TIMER_AGREEMENT = 1.10
 
 
-def _spec(profiler: ProfilerConfig) -> RunSpec:
-    return RunSpec(
+def cuda_figures(scratch: str) -> dict[str, Any]:
+    """Everything the CUDA verdicts need, measured through the runner's backend and phases."""
+    spec = RunSpec(
         workload=WorkloadSpec(target="workloads.rmsnorm.NaiveRMSNorm", kwargs=dict(TIMED_SHAPE)),
         backend=BackendConfig(name="cuda"),
-        profiler=profiler,
+        profiler=ProfilerConfig(),
         schedule=ScheduleConfig(),
         measure=MeasureConfig(processes=0),
         tracking=TrackingConfig(enabled=False),
     )
-
-
-def cuda_figures(scratch: str) -> dict[str, Any]:
-    """Everything the CUDA verdicts need, measured through the runner's backend and phases."""
-    backend = CudaBackend(BackendConfig(name="cuda"))
+    backend = CudaBackend(spec.backend)
     a = torch.randn(MATMUL_SIZE, MATMUL_SIZE, device=backend.device)
     (a @ a).sum().item()
     backend.synchronize()
@@ -68,7 +65,6 @@ def cuda_figures(scratch: str) -> dict[str, Any]:
     peak = backend.peak_memory_bytes()
     del block
 
-    spec = _spec(ProfilerConfig())
     workload = build_workload(spec.workload, backend)
     timed_step(workload, backend)
     table, _, _, _ = profiled_window(workload, backend, spec, Path(scratch))
@@ -95,52 +91,37 @@ def cuda_verdicts(scratch: str, timeout_s: float) -> list[Verdict]:
     try:
         found = in_fresh_process(cuda_figures, scratch, timeout_s=timeout_s)
     except ProcessFailed as err:
-        return [Verdict("cuda", "the CUDA probes run", UNKNOWN, f"the probe process failed: {err}")]
-    verdicts = []
-    waited = found["synced_ms"] > 2 * found["queued_ms"]
-    verdicts.append(
-        Verdict(
-            "cuda_synchronize",
-            "CudaBackend.synchronize() waits for queued kernels",
-            PASS if waited else FAIL,
+        return [Assumption("cuda", "the CUDA probes run").unknown(f"the probe process failed: {err}")]
+    peak = found["peak_bytes"] or 0
+    ratio = found["runner_ms"] / found["timer_ms"]
+    shape = "x".join(str(v) for v in TIMED_SHAPE.values())
+    return [
+        Assumption("cuda_synchronize", "CudaBackend.synchronize() waits for queued kernels").judge(
+            found["synced_ms"] > 2 * found["queued_ms"],
             f"{MATMULS} matmuls of {MATMUL_SIZE}^2: {found['queued_ms']:.2f} ms to queue, "
             f"{found['synced_ms']:.2f} ms to finish",
-            "" if waited else "runner/backends/cuda.py synchronize: step times measure queueing only",
-            breaks_runner=not waited,
-        )
-    )
-    verdicts.append(
-        Verdict(
-            "cuda_device_time",
-            "key_averages() carries CUDA kernel time",
-            PASS if found["device_time"] else FAIL,
+            "runner/backends/cuda.py synchronize: step times measure queueing only",
+            breaks_runner=True,
+        ),
+        Assumption("cuda_device_time", "key_averages() carries CUDA kernel time").judge(
+            found["device_time"],
             "self_device_time_total > 0 for some ops" if found["device_time"] else "no op has device time",
-            "" if found["device_time"] else "check that CUPTI loads (the op table falls back to CPU time)",
-        )
-    )
-    peak = found["peak_bytes"] or 0
-    verdicts.append(
-        Verdict(
-            "cuda_peak_memory",
-            "the allocator's peak statistic sees a fresh allocation",
-            PASS if peak >= PEAK_PROBE_BYTES else FAIL,
+            "check that CUPTI loads (the op table falls back to CPU time)",
+        ),
+        Assumption("cuda_peak_memory", "the allocator's peak statistic sees a fresh allocation").judge(
+            peak >= PEAK_PROBE_BYTES,
             f"peak {peak / 2**20:.0f} MiB after allocating {PEAK_PROBE_BYTES / 2**20:.0f} MiB",
-            "" if peak >= PEAK_PROBE_BYTES else "memory/peak_mb is wrong: runner/backends/cuda.py peak_memory_bytes",
-            breaks_runner=peak < PEAK_PROBE_BYTES,
-        )
-    )
-    ratio = found["runner_ms"] / found["timer_ms"]
-    agree = 1 / TIMER_AGREEMENT <= ratio <= TIMER_AGREEMENT
-    shape = "x".join(str(v) for v in TIMED_SHAPE.values())
-    verdicts.append(
-        Verdict(
+            "memory/peak_mb is wrong: runner/backends/cuda.py peak_memory_bytes",
+            breaks_runner=True,
+        ),
+        Assumption(
             "cuda_timing",
             f"the runner's step median agrees with torch.utils.benchmark within {TIMER_AGREEMENT - 1:.0%}",
-            PASS if agree else FAIL,
+        ).judge(
+            1 / TIMER_AGREEMENT <= ratio <= TIMER_AGREEMENT,
             f"naive RMSNorm {shape} on {found['device']}: runner {found['runner_ms']:.4f} ms, "
             f"Timer {found['timer_ms']:.4f} ms (ratio {ratio:.3f})",
-            "" if agree else "rerun; if it persists, the runner's timing loop adds or hides work (runner/measure)",
-            breaks_runner=not agree,
-        )
-    )
-    return verdicts
+            "rerun; if it persists, the runner's timing loop adds or hides work (runner/measure)",
+            breaks_runner=True,
+        ),
+    ]

@@ -60,7 +60,7 @@ from runner.config import (
     TrackingConfig,
     WorkloadSpec,
 )
-from runner.doctor.probe import FAIL, PASS, UNKNOWN, FreshProcess, ProcessFailed, Verdict, in_fresh_process
+from runner.doctor.probe import UNKNOWN, Assumption, FreshProcess, ProcessFailed, Verdict, in_fresh_process
 from runner.execute.monitor import NeuronMonitorSampler
 from runner.execute.monitor_reader import NEURON_MONITOR
 from runner.execute.ranks import Rendezvous, free_port, torchrun_env
@@ -112,8 +112,8 @@ def visible_cores() -> list[int]:
     return parse_cores(visible, VISIBLE_CORES_ENV) if visible else list(range(_neuron_module().device_count()))
 
 
-def _backend(cores: str | None = None) -> NeuronBackend:
-    return NeuronBackend(NeuronBackendConfig(cores=cores))
+def _backend() -> NeuronBackend:
+    return NeuronBackend(NeuronBackendConfig())
 
 
 def _config_accepted(capture_dir: Path) -> dict[str, Any]:
@@ -195,7 +195,10 @@ def _rank_joins(timeout_s: float) -> dict[str, Any]:
 
 
 def tiny_spec(
-    profiler: ProfilerConfig, schedule: ScheduleConfig, cores: str | None = None, hidden: int = 64
+    profiler: ProfilerConfig | None = None,
+    schedule: ScheduleConfig | None = None,
+    cores: str | None = None,
+    hidden: int = 64,
 ) -> RunSpec:
     """A small naive RMSNorm job; a new `hidden` means new shapes, so new NEFFs."""
     return RunSpec(
@@ -203,8 +206,8 @@ def tiny_spec(
             target="workloads.rmsnorm.NaiveRMSNorm", kwargs={"hidden": hidden, "batch": 1, "seq_len": 8}
         ),
         backend=NeuronBackendConfig(cores=cores),
-        profiler=profiler,
-        schedule=schedule,
+        profiler=profiler or ProfilerConfig(),
+        schedule=schedule or ScheduleConfig(),
         measure=MeasureConfig(),
         tracking=TrackingConfig(enabled=False),
     )
@@ -230,7 +233,6 @@ def profiled_run(spec: RunSpec, capture_dir: Path) -> dict[str, Any]:
         "tags": {k: v for k, v in report.tags.items() if v is not None},
         "summary_json": summary_json.raw,
         "summary_json_status": summary_json.tags[names.TAG_NEURON_EXPLORER],
-        "owned": backend.cores,
     }
 
 
@@ -238,7 +240,7 @@ def neffs_with_cache_set_in_process(folder: Path, capture_dir: Path) -> dict[str
     """Set the NEFF cache folder as `measure.compile_cache` does (torch-neuronx loaded, nothing run), then profile."""
     _neuron_module()
     os.environ[NEFF_CACHE_ENV] = str(folder)
-    run = profiled_run(tiny_spec(ProfilerConfig(), ScheduleConfig(), hidden=80), capture_dir)
+    run = profiled_run(tiny_spec(hidden=80), capture_dir)
     return {
         "in_folder": sum(1 for _ in folder.rglob("*.neff")),
         "captured": sum(name.endswith(".neff") for name in run["files"]),
@@ -252,7 +254,7 @@ def _files(folder: Path) -> set[Path]:
 def cold_cache_job(root: Path, capture_dir: Path) -> dict[str, Any]:
     """A cold `measure.compile_cache` job's profiled run: NEFFs in its folder, files the default caches gained."""
     before = {folder: _files(folder) for folder in DEFAULT_CACHES}
-    spec = tiny_spec(ProfilerConfig(), ScheduleConfig(), hidden=96)
+    spec = tiny_spec(hidden=96)
     spec = replace(spec, measure=replace(spec.measure, compile_cache="cold", compile_cache_dir=str(root)))
     use_compile_cache(spec)
     profiled_run(spec, capture_dir)
@@ -293,7 +295,7 @@ def monitored_runtime(folder: Path, period_s: int) -> dict[str, Any]:
 def fallbacks_of_one_step() -> dict[str, Any]:
     """One step of the tiny workload, its CPU fallbacks read as a job reads them (runner.backends.neuron_fallback)."""
     backend = _backend()
-    timed_step(build_workload(tiny_spec(ProfilerConfig(enabled=False), ScheduleConfig()).workload, backend), backend)
+    timed_step(build_workload(tiny_spec().workload, backend), backend)
     report = CaptureReport()
     note_cpu_fallbacks(report)
     return {
@@ -308,7 +310,7 @@ def snapshot_of_one_step(folder: Path) -> dict[str, Any] | None:
     history = backend.memory_history()
     if history is None:
         return None
-    workload = build_workload(tiny_spec(ProfilerConfig(enabled=False), ScheduleConfig()).workload, backend)
+    workload = build_workload(tiny_spec().workload, backend)
     snapshot = folder / names.MEMORY_SNAPSHOT_FILE
     with recording(backend, history, snapshot):
         timed_step(workload, backend)
@@ -328,47 +330,45 @@ def _run(host: NeuronHost, target: Callable[..., Any], *args: Any, env: dict[str
 
 def probe_neuron_config(host: NeuronHost) -> Verdict:
     """NeuronConfig takes the keywords the runner passes and is an _ExperimentalConfig."""
-    assumption = (
-        "NeuronConfig(modes=, capture_enabled_for_nc=, profile_output_dir=, neff_cache_dir=, max_events_per_nc=)"
+    check = Assumption(
+        "neuron_config",
+        "NeuronConfig(modes=, capture_enabled_for_nc=, profile_output_dir=, neff_cache_dir=, max_events_per_nc=)",
     )
     fix = "runner/backends/neuron.py profiler_kwargs builds it: every Neuron job with the profiler on fails"
     try:
         found = _run(host, _config_accepted, host.folder("neuron_config"))
     except ProcessFailed as err:
-        return Verdict("neuron_config", assumption, FAIL, str(err), fix, breaks_runner=True)
+        return check.fails(str(err), fix, breaks_runner=True)
     if not found["experimental"]:
         evidence = f"not a torch._C._profiler._ExperimentalConfig; signature {found['signature']}"
-        return Verdict("neuron_config", assumption, FAIL, evidence, fix, breaks_runner=True)
-    return Verdict("neuron_config", assumption, PASS, f"accepted; signature {found['signature']}")
+        return check.fails(evidence, fix, breaks_runner=True)
+    return check.holds(f"accepted; signature {found['signature']}")
 
 
 def probe_profile_modes(host: NeuronHost) -> Verdict:
     """ProfileMode has every member profiler.modes allows."""
-    assumption = f"ProfileMode has {', '.join(NEURON_MODES)}"
+    check = Assumption("profile_modes", f"ProfileMode has {', '.join(NEURON_MODES)}")
     members = _run(host, _profile_modes)
     missing = [m for m in NEURON_MODES if m not in members]
-    evidence = f"members: {', '.join(members)}"
-    if missing:
-        fix = f"profiler.modes: leave out {', '.join(missing)} (profiler=neuron_full and neuron_system use them)"
-        return Verdict("profile_modes", assumption, FAIL, evidence, fix, breaks_runner=True)
-    return Verdict("profile_modes", assumption, PASS, evidence)
+    fix = f"profiler.modes: leave out {', '.join(missing)} (profiler=neuron_full and neuron_system use them)"
+    return check.judge(not missing, f"members: {', '.join(members)}", fix, breaks_runner=True)
 
 
 def probe_correlate_device_time(host: NeuronHost) -> Verdict:
     """NeuronConfig accepts the undocumented correlate_device_time."""
+    check = Assumption("correlate_device_time", "NeuronConfig accepts correlate_device_time (undocumented)")
     status = _run(host, _correlate_status, host.folder("correlate"))
-    assumption = "NeuronConfig accepts correlate_device_time (undocumented)"
     if status == "passed":
-        return Verdict("correlate_device_time", assumption, PASS, "accepted")
+        return check.holds("accepted")
     fix = "profiler.correlate_device_time: leave it null (the runner already goes on without it and tags the run)"
-    return Verdict("correlate_device_time", assumption, FAIL, status, fix)
+    return check.fails(status, fix)
 
 
 def probe_runtime_not_started_by_queries(host: NeuronHost) -> Verdict:
     """A process that only called is_available() and device_count() holds no NeuronCore."""
+    check = Assumption("runtime_not_started_by_queries", "is_available() and device_count() do not start the runtime")
     core = str(host.cores[-1])
     env: dict[str, str | None] = {VISIBLE_CORES_ENV: core}
-    assumption = "is_available() and device_count() do not start the runtime"
     with FreshProcess(_queries_only, env=env, hold=True) as asker:
         asker.result(host.timeout_s)
         try:
@@ -379,116 +379,116 @@ def probe_runtime_not_started_by_queries(host: NeuronHost) -> Verdict:
                 "backend.cores pins after device_count(): pin through the environment instead "
                 f"(export {VISIBLE_CORES_ENV}=..., or hydra/launcher=parallel)"
             )
-            return Verdict("runtime_not_started_by_queries", assumption, FAIL, evidence, fix, breaks_runner=True)
-    evidence = f"another process started on NeuronCore {core} ({placed}) while the asking process was alive"
-    return Verdict("runtime_not_started_by_queries", assumption, PASS, evidence)
+            return check.fails(evidence, fix, breaks_runner=True)
+    return check.holds(f"another process started on NeuronCore {core} ({placed}) while the asking process was alive")
 
 
 def probe_cores_reserved(host: NeuronHost) -> Verdict:
     """The process that starts the runtime reserves every visible core, used or not."""
-    assumption = "a process reserves all its visible NeuronCores"
+    check = Assumption("cores_reserved", "a process reserves all its visible NeuronCores")
     if len(host.cores) < 2:
-        return Verdict("cores_reserved", assumption, UNKNOWN, "needs 2 NeuronCores")
+        return check.unknown("needs 2 NeuronCores")
     pair = f"{host.cores[-2]}-{host.cores[-1]}"
     with FreshProcess(_start_runtime, env={VISIBLE_CORES_ENV: pair}, hold=True) as holder:
         holder.result(host.timeout_s)
         try:
             _run(host, _start_runtime, env={VISIBLE_CORES_ENV: str(host.cores[-1])})
         except ProcessFailed as err:
-            return Verdict("cores_reserved", assumption, PASS, f"NeuronCore {host.cores[-1]} refused: {err}")
+            return check.holds(f"NeuronCore {host.cores[-1]} refused: {err}")
     evidence = f"a second process started on NeuronCore {host.cores[-1]}, owned but unused by a process on {pair}"
-    fix = "nothing to set: launchers pin each job to its own cores either way"
-    return Verdict("cores_reserved", assumption, FAIL, evidence, fix)
+    return check.fails(evidence, "nothing to set: launchers pin each job to its own cores either way")
 
 
 def probe_contiguous_cores(host: NeuronHost) -> Verdict:
     """NEURON_RT_VISIBLE_CORES must be one contiguous range."""
-    assumption = f"the runtime refuses a non-contiguous {VISIBLE_CORES_ENV}"
+    check = Assumption("contiguous_cores", f"the runtime refuses a non-contiguous {VISIBLE_CORES_ENV}")
     if len(host.cores) < 3:
-        return Verdict("contiguous_cores", assumption, UNKNOWN, "needs 3 NeuronCores")
+        return check.unknown("needs 3 NeuronCores")
     gapped = f"{host.cores[0]},{host.cores[2]}"
     try:
         placed = _run(host, _start_runtime_unchecked, env={VISIBLE_CORES_ENV: gapped})
     except ProcessFailed as err:
-        return Verdict("contiguous_cores", assumption, PASS, f"{VISIBLE_CORES_ENV}={gapped} refused: {err}")
+        return check.holds(f"{VISIBLE_CORES_ENV}={gapped} refused: {err}")
     fix = "nothing to set: backend.cores and hydra.launcher.cores refuse gaps, stricter than this runtime"
-    return Verdict("contiguous_cores", assumption, FAIL, f"{VISIBLE_CORES_ENV}={gapped} started ({placed})", fix)
+    return check.fails(f"{VISIBLE_CORES_ENV}={gapped} started ({placed})", fix)
 
 
 def probe_device_count_cached(host: NeuronHost) -> Verdict:
     """device_count() keeps its first answer after NEURON_RT_VISIBLE_CORES changes."""
-    assumption = "device_count() caches its first answer"
+    check = Assumption("device_count_cached", "device_count() caches its first answer")
     if len(host.cores) < 2:
-        return Verdict("device_count_cached", assumption, UNKNOWN, "needs 2 NeuronCores to see a change")
+        return check.unknown("needs 2 NeuronCores to see a change")
     before, after = _run(host, _count_before_and_after_pin, host.cores[0])
-    evidence = f"{before} before pinning one core, {after} after"
-    if before == after:
-        return Verdict("device_count_cached", assumption, PASS, evidence)
     fix = "nothing to set: environment.json counts the pinned cores from the pin itself"
-    return Verdict("device_count_cached", assumption, FAIL, evidence, fix)
+    return check.judge(before == after, f"{before} before pinning one core, {after} after", fix)
 
 
 def probe_async_default(host: NeuronHost) -> Verdict:
     """torch-neuronx sets TORCH_NEURONX_ENABLE_ASYNC_NRT=1 at import when unset, and keeps a user's value."""
-    assumption = (
-        f"{ASYNC_NRT_ENV}: torch-neuronx sets 1 at import when unset (documented default 0); a user's value stays"
+    check = Assumption(
+        "async_default",
+        f"{ASYNC_NRT_ENV}: torch-neuronx sets 1 at import when unset (documented default 0); a user's value stays",
     )
     unset = _run(host, _async_after_import, env={ASYNC_NRT_ENV: None})
     users = _run(host, _async_after_import, env={ASYNC_NRT_ENV: "0"})
     evidence = f"unset before import: {unset} after it (set by torch-neuronx); set to 0 by the user: {users} after it"
     if users != "0":
         fix = f"backend.async_runtime cannot take effect: torch-neuronx overrides {ASYNC_NRT_ENV} at import"
-        return Verdict("async_default", assumption, FAIL, evidence, fix, breaks_runner=True)
+        return check.fails(evidence, fix, breaks_runner=True)
     if unset != "1":
         evidence = f"unset before import: {unset or 'still unset'} after it, so the documented default 0 applies"
         fix = f"nothing breaks: environment.json records {ASYNC_NRT_ENV} as it is; backend.async_runtime sets it"
-        return Verdict("async_default", assumption, FAIL, evidence, fix)
-    return Verdict("async_default", assumption, PASS, evidence)
+        return check.fails(evidence, fix)
+    return check.holds(evidence)
 
 
 def probe_inflight_removed(host: NeuronHost) -> Verdict:
     """Nothing sets the removed NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, and the user's environment does not."""
-    assumption = f"{INFLIGHT_ENV} (removed in Neuron SDK 2.32) is set by neither torch-neuronx nor the runner"
+    check = Assumption(
+        "inflight_removed",
+        f"{INFLIGHT_ENV} (removed in Neuron SDK 2.32) is set by neither torch-neuronx nor the runner",
+    )
     at_import, after_backend = _run(host, _inflight_after_import_and_backend, env={INFLIGHT_ENV: None})
     if at_import is not None:
-        evidence = f"torch-neuronx set {INFLIGHT_ENV}={at_import} at import"
         fix = "nothing the runner sets: this torch-neuronx predates SDK 2.31's explicit async API; update it"
-        return Verdict("inflight_removed", assumption, FAIL, evidence, fix)
+        return check.fails(f"torch-neuronx set {INFLIGHT_ENV}={at_import} at import", fix)
     if after_backend is not None:
-        evidence = f"the runner's backend set {INFLIGHT_ENV}={after_backend}"
         fix = "runner/backends/neuron.py must not set it: SDK 2.32 removed it, and 2.31 ignores it with a warning"
-        return Verdict("inflight_removed", assumption, FAIL, evidence, fix, breaks_runner=True)
+        return check.fails(f"the runner's backend set {INFLIGHT_ENV}={after_backend}", fix, breaks_runner=True)
     users = os.environ.get(INFLIGHT_ENV)
     if users is not None:
-        evidence = f"neither sets it, but this environment has {INFLIGHT_ENV}={users}"
         fix = (
             f"unset {INFLIGHT_ENV}: Neuron SDK 2.32 removed it (2.31 ignores it with a deprecation "
             "warning); it sets no queue depth (measure.inflight queues steps on the host)"
         )
-        return Verdict("inflight_removed", assumption, FAIL, evidence, fix)
-    return Verdict("inflight_removed", assumption, PASS, "unset after torch-neuronx's import and the runner's backend")
+        return check.fails(f"neither sets it, but this environment has {INFLIGHT_ENV}={users}", fix)
+    return check.holds("unset after torch-neuronx's import and the runner's backend")
 
 
 def probe_neff_cache_in_process(host: NeuronHost) -> Verdict:
     """TORCH_NEURONX_NEFF_CACHE_DIR set in-process before first use is the folder NEFFs go to."""
-    assumption = f"{NEFF_CACHE_ENV} set in-process after torch-neuronx loaded, before first use, is honoured"
-    folder = host.folder("neff_cache_in_process") / "neff_cache"
-    found = _run(host, neffs_with_cache_set_in_process, folder, host.folder("neff_cache_in_process") / "capture")
-    evidence = f"{found['in_folder']} NEFF(s) in {folder}; the capture holds {found['captured']}"
-    if found["in_folder"]:
-        return Verdict("neff_cache_in_process", assumption, PASS, evidence)
+    check = Assumption(
+        "neff_cache_in_process",
+        f"{NEFF_CACHE_ENV} set in-process after torch-neuronx loaded, before first use, is honoured",
+    )
+    folder = host.folder("neff_cache_in_process")
+    found = _run(host, neffs_with_cache_set_in_process, folder / "neff_cache", folder / "capture")
+    evidence = f"{found['in_folder']} NEFF(s) in {folder / 'neff_cache'}; the capture holds {found['captured']}"
     fix = (
         f"measure.compile_cache sets {NEFF_CACHE_ENV} in-process: export it before starting python instead "
         "(its cold and warm counts read the wrong folder)"
     )
-    return Verdict("neff_cache_in_process", assumption, FAIL, evidence, fix, breaks_runner=True)
+    return check.judge(bool(found["in_folder"]), evidence, fix, breaks_runner=True)
 
 
 def probe_process_group(host: NeuronHost) -> Verdict:
     """Two ranks join the `neuron` process group, one NeuronCore each, the runtime not started before it."""
-    assumption = "two ranks join the `neuron` process group on one NeuronCore each; the runtime starts after the group"
+    check = Assumption(
+        "process_group",
+        "two ranks join the `neuron` process group on one NeuronCore each; the runtime starts after the group",
+    )
     if len(host.cores) < 2:
-        return Verdict("process_group", assumption, UNKNOWN, "needs 2 NeuronCores")
+        return check.unknown("needs 2 NeuronCores")
     pair = host.cores[:2]
     # the variables the runner gives its ranks, so the probe joins as a job's ranks do
     rendezvous = Rendezvous("127.0.0.1", free_port(), uuid.uuid4().hex)
@@ -508,41 +508,25 @@ def probe_process_group(host: NeuronHost) -> Verdict:
         try:
             found = [rank.result(host.timeout_s) for rank in ranks]
         except ProcessFailed as err:
-            return Verdict("process_group", assumption, FAIL, f"a rank failed: {err}", fix, breaks_runner=True)
+            return check.fails(f"a rank failed: {err}", fix, breaks_runner=True)
     evidence = "; ".join(
         f"rank {rank} on NeuronCore {core}: all-reduce {result['sum']:g}, {result['cores']} core(s) visible, "
         f"runtime {'started' if result['before'] else 'not started'} before the group"
         for rank, (core, result) in enumerate(zip(pair, found, strict=True))
     )
-    if all(r["sum"] == 2 and r["cores"] == 1 and not r["before"] for r in found):
-        return Verdict("process_group", assumption, PASS, evidence)
-    return Verdict("process_group", assumption, FAIL, evidence, fix, breaks_runner=True)
-
-
-def _profile_default(host: NeuronHost) -> dict[str, Any] | str:
-    """One profiled run with profiler=neuron_device's modes; its result, or why it failed."""
-    spec = tiny_spec(ProfilerConfig(), ScheduleConfig())
-    try:
-        return dict(_run(host, profiled_run, spec, host.folder("profiled")))
-    except ProcessFailed as err:
-        return str(err)
+    joined = all(r["sum"] == 2 and r["cores"] == 1 and not r["before"] for r in found)
+    return check.judge(joined, evidence, fix, breaks_runner=True)
 
 
 def probes_from_profiled_run(host: NeuronHost) -> list[Verdict]:
     """Device time, capture layout, the framework trace's name, summary-json and Parquet, from one run."""
-    run = _profile_default(host)
-    names = PROFILED_RUN_PROBES
-    if isinstance(run, str):
+    try:
+        run = _run(host, profiled_run, tiny_spec(), host.folder("profiled"))
+    except ProcessFailed as err:
+        failed = "a profiled run with profiler=neuron_device"
         return [
-            Verdict(
-                name,
-                "a profiled run with profiler=neuron_device",
-                FAIL,
-                run,
-                "profiler=neuron_device",
-                breaks_runner=True,
-            )
-            for name in names
+            Assumption(name, failed).fails(str(err), "profiler=neuron_device", breaks_runner=True)
+            for name in PROFILED_RUN_PROBES
         ]
     return [
         _device_time(run),
@@ -555,9 +539,9 @@ def probes_from_profiled_run(host: NeuronHost) -> list[Verdict]:
 
 def _device_time(run: dict[str, Any]) -> Verdict:
     """Whether device events reach key_averages(); without them, whether host-side driver events did."""
-    assumption = "key_averages() carries Neuron device time"
+    check = Assumption("device_time", "key_averages() carries Neuron device time")
     if run["device_time"]:
-        return Verdict("device_time", assumption, PASS, "self_device_time_total > 0 for some ops")
+        return check.holds("self_device_time_total > 0 for some ops")
     fix = (
         "nothing breaks: the op table has CPU time only, device time comes from neuron-explorer "
         "(neuron/total_time_sum) and neuron/device_time_coverage reads 0 with a warning on every run"
@@ -567,10 +551,9 @@ def _device_time(run: dict[str, Any]) -> Verdict:
             f"no op has device time; {run['drivers']} privateuse1_driver events reached the profiler as CPU events, "
             "as Kineto defines them (host-side launch events; pytorch issue 166205): no device event came back"
         )
-        return Verdict("device_time", assumption, FAIL, evidence, fix)
+        return check.fails(evidence, fix)
     evidence = "no op has device time, and no privateuse1_driver event reached the profiler: torch-neuronx fed none"
-    fix += "; try profiler.correlate_device_time=true where the build accepts it"
-    return Verdict("device_time", assumption, FAIL, evidence, fix)
+    return check.fails(evidence, fix + "; try profiler.correlate_device_time=true where the build accepts it")
 
 
 def listing_by_folder(files: dict[str, int]) -> str:
@@ -583,24 +566,26 @@ def listing_by_folder(files: dict[str, int]) -> str:
 
 
 def _capture_layout(run: dict[str, Any]) -> Verdict:
-    assumption = "capture in <instance>_pid_<pid>/<timestamp>/ with .pb, .neff, .ntff and a framework trace"
+    check = Assumption(
+        "capture_layout", "capture in <instance>_pid_<pid>/<timestamp>/ with .pb, .neff, .ntff and a framework trace"
+    )
     files = run["files"]
     listing = listing_by_folder(files)
     problems = run["tags"].get("neuron.capture_problems")
     if not any("_pid_" in name for name in files) or problems:
         why = problems or "no <instance>_pid_<pid> folder"
         fix = "runner/backends/neuron_capture.py check_capture; the neuron.capture tag will warn on every run"
-        return Verdict("capture_layout", assumption, FAIL, f"{why}; files: {listing}", fix, breaks_runner=True)
-    return Verdict("capture_layout", assumption, PASS, listing)
+        return check.fails(f"{why}; files: {listing}", fix, breaks_runner=True)
+    return check.holds(listing)
 
 
 def _framework_trace_name(run: dict[str, Any]) -> Verdict:
-    assumption = "the framework trace is trace.json"
+    check = Assumption("framework_trace_name", "the framework trace is trace.json")
     traces = [name for name in run["files"] if name.endswith(".json")]
     if any(Path(name).name == names.NEURON_FRAMEWORK_TRACE_FILE for name in traces):
-        return Verdict("framework_trace_name", assumption, PASS, ", ".join(traces))
+        return check.holds(", ".join(traces))
     fix = "nothing breaks (any *.json counts); README 'Where the capture goes' names trace.json"
-    return Verdict("framework_trace_name", assumption, FAIL, ", ".join(traces) or "no *.json", fix)
+    return check.fails(", ".join(traces) or "no *.json", fix)
 
 
 def _explorer_not_run(status: str) -> bool:
@@ -609,13 +594,13 @@ def _explorer_not_run(status: str) -> bool:
 
 
 def _summary_json(run: dict[str, Any]) -> Verdict:
-    assumption = "summary-json is {profile: {metric: value}} with total_time"
+    check = Assumption("summary_json", "summary-json is {profile: {metric: value}} with total_time")
     explorer = run["summary_json_status"]
     if _explorer_not_run(explorer):
-        return Verdict("summary_json", assumption, UNKNOWN, explorer)
+        return check.unknown(explorer)
     if not run["summary_json"]:
         fix = "neuron/ metrics will be missing; check the explorer version (backend.explorer_timeout_s)"
-        return Verdict("summary_json", assumption, FAIL, explorer or "no output", fix, breaks_runner=True)
+        return check.fails(explorer or "no output", fix, breaks_runner=True)
     data = first_json_object(run["summary_json"].splitlines()[0])
     nested = bool(data) and all(isinstance(v, dict) for v in data.values())
     entries = list(data.values()) if nested else [data]
@@ -623,95 +608,90 @@ def _summary_json(run: dict[str, Any]) -> Verdict:
     evidence = f"{'one object per profile' if nested else 'one flat object'}; metrics: {', '.join(keys[:12])}"
     if not all("total_time" in entry for entry in entries):
         fix = "neuron/total_time is missing: runner/backends/neuron_capture.py parse_summary_json"
-        return Verdict("summary_json", assumption, FAIL, evidence, fix, breaks_runner=True)
-    if not nested:
-        fix = "nothing breaks: a flat object is read as one profile"
-        return Verdict("summary_json", assumption, FAIL, evidence, fix)
-    return Verdict("summary_json", assumption, PASS, evidence)
+        return check.fails(evidence, fix, breaks_runner=True)
+    return check.judge(nested, evidence, "nothing breaks: a flat object is read as one profile")
 
 
 def _explorer_parquet(run: dict[str, Any]) -> Verdict:
-    assumption = "neuron-explorer writes its summary as Parquet (Summary, Metadata) in profile schema 7.x or 12.x"
+    check = Assumption(
+        "explorer_parquet",
+        "neuron-explorer writes its summary as Parquet (Summary, Metadata) in profile schema 7.x or 12.x",
+    )
     explorer = str(run["tags"].get(names.TAG_NEURON_EXPLORER, ""))
     if _explorer_not_run(explorer):
-        return Verdict("explorer_parquet", assumption, UNKNOWN, explorer)
+        return check.unknown(explorer)
     source = run["tags"].get(names.TAG_NEURON_EXPLORER_SOURCE, NO_SOURCE)
     schema = run["tags"].get(names.TAG_NEURON_EXPLORER_SCHEMA, "none")
     if source.startswith(PARQUET):
-        return Verdict("explorer_parquet", assumption, PASS, f"{source}, profile schema {schema}")
+        return check.holds(f"{source}, profile schema {schema}")
     fix = (
         "nothing breaks while summary-json is read instead (neuron.explorer_source says so on each run); "
         "to read the Parquet, add its schema to runner/backends/neuron_capture.py KNOWN_SCHEMAS "
         "(neuron-explorer view --show-profile-schema prints it)"
     )
-    return Verdict("explorer_parquet", assumption, FAIL, f"read from {source}; {explorer}", fix)
+    return check.fails(f"read from {source}; {explorer}", fix)
 
 
 def probe_dropped_events(host: NeuronHost) -> Verdict:
     """The runtime prints dropped-event warnings on stderr, where the runner reads them."""
-    assumption = "'N trace events were dropped' is printed on stderr"
-    spec = tiny_spec(ProfilerConfig(max_events_per_nc=TINY_EVENT_BUDGET), ScheduleConfig())
+    check = Assumption("dropped_events", "'N trace events were dropped' is printed on stderr")
+    spec = tiny_spec(ProfilerConfig(max_events_per_nc=TINY_EVENT_BUDGET))
     run = _run(host, profiled_run, spec, host.folder("dropped_events"))
     if found := DROPPED_EVENTS.search(run["stderr"]):
-        return Verdict("dropped_events", assumption, PASS, found.group(0))
+        return check.holds(found.group(0))
     if found := DROPPED_EVENTS.search(run["stdout"]):
         fix = "neuron/dropped_events stays 0: runner/measure/phases.py profiled_window must read stdout (tee_fd)"
-        return Verdict("dropped_events", assumption, FAIL, f"on stdout: {found.group(0)}", fix, breaks_runner=True)
-    evidence = f"no dropped-event warning with max_events_per_nc={TINY_EVENT_BUDGET}"
-    return Verdict("dropped_events", assumption, UNKNOWN, evidence)
+        return check.fails(f"on stdout: {found.group(0)}", fix, breaks_runner=True)
+    return check.unknown(f"no dropped-event warning with max_events_per_nc={TINY_EVENT_BUDGET}")
 
 
 def probes_from_repeated_schedule(host: NeuronHost) -> list[Verdict]:
     """acc_events with Neuron activities, and one capture per profiler cycle, from one run of two cycles."""
-    acc = "torch.profiler accepts acc_events=True with NeuronConfig"
-    per_cycle = "schedule.repeat=2 gives two captures, each with its framework trace"
+    acc = Assumption("acc_events", "torch.profiler accepts acc_events=True with NeuronConfig")
+    per_cycle = Assumption("captures_per_cycle", "schedule.repeat=2 gives two captures, each with its framework trace")
     schedule = ScheduleConfig(wait=0, warmup=1, active=1, repeat=2)
     try:
-        run = _run(host, profiled_run, tiny_spec(ProfilerConfig(), schedule), host.folder("repeat"))
+        run = _run(host, profiled_run, tiny_spec(schedule=schedule), host.folder("repeat"))
     except ProcessFailed as err:
         fix = "schedule.repeat: keep 1 on neuron (acc_events is passed only when it is above 1)"
-        return [
-            Verdict("acc_events", acc, FAIL, str(err), fix, breaks_runner=True),
-            Verdict("captures_per_cycle", per_cycle, UNKNOWN, "the two-cycle run failed"),
-        ]
+        return [acc.fails(str(err), fix, breaks_runner=True), per_cycle.unknown("the two-cycle run failed")]
     folders = sorted({str(Path(name).parent) for name in run["files"] if name.endswith(".json")})
-    verdicts = [Verdict("acc_events", acc, PASS, "a two-cycle profiled run finished")]
     evidence = f"{len(folders)} capture folder(s) with a framework trace: {', '.join(folders)}"
-    if len(folders) == schedule.repeat:
-        verdicts.append(Verdict("captures_per_cycle", per_cycle, PASS, evidence))
-    else:
-        fix = "schedule.repeat: keep 1 on neuron, so the capture matches the recorded cycle"
-        verdicts.append(Verdict("captures_per_cycle", per_cycle, FAIL, evidence, fix))
-    return verdicts
+    fix = "schedule.repeat: keep 1 on neuron, so the capture matches the recorded cycle"
+    return [
+        acc.holds("a two-cycle profiled run finished"),
+        per_cycle.judge(len(folders) == schedule.repeat, evidence, fix),
+    ]
 
 
 def probe_capture_numbering(host: NeuronHost) -> Verdict:
     """capture_enabled_for_nc counts from the process's first visible core."""
-    assumption = "capture_enabled_for_nc indices are relative to the process's visible cores"
+    check = Assumption(
+        "capture_numbering", "capture_enabled_for_nc indices are relative to the process's visible cores"
+    )
     if len(host.cores) < 2:
-        return Verdict("capture_numbering", assumption, UNKNOWN, "needs 2 NeuronCores to pin away from core 0")
+        return check.unknown("needs 2 NeuronCores to pin away from core 0")
     pinned = host.cores[2:4] if len(host.cores) >= 4 else host.cores[-1:]
     cores = f"{pinned[0]}-{pinned[-1]}" if len(pinned) > 1 else str(pinned[0])
-    spec = tiny_spec(ProfilerConfig(), ScheduleConfig(), cores=cores)
-    run = _run(host, profiled_run, spec, host.folder("capture_numbering"))
+    run = _run(host, profiled_run, tiny_spec(cores=cores), host.folder("capture_numbering"))
     ntffs = {name: size for name, size in run["files"].items() if name.endswith(".ntff")}
     evidence = f"backend.cores={cores}, capture_enabled_for_nc=0: " + (
         ", ".join(f"{Path(n).name} ({s} B)" for n, s in ntffs.items()) or "no NTFF"
     )
-    if any(size > 0 for size in ntffs.values()):
-        return Verdict("capture_numbering", assumption, PASS, evidence)
     fix = (
         f"with backend.cores={cores} set profiler.capture_enabled_for_nc={pinned[0]} (absolute); "
         "runner/backends/neuron.py capture_cores assumes relative indices"
     )
-    return Verdict("capture_numbering", assumption, FAIL, evidence, fix, breaks_runner=True)
+    return check.judge(any(size > 0 for size in ntffs.values()), evidence, fix, breaks_runner=True)
 
 
 def probe_first_execution(host: NeuronHost) -> Verdict:
     """The runner's warm-up covers the cost of a NEFF's first executions."""
-    measure = MeasureConfig()
-    assumption = f"after the first call and measure.warmup={measure.warmup} calls, steps run at steady speed"
-    spec = tiny_spec(ProfilerConfig(enabled=False), ScheduleConfig(), cores=str(host.cores[0]), hidden=96)
+    warmup = MeasureConfig().warmup
+    check = Assumption(
+        "first_execution", f"after the first call and measure.warmup={warmup} calls, steps run at steady speed"
+    )
+    spec = tiny_spec(ProfilerConfig(enabled=False), cores=str(host.cores[0]), hidden=96)
     times = _run(host, first_executions, spec)
     first = ", ".join(f"{t:.2f}" for t in times["first"])
     evidence = (
@@ -719,112 +699,108 @@ def probe_first_execution(host: NeuronHost) -> Verdict:
         f"{times['after_warm_up']:.3f} ms; steady median {times['steady']:.3f} ms"
     )
     excess = times["after_warm_up"] - times["steady"]
-    if times["after_warm_up"] <= WARM_TOLERANCE * times["steady"] or excess <= COLD_EXCESS_MS:
-        return Verdict("first_execution", assumption, PASS, evidence)
-    fix = f"raise measure.warmup (or measure.warmup_s) above {measure.warmup}: the steady state starts cold"
-    return Verdict("first_execution", assumption, FAIL, evidence, fix, breaks_runner=True)
+    warm = times["after_warm_up"] <= WARM_TOLERANCE * times["steady"] or excess <= COLD_EXCESS_MS
+    fix = f"raise measure.warmup (or measure.warmup_s) above {warmup}: the steady state starts cold"
+    return check.judge(warm, evidence, fix, breaks_runner=True)
 
 
 def probe_neuron_monitor(host: NeuronHost) -> Verdict:
     """neuron-monitor runs and prints the documented JSON, read by the runner's sampler for a process's runtime."""
     # neuron-monitor user guide ("The JSON output format"): one report per period, runtimes by pid
-    assumption = (
-        f"{NEURON_MONITOR} -c <config> prints one JSON report per period: the runtime's cores and memory by pid"
+    check = Assumption(
+        "neuron_monitor",
+        f"{NEURON_MONITOR} -c <config> prints one JSON report per period: the runtime's cores and memory by pid",
     )
     if neuron_tool(NEURON_MONITOR) is None:
-        evidence = f"{NEURON_MONITOR} is neither on PATH nor in {NEURON_BIN} (aws-neuronx-tools)"
-        return Verdict("neuron_monitor", assumption, UNKNOWN, evidence)
-    env: dict[str, str | None] = {VISIBLE_CORES_ENV: str(host.cores[0])}
-    found = _run(host, monitored_runtime, host.folder("neuron_monitor"), 1, env=env)
+        return check.unknown(f"{NEURON_MONITOR} is neither on PATH nor in {NEURON_BIN} (aws-neuronx-tools)")
+    found = _run(host, monitored_runtime, host.folder("neuron_monitor"), 1, env={VISIBLE_CORES_ENV: str(host.cores[0])})
     series = [key for key in found["keys"] if key.startswith(names.SYSTEM_NEURON_PREFIX)]
     evidence = f"{found['samples']} report(s) in 2.5 s at period 1s; {len(series)} series of the runtime: " + (
         ", ".join(series[:6]) or "none"
     )
     if found["errors"]:
         evidence += f"; reported: {'; '.join(found['errors'])}"
-    if names.SYSTEM_NEURON_DEVICE_BYTES in series and any(key.endswith("/utilization_pct") for key in series):
-        return Verdict("neuron_monitor", assumption, PASS, evidence)
     fix = (
         "monitor=every_second logs no system/neuron/ series on this host (set monitor=none): "
         "runner/execute/monitor_reader.py neuron_values reads the guide's format"
     )
-    return Verdict("neuron_monitor", assumption, FAIL, evidence, fix, breaks_runner=True)
+    read = names.SYSTEM_NEURON_DEVICE_BYTES in series and any(key.endswith("/utilization_pct") for key in series)
+    return check.judge(read, evidence, fix, breaks_runner=True)
 
 
 def probe_memory_snapshot(host: NeuronHost) -> Verdict:
     """torch.neuron.memory has torch.cuda.memory's snapshot calls (inferred: no document names them)."""
-    assumption = "torch.neuron.memory._record_memory_history and _dump_snapshot record a memory_viz snapshot"
+    check = Assumption(
+        "memory_snapshot", "torch.neuron.memory._record_memory_history and _dump_snapshot record a memory_viz snapshot"
+    )
     try:
         found = _run(
             host, snapshot_of_one_step, host.folder("memory_snapshot"), env={VISIBLE_CORES_ENV: str(host.cores[0])}
         )
     except ProcessFailed as err:
         fix = "measure.memory_snapshot=false on neuron: the snapshot calls exist but fail"
-        return Verdict("memory_snapshot", assumption, FAIL, str(err), fix, breaks_runner=True)
+        return check.fails(str(err), fix, breaks_runner=True)
     if found is None:
         evidence = "torch.neuron.memory lacks _record_memory_history or _dump_snapshot"
         fix = (
             "nothing breaks: measure.memory_snapshot reads the profiler's memory events (profiler.profile_memory=true)"
         )
-        return Verdict("memory_snapshot", assumption, FAIL, evidence, fix)
+        return check.fails(evidence, fix)
     evidence = f"one step's snapshot: peak {found['peak']} B, sites " + (
         ", ".join(f"{site} {size} B" for site, size in list(found["sites"].items())[:3]) or "none"
     )
-    if found["peak"] > 0:
-        return Verdict("memory_snapshot", assumption, PASS, evidence)
     fix = "measure.memory_snapshot=false on neuron: the dumped snapshot holds no allocation the runner can read"
-    return Verdict("memory_snapshot", assumption, FAIL, evidence, fix, breaks_runner=True)
+    return check.judge(found["peak"] > 0, evidence, fix, breaks_runner=True)
 
 
 def probe_cpu_fallbacks(host: NeuronHost) -> Verdict:
     """torch-neuronx lists the ops it ran on the CPU (SRC torch_neuronx/__init__.py; no page read names the calls)."""
-    assumption = "torch_neuronx.get_fallback_ops() lists the ops run on the CPU since clear_op_tracking()"
+    check = Assumption(
+        "cpu_fallbacks", "torch_neuronx.get_fallback_ops() lists the ops run on the CPU since clear_op_tracking()"
+    )
     found = _run(host, fallbacks_of_one_step, env={VISIBLE_CORES_ENV: str(host.cores[0])})
     evidence = f"one step of a tiny RMSNorm: neuron.cpu_fallbacks={found['tag']!r}"
-    if found["ops"] is None:
-        fix = "nothing breaks: runs tag neuron.cpu_fallbacks as unknown and log no neuron/cpu_fallback_ops"
-        return Verdict("cpu_fallbacks", assumption, FAIL, evidence, fix)
-    return Verdict("cpu_fallbacks", assumption, PASS, evidence)
+    fix = "nothing breaks: runs tag neuron.cpu_fallbacks as unknown and log no neuron/cpu_fallback_ops"
+    return check.judge(found["ops"] is not None, evidence, fix)
 
 
-# every probe with the verdicts it gives, in the order they run (cheap ones first)
 def probe_lnc(host: NeuronHost) -> Verdict:
     """The runtime's logical NeuronCores follow NEURON_LOGICAL_NC_CONFIG; unset, its LNC is the runner's default."""
     generation = trainium_generation()
     default, words = logical_nc_config(generation, {})
-    assumption = f"{LNC_ENV}=1 gives a logical NeuronCore per physical one; unset, {generation}'s LNC is {words}"
+    check = Assumption(
+        "lnc", f"{LNC_ENV}=1 gives a logical NeuronCore per physical one; unset, {generation}'s LNC is {words}"
+    )
     unset = len(_run(host, visible_cores, env={LNC_ENV: None, VISIBLE_CORES_ENV: None}))
     at_1 = len(_run(host, visible_cores, env={LNC_ENV: "1", VISIBLE_CORES_ENV: None}))
     evidence = f"{unset} logical NeuronCores with {LNC_ENV} unset, {at_1} with {LNC_ENV}=1"
     if default is None:
         evidence += f": the runtime's default reads as LNC {at_1 / unset:g}" if unset else ""
-        return Verdict("lnc", assumption, UNKNOWN, evidence, f"set {LNC_ENV} (1 or 2) for per-core peaks")
-    if at_1 != unset * default:
-        fix = f"per-core peaks and link classes take LNC {default} while {LNC_ENV} is unset: set it (1 or 2)"
-        return Verdict("lnc", assumption, FAIL, evidence, fix, breaks_runner=True)
-    return Verdict("lnc", assumption, PASS, evidence)
+        return check.unknown(evidence, f"set {LNC_ENV} (1 or 2) for per-core peaks")
+    fix = f"per-core peaks and link classes take LNC {default} while {LNC_ENV} is unset: set it (1 or 2)"
+    return check.judge(at_1 == unset * default, evidence, fix, breaks_runner=True)
 
 
 def probe_compile_caches(host: NeuronHost) -> Verdict:
     """A cold cache job compiles into its own folder, and the documented default caches gain nothing."""
-    assumption = (
+    check = Assumption(
+        "compile_caches",
         f"{NEFF_CACHE_ENV} and {COMPILE_CACHE_URL_ENV}, set in-process as measure.compile_cache sets them, "
-        f"move the caches a job fills; {', '.join(map(str, DEFAULT_CACHES))} gain nothing"
+        f"move the caches a job fills; {', '.join(map(str, DEFAULT_CACHES))} gain nothing",
     )
     folder = host.folder("compile_caches")
     found = _run(host, cold_cache_job, folder / "cache", folder / "capture", env=dict.fromkeys(
         [NEFF_CACHE_ENV, COMPILE_CACHE_URL_ENV]))  # fmt: skip
     gained = {path: count for path, count in found["gained"].items() if count}
     evidence = f"{found['in_folder']} NEFF(s) in the job's folder; the default caches gained {gained or 'nothing'}"
-    if not found["in_folder"] or gained:
-        fix = (
-            "a cold job is partly warm and writes the user's cache: NeuronBackend.compile_caches misses the "
-            "variable that moves it (another process writing those caches meanwhile reads the same)"
-        )
-        return Verdict("compile_caches", assumption, FAIL, evidence, fix, breaks_runner=True)
-    return Verdict("compile_caches", assumption, PASS, evidence)
+    fix = (
+        "a cold job is partly warm and writes the user's cache: NeuronBackend.compile_caches misses the "
+        "variable that moves it (another process writing those caches meanwhile reads the same)"
+    )
+    return check.judge(bool(found["in_folder"]) and not gained, evidence, fix, breaks_runner=True)
 
 
+# every probe with the verdicts it gives, in the order they run (cheap ones first)
 PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdict]]], ...] = (
     (("neuron_config",), probe_neuron_config),
     (("profile_modes",), probe_profile_modes),

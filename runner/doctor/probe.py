@@ -38,6 +38,30 @@ class Verdict:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Assumption:
+    """One assumption a probe checks, named once; its methods give the verdicts on it."""
+
+    probe: str
+    text: str
+
+    def holds(self, evidence: str) -> Verdict:
+        """PASS."""
+        return Verdict(self.probe, self.text, PASS, evidence)
+
+    def fails(self, evidence: str, fix: str = "", breaks_runner: bool = False) -> Verdict:
+        """FAIL, with what the user may change, and whether runs break."""
+        return Verdict(self.probe, self.text, FAIL, evidence, fix, breaks_runner)
+
+    def unknown(self, evidence: str, fix: str = "") -> Verdict:
+        """UNKNOWN: the probe could not tell."""
+        return Verdict(self.probe, self.text, UNKNOWN, evidence, fix)
+
+    def judge(self, holds: bool, evidence: str, fix: str, breaks_runner: bool = False) -> Verdict:
+        """PASS when it `holds`, else FAIL with `fix`."""
+        return self.holds(evidence) if holds else self.fails(evidence, fix, breaks_runner)
+
+
 class ProcessFailed(RuntimeError):
     """A fresh process raised, died or ran past its time; the message says which."""
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from runner import names
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, Verdict
+from runner.files import write_whole
 from runner.tracking.run import NullRun
 
 STATUSES = (PASS, FAIL, UNKNOWN)
@@ -73,16 +74,11 @@ def as_json(host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[st
 
 
 def write_files(out: Path, page: str, data: dict[str, Any]) -> tuple[Path, Path]:
-    """doctor.md and doctor.json in `out`, written whole (a temporary name, then a rename)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in ((names.DOCTOR_PAGE_FILE, page), (names.DOCTOR_FILE, json.dumps(data, indent=2))):
-        path = out / name
-        partial = path.with_name(f".{name}.partial")
-        partial.write_text(text)
-        partial.replace(path)
-        written.append(path)
-    return written[0], written[1]
+    """doctor.md and doctor.json in `out`, each written whole."""
+    page_file, data_file = out / names.DOCTOR_PAGE_FILE, out / names.DOCTOR_FILE
+    write_whole(page_file, page)
+    write_whole(data_file, json.dumps(data, indent=2))
+    return page_file, data_file
 
 
 def log_report(run: NullRun, page: str, data: dict[str, Any], verdicts: list[Verdict]) -> None:

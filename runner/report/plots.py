@@ -26,15 +26,7 @@ from runner import names
 from runner.job import JobStatus
 from runner.measure.traces import label_of
 from runner.report.curves import Crossover, crossovers, size_curves
-from runner.report.reader import (
-    dollars_per_million_steps,
-    label,
-    metric,
-    op_table,
-    per_op,
-    price_per_hour,
-    variant,
-)
+from runner.report.reader import dollars_per_million_steps, label, metric, op_table, per_op, price_per_hour, variant
 from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contention_onset, scaling_curves
 from runner.report.series import Series
 
@@ -57,9 +49,10 @@ CENTERED = [(0.0, 0.0)]
 DASHES = ["--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]
 
 
-def _figure(width: float, height: float) -> Figure:
-    """An empty figure for the Agg renderer (no pyplot state, nothing to close) laid out at draw time."""
-    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+def _figure(width: float, height: float, rows: int = 1) -> tuple[Figure, list[Axes]]:
+    """A column of `rows` axes sharing x, in a figure for the Agg renderer (no pyplot state, nothing to close)."""
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    return fig, list(fig.subplots(rows, sharex=True, squeeze=False)[:, 0])
 
 
 def _wrap(text: str) -> str:
@@ -85,14 +78,15 @@ def op_label(name: str) -> str:
     return label_of(name).removeprefix("## Call ").removesuffix(" ##")
 
 
-def _legend_below(fig: Figure, handles: list[Artist], labels: list[str]) -> None:
-    """Name the handles under the plots in as many columns as the figure's width holds.
+def _legend_below(fig: Figure, entries: list[tuple[Artist, str]]) -> None:
+    """Name each entry's handle under the plots, in as many columns as the figure's width holds.
 
     The figure grows by the legend's height, so the plots keep theirs.
     """
-    if not handles:
+    if not entries:
         return
-    wrapped = [_wrap(text) for text in labels]
+    handles = [handle for handle, _ in entries]
+    wrapped = [_wrap(text) for _, text in entries]
     for columns in range(len(wrapped), 0, -1):
         legend = fig.legend(handles, wrapped, loc="outside lower center", ncol=columns, fontsize=8, frameon=False)
         for text in legend.get_texts():
@@ -136,17 +130,18 @@ def keep_apart(fig: Figure, placements: list[tuple[Annotation, Artist]], offsets
             text.set_visible(False)
 
 
-def _label_at(axes: Axes, text: str, xy: tuple[float, float], **style: Any) -> Annotation:
-    """A label for `keep_apart` to place: offset in points from a data point (or as `xycoords` says)."""
-    return axes.annotate(text, xy, xytext=(0, 0), textcoords="offset points", **style)
+def _label_at(
+    axes: Axes, text: str, xy: tuple[float, float], area: Artist | None = None, **style: Any
+) -> tuple[Annotation, Artist]:
+    """A label for `keep_apart` to place, offset in points from `xy` (data, or as `xycoords` says), and its area."""
+    return axes.annotate(text, xy, xytext=(0, 0), textcoords="offset points", **style), area or axes
 
 
 def step_time_figure(runs: list[Run]) -> Figure:
     """Median step time per run as bars, with p10-p90 whiskers."""
     done = [r for r in runs if metric(r, names.STEP_MEDIAN_MS) is not None]
     labels = [_wrap(label(r)) for r in done]
-    fig = _figure(9, _row_height(labels) * len(done) + 1.6)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(9, _row_height(labels) * len(done) + 1.6)
     medians = [metric(r, names.STEP_MEDIAN_MS) or 0.0 for r in done]
     low = [m - (metric(r, names.STEP_P10_MS) or m) for m, r in zip(medians, done, strict=True)]
     high = [(metric(r, names.STEP_P90_MS) or m) - m for m, r in zip(medians, done, strict=True)]
@@ -181,8 +176,7 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
     top = sorted(totals, key=lambda n: totals[n], reverse=True)[:TOP_OPS]
     colors = [f"C{index}" for index in range(len(top))] + [OTHER_COLOR]
     labels = [_wrap(label(r)) for r in done]
-    fig = _figure(11, _row_height(labels) * len(done) + 1.4)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(11, _row_height(labels) * len(done) + 1.4)
     segments: list[tuple[Annotation, Artist]] = []
     for row, ops in enumerate(tables):
         widths = [ops.get(n, 0.0) for n in top] + [sum(ms for n, ms in ops.items() if n not in top)]
@@ -190,15 +184,14 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
         for name, width, color in zip([*top, "other"], widths, colors, strict=True):
             (bar,) = ax.barh(row, width, left=left, color=color)
             if width > 0:
-                text = _label_at(ax, name.removeprefix("aten::"), (left + width / 2, row), fontsize=8)
-                segments.append((text, bar))
+                segments.append(_label_at(ax, name.removeprefix("aten::"), (left + width / 2, row), bar, fontsize=8))
             left += width
     ax.set_yticks(range(len(done)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("self time per profiled step, ms (device time when reported, else CPU)")
     ax.set_title("Where each run's time goes, by op")
     if done:
-        _legend_below(fig, [Patch(color=color) for color in colors], [*top, "other"])
+        _legend_below(fig, [(Patch(color=color), name) for color, name in zip(colors, [*top, "other"], strict=True)])
     keep_apart(fig, segments, CENTERED)
     return fig
 
@@ -221,35 +214,30 @@ def roofline_figure(runs: list[Run]) -> Figure:
     legend (its marker and colour), never beside the point where another point's would be.
     """
     done = [r for r in runs if metric(r, names.ROOFLINE_INTENSITY) is not None]
-    fig = _figure(9, 6)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(9, 6)
     ceilings = {
         (metric(r, names.ROOFLINE_PEAK_GBPS) or 1.0, metric(r, names.ROOFLINE_PEAK_GFLOPS) or 1.0) for r in done
     }
     intensities = [metric(r, names.ROOFLINE_INTENSITY) or 1.0 for r in done] or [1.0]
-    x_low, x_high = (
-        min(intensities) / 10,
-        max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10),
-    )
+    x_low = min(intensities) / 10
+    x_high = max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10)
     notes: list[tuple[Annotation, Artist]] = []
     for bandwidth, gflops in sorted(ceilings):
         ridge = gflops / bandwidth
         ax.plot(*roof(bandwidth, gflops, x_low, x_high), color="#444444", linewidth=1.5)
         flat_middle = math.sqrt(min(max(ridge, x_low), x_high) * x_high)
         text = f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {ridge:.1f} FLOP/B)"
-        notes.append((_label_at(ax, text, (flat_middle, gflops), fontsize=8), ax))
-    handles: list[Artist] = []
-    labels = []
+        notes.append(_label_at(ax, text, (flat_middle, gflops), fontsize=8))
+    entries: list[tuple[Artist, str]] = []
     for index, run in enumerate(done):
         x, y = metric(run, names.ROOFLINE_INTENSITY) or 0.0, metric(run, names.ROOFLINE_ACHIEVED_GFLOPS) or 0.0
-        handles.append(ax.scatter([x], [y], s=40, zorder=3, **_run_style(index)))
-        labels.append(f"{label(run)} ({y:.3g}\N{NO-BREAK SPACE}GFLOP/s)")  # the value wraps with its unit
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+        point = ax.scatter([x], [y], s=40, zorder=3, **_run_style(index))
+        entries.append((point, f"{label(run)} ({y:.3g}\N{NO-BREAK SPACE}GFLOP/s)"))  # the value wraps with its unit
+    ax.set(xscale="log", yscale="log")
     ax.set_xlabel("arithmetic intensity, FLOP/byte (workload cost model)")
     ax.set_ylabel("achieved GFLOP/s (steady-state median)")
     ax.set_title("Roofline: each run against its device's ceilings")
-    _legend_below(fig, handles, labels)
+    _legend_below(fig, entries)
     keep_apart(fig, notes, ALONG)
     return fig
 
@@ -276,15 +264,13 @@ def cost_frontier_figure(runs: list[Run]) -> Figure:
     ]
     points = [(median, dollars_per_million_steps(price, median)) for _, price, median in priced]
     front = pareto_front(points)
-    fig = _figure(9, 6)
-    ax = fig.subplots()
-    handles: list[Artist] = []
-    labels = []
+    fig, (ax,) = _figure(9, 6)
+    entries: list[tuple[Artist, str]] = []
     for index, (run, price, median) in enumerate(priced):
         low, high = metric(run, names.STEP_P10_MS) or median, metric(run, names.STEP_P90_MS) or median
         x, y = points[index]
         style = _run_style(index)
-        handles += ax.plot([x], [y], linestyle="none", **style)
+        (point,) = ax.plot([x], [y], linestyle="none", **style)
         ax.errorbar(
             [x],
             [y],
@@ -295,18 +281,17 @@ def cost_frontier_figure(runs: list[Run]) -> Figure:
             capsize=3,
         )
         where = ", on the frontier" if index in front else ""
-        labels.append(f"{label(run)} (${price:g}/h: ${y:.3g} per 1M steps{where})")
+        entries.append((point, f"{label(run)} (${price:g}/h: ${y:.3g} per 1M steps{where})"))
     (frontier,) = ax.plot(
         [points[i][0] for i in front], [points[i][1] for i in front], color=FRONTIER_COLOR, linewidth=1, zorder=0
     )
     spread = max(p[0] for p in points) / min(p[0] for p in points) if points else 1.0
     if spread > 20:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        ax.set(xscale="log", yscale="log")
     ax.set_xlabel("steady-state step time, ms (point: median; whiskers: p10 to p90)")
     ax.set_ylabel("$ per 1M steps (backend.price_per_hour)")
     ax.set_title("Cost frontier: runs on the red line are not beaten on both time and cost")
-    _legend_below(fig, [*handles, frontier], [*labels, "frontier: no other run is both faster and cheaper"])
+    _legend_below(fig, [*entries, (frontier, "frontier: no other run is both faster and cheaper")])
     return fig
 
 
@@ -315,10 +300,8 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
 
     Compilations are one kind of marker and each crossover one line, all named in the legend.
     """
-    fig = _figure(9, 8)
-    speed, share = fig.subplots(2, 1, sharex=True)
-    handles: list[Artist] = []
-    labels = []
+    fig, (speed, share) = _figure(9, 8, rows=2)
+    entries: list[tuple[Artist, str]] = []
     colors = {}
     compiled_at: list[tuple[float, float]] = []
     for name, runs in curves.items():
@@ -327,80 +310,78 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
         (line,) = speed.plot(sizes, rates, "o-")
         fractions = [100 * (metric(r, names.ROOFLINE_BANDWIDTH_FRACTION) or 0.0) for r in runs]
         share.plot(sizes, fractions, "o-", color=line.get_color())
-        handles.append(line)
-        labels.append(name)
+        entries.append((line, name))
         colors[name] = line.get_color()
         # where the job compiled graphs (in one process, every size after the first recompiles)
         graphs = [metric(r, names.COMPILE_GRAPHS) for r in runs]
         compiled_at += [(s, r) for s, r, count in zip(sizes, rates, graphs, strict=True) if count]
     if compiled_at:
         xs, ys = zip(*compiled_at, strict=True)
-        handles.append(speed.scatter(xs, ys, marker="x", s=90, color="black", zorder=4))
-        labels.append("x: the job compiled graphs")
+        entries.append((speed.scatter(xs, ys, marker="x", s=90, color="black", zorder=4), "x: the job compiled graphs"))
     for index, crossover in enumerate(found):
         middle = math.sqrt(crossover.bytes_low * crossover.bytes_high)
-        style = {"color": colors.get(crossover.after, "#888888"), "linestyle": DASHES[index % len(DASHES)]}
-        handles.append(speed.axvline(middle, linewidth=1.2, **style))
+        style: dict[str, Any] = {
+            "color": colors.get(crossover.after, "#888888"),
+            "linestyle": DASHES[index % len(DASHES)],
+        }
+        entries.append((speed.axvline(middle, linewidth=1.2, **style), f"crossover: {crossover.line()}"))
         share.axvline(middle, linewidth=1.2, **style)
-        labels.append(f"crossover: {crossover.line()}")
     speed.set_xscale("log")
     speed.set_ylabel("achieved GB/s (steady-state median)")
     speed.set_title("Shape curves: where each variant's bandwidth goes as the size grows")
     share.set_xlabel("bytes moved per step (workload cost model)")
     share.set_ylabel("% of the device's bandwidth peak")
-    _legend_below(fig, handles, labels)
+    _legend_below(fig, entries)
     return fig
 
 
 def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
     """Summed throughput against copies with the linear line, and efficiency with contention marked."""
-    fig = _figure(9, 8)
-    speed, share = fig.subplots(2, 1, sharex=True)
-    handles: list[Artist] = []
-    labels = list(curves)
+    fig, (speed, share) = _figure(9, 8, rows=2)
+    entries: list[tuple[Artist, str]] = []
     notes: list[tuple[Annotation, Artist]] = []
     for name, points in curves.items():
         levels = [p.copies for p in points]
         (line,) = speed.plot(levels, [p.throughput for p in points], "o-")
         speed.plot(levels, [points[0].throughput * k for k in levels], "--", color=line.get_color(), linewidth=1)
         share.plot(levels, [100 * p.efficiency for p in points], "o-", color=line.get_color())
-        handles.append(line)
+        entries.append((line, name))
         if unstable := [p for p in points if not p.stable]:  # drawn, but hollow: no finding (scaling.md says so)
             share.plot([p.copies for p in unstable], [100 * p.efficiency for p in unstable], "o",
                        color=line.get_color(), markerfacecolor="white")  # fmt: skip
         if onset := contention_onset(points):
             share.axvline(onset, color=line.get_color(), linestyle=":", linewidth=1)
             text = f"contention ({name})"
-            where = {"xycoords": ("data", "axes fraction"), "fontsize": 7, "color": line.get_color()}
-            notes.append((_label_at(share, text, (onset, 0.05), **where), share))
+            where: dict[str, Any] = {"xycoords": ("data", "axes fraction"), "fontsize": 7, "color": line.get_color()}
+            notes.append(_label_at(share, text, (onset, 0.05), **where))
     if any(not p.stable for points in curves.values() for p in points):
-        handles += share.plot([], [], "o", color="#888888", markerfacecolor="white")
-        labels.append("hollow: timing unstable, efficiency not stated")
+        (hollow,) = share.plot([], [], "o", color="#888888", markerfacecolor="white")
+        entries.append((hollow, "hollow: timing unstable, efficiency not stated"))
     share.axhline(100 * CONTENTION_EFFICIENCY, color="#888888", linestyle="--", linewidth=1)
     speed.set_xscale("log", base=2)
     speed.set_ylabel("steps/s, all copies together (dashed: linear)")
     speed.set_title("Core scaling: copies side by side, each on its own share of the machine")
     share.set_xlabel("copies (measure.copies)")
     share.set_ylabel("efficiency against linear, %")
-    _legend_below(fig, handles, labels)
+    _legend_below(fig, entries)
     keep_apart(fig, notes, BESIDE)
     return fig
 
 
 def rank_steps_figure(step_ms: list[list[float]]) -> Figure:
     """Each rank's timed steps in the order they ran, with its median: where the ranks part ways."""
-    fig = _figure(10, 4.5)
-    ax = fig.subplots()
-    handles: list[Artist] = []
+    fig, (ax,) = _figure(10, 4.5)
+    entries: list[tuple[Artist, str]] = []
     for rank, samples in enumerate(step_ms):
         color = f"C{rank % 10}"
         median = sorted(samples)[len(samples) // 2]
-        handles += ax.plot(range(1, len(samples) + 1), samples, color=color, linewidth=0.8)
+        (line,) = ax.plot(range(1, len(samples) + 1), samples, color=color, linewidth=0.8)
+        entries.append((line, f"rank {rank}"))
         ax.axhline(median, color=color, linestyle="--", linewidth=0.8)
     ax.set_xlabel("timed step (steady state, in order)")
     ax.set_ylabel("step time, ms (dashed: median)")
     ax.set_title("Step time per rank")
-    _legend_below(fig, handles, [f"rank {rank}" for rank in range(len(step_ms))])
+    _legend_below(fig, entries)
     return fig
 
 
@@ -422,23 +403,22 @@ def queue_depth_figure(curves: dict[str, list[Run]]) -> Figure:
 
     Where variants' points crowd together, a depth that cannot be placed clear of the others is left out.
     """
-    fig = _figure(9, 5.5)
-    ax = fig.subplots()
-    handles: list[Artist] = []
+    fig, (ax,) = _figure(9, 5.5)
+    entries: list[tuple[Artist, str]] = []
     notes: list[tuple[Annotation, Artist]] = []
-    for found in curves.values():
+    for name, found in curves.items():
         latency = [metric(r, names.THROUGHPUT_BLOCK_MS) or 0.0 for r in found]
         rate = [metric(r, names.THROUGHPUT_STEPS_PER_S) or 0.0 for r in found]
         (line,) = ax.plot(latency, rate, marker="o")
-        handles.append(line)
+        entries.append((line, name))
         for run, x, y in zip(found, latency, rate, strict=True):
             depth = metric(run, names.THROUGHPUT_INFLIGHT) or 0
-            notes.append((_label_at(ax, f"{depth:.0f}", (x, y), color=line.get_color()), ax))
+            notes.append(_label_at(ax, f"{depth:.0f}", (x, y), color=line.get_color()))
     ax.set_xscale("log")
     ax.set_xlabel("wait for a block's results, ms (steps queued per synchronize at each point)")
     ax.set_ylabel("steps per second")
     ax.set_title("Queue depth: throughput against latency")
-    _legend_below(fig, handles, list(curves))
+    _legend_below(fig, entries)
     keep_apart(fig, notes, AROUND)
     return fig
 
@@ -447,8 +427,7 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     """Normwise relative error of each layer's output, in call order, against the tolerance."""
     errors = [max(e, 1e-18) for e in table["max_rel_err"]]  # exact zeros still show on a log axis
     passed = table["pass"]
-    fig = _figure(max(8, 0.25 * len(errors) + 3), 5)
-    ax = fig.subplots()
+    fig, (ax,) = _figure(max(8, 0.25 * len(errors) + 3), 5)
     ax.plot(range(len(errors)), errors, color="#4c78a8", linewidth=0.8)
     ax.scatter(range(len(errors)), errors, c=["#4c78a8" if ok else "#e45756" for ok in passed], s=14, zorder=3)
     tolerance = ax.axhline(table["tolerance"][0], color="#e45756", linestyle="--", linewidth=0.8)
@@ -459,11 +438,11 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     ax.set_yscale("log")
     ax.set_ylabel("max |out - ref| / max |ref|")
     ax.set_title("Error through the layers (float64 CPU reference, same weights and inputs)")
-    _legend_below(fig, [tolerance], ["tolerance"])
+    _legend_below(fig, [(tolerance, "tolerance")])
     failing = next((i for i, ok in enumerate(passed) if not ok), None)
     if failing is not None:
         note = _label_at(ax, f"first over: {table['layer'][failing]}", (failing, errors[failing]), color="#e45756")
-        keep_apart(fig, [(note, ax)], AROUND)
+        keep_apart(fig, [note], AROUND)
     return fig
 
 
@@ -473,10 +452,8 @@ def history_figure(series: Series, key: str) -> Figure:
     Runs left out of the change points are hollow; each step is a dashed line labelled with the
     first commit after it and the change.
     """
-    fig = _figure(10, 4.8)
-    ax = fig.subplots()
-    handles: list[Artist] = []
-    labels = []
+    fig, (ax,) = _figure(10, 4.8)
+    entries: list[tuple[Artist, str]] = []
     kinds = (("run", "#4c78a8", series.used), ("left out of the change points", "white", series.left_out_positions()))
     for text, face, chosen in kinds:
         if not chosen:
@@ -486,26 +463,25 @@ def history_figure(series: Series, key: str) -> Figure:
         spread = [[v - low for v, (low, _) in zip(values, intervals, strict=True)],
                   [high - v for v, (_, high) in zip(values, intervals, strict=True)]]  # fmt: skip
         bars = ax.errorbar(chosen, values, yerr=spread, fmt="o", color="#4c78a8", markerfacecolor=face, capsize=3)
-        handles.append(bars.lines[0])  # the points: the legend names them, the bars' meaning is in the label
         with_bars = any(series.points[k].interval for k in chosen)
-        labels.append(text + (" (bar: 95% interval from its worker processes)" if with_bars else ""))
+        # the points: the legend names them, the bars' meaning is in the label
+        entries.append((bars.lines[0], text + (" (bar: 95% interval from its worker processes)" if with_bars else "")))
     for segment in series.segments():
         level = math.exp(sum(math.log(series.points[k].value) for k in segment) / len(segment))
         (line,) = ax.plot([segment[0] - 0.4, segment[-1] + 0.4], [level, level], color=FRONTIER_COLOR, linewidth=1.5)
     if series.steps:
-        handles.append(line)
-        labels.append("segment level (geometric mean of its runs)")
+        entries.append((line, "segment level (geometric mean of its runs)"))
     notes: list[tuple[Annotation, Artist]] = []
     for step in series.steps:
         at = series.points.index(step.after) - 0.5
         ax.axvline(at, color="#888888", linestyle="--", linewidth=1)
-        where = {"xycoords": ("data", "axes fraction"), "fontsize": 8, "color": "#444444"}
-        notes.append((_label_at(ax, f"{step.after.commit[:8]} {step.change.change:+.1%}", (at, 0.03), **where), ax))
+        where: dict[str, Any] = {"xycoords": ("data", "axes fraction"), "fontsize": 8, "color": "#444444"}
+        notes.append(_label_at(ax, f"{step.after.commit[:8]} {step.change.change:+.1%}", (at, 0.03), **where))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one run: one integer in view
     ax.set_xlabel("run, oldest first (dashed: a change point, labelled with the first commit after it)")
     ax.set_ylabel(key)
     ax.set_title(_wrap(f"{series.label} ({series.config_hash[:8]}): {len(series.steps)} change point(s)"))
-    _legend_below(fig, handles, labels)
+    _legend_below(fig, entries)
     keep_apart(fig, notes, BESIDE)
     return fig
 
@@ -515,16 +491,6 @@ def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
     return path
-
-
-def rank_steps(step_ms: list[list[float]], path: Path) -> Path:
-    """Write `rank_steps_figure` to `path` (a job's own plot)."""
-    return save(rank_steps_figure(step_ms), path)
-
-
-def layer_errors(table: dict[str, list[Any]], path: Path) -> Path:
-    """Write `layer_errors_figure` to `path` (a job's own plot)."""
-    return save(layer_errors_figure(table), path)
 
 
 def write_plots(

@@ -402,8 +402,8 @@ def test_a_jobs_own_plots_are_readable_and_written_where_asked(tmp_path: Path) -
     fig = layer_errors_figure(table)
     assert overlapping_texts(fig) == []
     assert "first over: layers.13.self_attn" in shown_texts(fig)
-    assert plots.rank_steps(steps, tmp_path / "rank_steps.png").stat().st_size > 10_000
-    assert plots.layer_errors(table, tmp_path / "layer_accuracy.png").stat().st_size > 10_000
+    assert plots.save(rank_steps_figure(steps), tmp_path / "rank_steps.png").stat().st_size > 10_000
+    assert plots.save(layer_errors_figure(table), tmp_path / "layer_accuracy.png").stat().st_size > 10_000
 
 
 def test_write_plots_keeps_its_file_names(store: Store, tmp_path: Path) -> None:
