@@ -6,15 +6,18 @@ import os
 from pathlib import Path
 
 
-def write_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` through a rename: a reader sees the old file or the new one, never a part.
+def write_whole(path: Path, content: str | bytes) -> None:
+    """Write `content` to `path` through a rename: a reader sees the old file or the new one, never a part.
 
     A full disk leaves no half-written file beside `path` (the error is raised).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        draft.write_text(text)
+        if isinstance(content, bytes):
+            draft.write_bytes(content)
+        else:
+            draft.write_text(content)
         draft.replace(path)
     except OSError:
         draft.unlink(missing_ok=True)

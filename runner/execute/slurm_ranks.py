@@ -23,6 +23,7 @@ from pathlib import Path
 from runner.config import ConfigError, RunSpec
 from runner.execute.processes import Answer, ChildFailed, ChildRaised
 from runner.execute.ranks import Rendezvous, measure_rank, rank_folder, torchrun_env
+from runner.files import write_whole
 from runner.measure.result import JobResult
 
 log = logging.getLogger(__name__)
@@ -99,11 +100,8 @@ def follow(spec: RunSpec, output_dir: Path, task: SlurmTask) -> None:
         answer = Answer(value=_measure_task(spec, output_dir, task))
     except Exception as err:  # anything: task 0 reports it, naming this rank
         answer = Answer.of_error(err)
-    path = output_dir / rank_folder(task.rank) / RESULT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".partial")
-    temporary.write_bytes(pickle.dumps(answer))
-    temporary.replace(path)  # whole or absent: task 0 never reads half a result
+    # whole or absent: task 0 never reads half a result
+    write_whole(output_dir / rank_folder(task.rank) / RESULT_FILE, pickle.dumps(answer))
 
 
 def lead(spec: RunSpec, output_dir: Path, task: SlurmTask) -> list[JobResult]:

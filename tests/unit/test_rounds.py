@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from runner import names
 from runner.execute.rounds import round_orders
+from runner.files import write_whole
 from runner.measure.loop import RoundPlace, SteadyState
 from runner.sweep.rounds import time_sweep_rounds
 
@@ -45,3 +46,11 @@ def test_a_sweep_clears_the_rounds_an_earlier_sweep_left_in_its_folder(tmp_path:
     # fewer than two jobs take part: no rounds now, and none of the earlier sweep's are read
     time_sweep_rounds(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}), [], "now")
     assert not stale.exists()
+
+
+def test_a_file_another_process_reads_is_written_whole_as_text_or_bytes(tmp_path: Path) -> None:
+    # a Slurm task's pickled result and a sweep's rounds go through the same rename
+    write_whole(tmp_path / "a" / "result.pkl", b"\x80\x05result")
+    write_whole(tmp_path / "a" / "rounds.json", "{}")
+    assert (tmp_path / "a" / "result.pkl").read_bytes() == b"\x80\x05result"
+    assert sorted(path.name for path in (tmp_path / "a").iterdir()) == ["result.pkl", "rounds.json"]  # no draft left
