@@ -1,8 +1,5 @@
-"""Where a job's results go and how a reader finds them: MLflow.
+"""Where a job's results go and how a reader finds them: MLflow. Nothing here measures.
 
-`run` opens one MLflow run per job and logs params, tags, metrics and artifacts through
-retried writes; `store` checks and prepares the tracking store (SQLite, a server) before a
-job writes to it; `links` builds the MLflow UI addresses printed for a run and a sweep;
-`worktree` checks out the commit a gate measures against and orders HEAD's commits for the history. Jobs,
-sweeps, the comparison and the doctor log through here; nothing here measures.
+`run`: a job's run and its retried writes; `store`: the store, checked and prepared before a job writes;
+`links`: the UI addresses printed for a run and a sweep; `worktree`: a commit's checkout for the gate.
 """

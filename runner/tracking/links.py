@@ -1,9 +1,8 @@
 """Links into the MLflow UI that land where a user wants to be: a run, or a comparison's runs.
 
-The runs table opens through MLflow's own shared views (what its "Share" button writes): an
-experiment tag `mlflow.sharedViewState.<key>` holds the table's filter, sort order and columns,
-and `?viewStateShareKey=<key>` in the link applies them. MLflow offers no other way for a client
-to choose the columns a user first sees. The compare view takes its runs from the link alone.
+The runs table opens through MLflow's shared views (its "Share" button): an experiment tag
+`mlflow.sharedViewState.<key>` holds the filter, order and columns, which `?viewStateShareKey=<key>`
+applies; MLflow offers a client no other way to choose the columns a user first sees.
 """
 
 from __future__ import annotations
@@ -67,10 +66,7 @@ def run_page(ui: Ui, experiment_id: str, run_id: str) -> str:
 
 
 def compare_page(ui: Ui, experiment_ids: list[str], run_ids: list[str]) -> str:
-    """MLflow's compare view of these runs: params and metrics side by side, parallel coordinates.
-
-    It finds a run only in the experiments the link names: all of the runs' (sorted, as the UI's own links).
-    """
+    """MLflow's compare view of the runs; it finds them only in the experiments the link names (sorted, as the UI's)."""
     runs, experiments = quote(json.dumps(run_ids)), quote(json.dumps(experiment_ids))
     return f"{ui.base}/#/compare-runs?runs={runs}&experiments={experiments}"
 
@@ -78,8 +74,8 @@ def compare_page(ui: Ui, experiment_ids: list[str], run_ids: list[str]) -> str:
 def swept_columns(keys: list[str], runs: list[Run]) -> list[str]:
     """The runs table's columns of a sweep's swept keys: the param each sets.
 
-    A swept config group (`measure=quick,stable`) sets no param of its own: its column is the
-    workload's option name for the workload, else the group's params that differ between the runs.
+    A swept config group (`measure=quick,stable`) sets no param: the workload's option name stands for the
+    workload, and another group's params that differ between the runs for that group.
     """
     found: list[str] = []
     for key in keys:
@@ -96,14 +92,11 @@ def swept_columns(keys: list[str], runs: list[Run]) -> list[str]:
 def runs_table_page(
     ui: Ui, client: MlflowClient, experiment_ids: list[str], search_filter: str, first_columns: list[str]
 ) -> str:
-    """The experiments' runs table showing the runs `search_filter` finds, fastest first.
+    """The experiments' runs table of the runs `search_filter` finds, fastest first, `first_columns` then the key ones.
 
-    Its columns are `first_columns` (a sweep's swept keys), then the key columns. The view is
-    stored as an experiment tag named after its contents, so the same comparison always gets
-    the same link; on every experiment, since the UI reads it from the first one the link names.
-    Where the store refuses the tag (a read-only user, or a filter too long for a tag), the link
-    carries the filter and the order itself, and the table shows the user's own columns. Runs
-    of several experiments are in MLflow's table of several experiments.
+    The view's tag is named after its contents (the same comparison, the same link) and set on every experiment
+    (the UI reads the first one the link names). Where the store refuses it (a read-only user, a filter too long),
+    the link carries the filter and order itself, and the table shows the user's own columns.
     """
     from mlflow.exceptions import MlflowException
 
@@ -132,8 +125,7 @@ def runs_table_page(
 def comparison_links(ui: Ui, client: MlflowClient, runs: list[Run], first_columns: list[str]) -> dict[str, str]:
     """The runs table and the compare view of a comparison's runs, `first_columns` first in the table.
 
-    The table is filtered on the runs' ids, not on a sweep's parent: a sweep's rows include the
-    runs it reused from earlier sweeps, which are other parents' children.
+    Filtered on the runs' ids, not a sweep's parent: a sweep reuses runs of earlier sweeps, other parents' children.
     """
     run_ids = [run.info.run_id for run in runs]
     experiment_ids = sorted({run.info.experiment_id for run in runs})
@@ -146,7 +138,6 @@ def comparison_links(ui: Ui, client: MlflowClient, runs: list[Run], first_column
 
 def describe_links(ui: Ui, links: dict[str, str]) -> str:
     """The links as the terminal shows them, with how to start the UI when it is a local store's."""
-    lines = ["open the comparison in the MLflow UI" + (f" (start it: {ui.start})" if ui.start else "") + ":"]
-    lines.append(f"  runs table:   {links[names.TAG_UI_RUNS_TABLE]}")
-    lines.append(f"  compare view: {links[names.TAG_UI_COMPARE]}")
-    return "\n".join(lines)
+    start = f" (start it: {ui.start})" if ui.start else ""
+    runs_table, compare = links[names.TAG_UI_RUNS_TABLE], links[names.TAG_UI_COMPARE]
+    return f"open the comparison in the MLflow UI{start}:\n  runs table:   {runs_table}\n  compare view: {compare}"

@@ -1,8 +1,4 @@
-"""MLflow, in one place: the tracking URI, the experiment, a run's params, tags, metrics, artifacts.
-
-A job opens and closes its run with `runner.job.open_run` (an `MlflowRun`, or a `NullRun` with
-the same methods when `tracking.enabled=false`).
-"""
+"""MLflow, in one place: the experiment, a run's params, tags, metrics, artifacts (`runner.job.open_run` opens it)."""
 
 from __future__ import annotations
 
@@ -13,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
+from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,26 +37,15 @@ LOCKED_RETRIES = 12
 T = TypeVar("T")
 
 
-class _FullStoreLogged(logging.Filter):
-    """Drops MLflow's logged traceback of a write to a full store: mlflow_write raises StoreFull instead.
-
-    MLflow logs every failed SQLAlchemy write at ERROR, with two chained tracebacks and the
-    statement; a full store fails each write and the run's close, a few hundred lines before
-    the runner's one line (the traceback is still in the job's error.txt).
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return SQLITE_FULL not in record.getMessage()
-
-
-logging.getLogger("mlflow.store.db.utils").addFilter(_FullStoreLogged())
+# MLflow logs each failed write to a full store at ERROR with two tracebacks: a few hundred lines before the
+# runner's one (mlflow_write raises StoreFull instead; the job's error.txt keeps the traceback)
+logging.getLogger("mlflow.store.db.utils").addFilter(lambda record: SQLITE_FULL not in record.getMessage())
 
 
 def mlflow_write(call: Callable[[], T]) -> T:
-    """Run an MLflow write whole: SIGINT/SIGTERM wait until it is done, and a locked SQLite store is retried.
+    """Run an MLflow write whole (SIGINT/SIGTERM wait), retrying a locked SQLite store.
 
-    A stop raised inside SQLAlchemy would leave the store's connection mid-transaction, and the
-    run could then not even be closed KILLED.
+    A stop raised inside SQLAlchemy would leave the connection mid-transaction: the run could not even be closed KILLED.
     """
     for attempt in range(LOCKED_RETRIES):
         try:
@@ -95,44 +81,26 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
         items = [(str(i), v) for i, v in enumerate(tree)]
     else:
         return {prefix: tree}
-    flat: dict[str, Any] = {}
-    for key, value in items:
-        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
+    return {k: v for key, value in items for k, v in flatten(value, f"{prefix}.{key}" if prefix else str(key)).items()}
 
 
 def git_commit(repo: Path) -> str | None:
     """The commit of the repository holding `repo`, with '-dirty' when it has changes."""
+    git = ["git", "-C", str(repo)]
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        status = [*git, "status", "--porcelain", "--untracked-files=no"]
+        dirty = subprocess.run(status, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return f"{commit}-dirty" if dirty else commit
 
 
 def split_by_budget(local_dir: Path, max_bytes: int) -> tuple[list[Path], list[Path]]:
-    """Split a tree's files into those to upload and those too big for the budget.
-
-    Smallest files go first, so one huge NTFF is kept local rather than many small traces.
-    """
+    """Files to upload, and those past the budget: smallest first, so one huge NTFF stays local, not many traces."""
     files = sorted((p for p in local_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-    upload: list[Path] = []
-    used = 0
-    for index, path in enumerate(files):
-        size = path.stat().st_size
-        if used + size > max_bytes:
-            return upload, files[index:]
-        upload.append(path)
-        used += size
-    return upload, []
+    fits = sum(1 for used in accumulate(p.stat().st_size for p in files) if used <= max_bytes)
+    return files[:fits], files[fits:]
 
 
 def ensure_experiment(tracking: TrackingConfig) -> str:
@@ -157,8 +125,7 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
         client = mlflow.MlflowClient()
         mlflow_write(lambda: client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))
-    experiment_id: str = experiment.experiment_id
-    return experiment_id
+    return str(experiment.experiment_id)
 
 
 class NullRun:
@@ -196,8 +163,7 @@ class NullRun:
     def log_result(self, result: JobResult, max_artifact_mb: int, folder: str = "") -> None:
         """Log a job's result: metrics, tags, the op table, text artifacts, the capture and memory folders.
 
-        With `folder` (another rank's, e.g. rank1), its metrics and system samples are logged as
-        `rank1/<name>` and its files under `rank1/`; the run's tags and series stay the job's own.
+        Another rank's (`folder`="rank1") goes under `rank1/`; the run's tags and series stay the job's own.
         """
         prefix = f"{folder}/" if folder else ""
         self.log_metrics({prefix + name: value for name, value in result.metrics.items()})
@@ -290,11 +256,7 @@ class MlflowRun(NullRun):
             mlflow_write(lambda: mlflow.log_artifacts(str(local_dir), artifact_path))
 
     def log_capture(self, local_dir: Path, artifact_path: str, max_mb: int) -> None:
-        """Log a capture tree as is, keeping files past the `max_mb` budget local.
-
-        Files kept local are listed with their path and size in `names.KEPT_LOCAL_FILE`
-        and counted in the `runner.artifacts_kept_local` tag.
-        """
+        """Log a capture tree; files past `max_mb` stay local, listed in `names.KEPT_LOCAL_FILE`, counted in a tag."""
         import mlflow
 
         if not local_dir.is_dir():

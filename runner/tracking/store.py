@@ -1,13 +1,8 @@
 """The MLflow store itself: created and migrated by one process at a time, checked before use.
 
-MLflow creates and migrates a SQLite store on first use. Two processes doing that at once
-collide (`table experiments already exists`, half-applied migrations that leave
-`_alembic_tmp_*` tables behind), so the first use of a SQLite store takes an exclusive lock
-on a file beside it, and a new store is created and migrated under a temporary name, then
-renamed into place, so a disk that fills up on the way leaves nothing half-made. Server URIs
-need no lock (the server owns its store); before any of it, `check_usable` refuses in one
-line and in seconds what cannot work: a store that cannot be written or is damaged, a database
-URI whose driver is missing, a server nothing answers at.
+Two processes migrating a new SQLite store at once collide (`table experiments already exists`, leftover
+`_alembic_tmp_*` tables), so its first use holds a lock file beside it, and a new store is made under a temporary
+name, then renamed, so a full disk leaves nothing half-made. `check_usable` refuses in seconds what cannot work.
 """
 
 from __future__ import annotations
@@ -52,7 +47,7 @@ def sqlite_path(uri: str) -> Path | None:
 
 @contextmanager
 def store_lock(uri: str) -> Iterator[None]:
-    """Hold an exclusive lock on `<store>.lock` while the block runs (no-op for a server)."""
+    """Hold an exclusive lock on `<store>.lock` while the block runs (no-op for a server, which owns its store)."""
     path = sqlite_path(uri)
     if path is None:
         yield
@@ -69,19 +64,8 @@ def store_lock(uri: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def half_migrated_tables(path: Path) -> list[str]:
-    """`_alembic_tmp_*` tables: the trace of a schema migration that was interrupted."""
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    return sorted(name for (name,) in rows if name.startswith("_alembic_tmp_"))
-
-
 def check_usable(uri: str) -> None:
-    """Refuse, without loading MLflow, a store no job could log to; every check takes seconds at most.
-
-    Raises:
-        ConfigError: naming tracking.uri and what is wrong.
-    """
+    """Refuse with a ConfigError, without loading MLflow, a store no job could log to; each check takes seconds."""
     check_writable(uri)
     check_intact(uri)
     check_reachable(uri)
@@ -89,11 +73,7 @@ def check_usable(uri: str) -> None:
 
 
 def check_writable(uri: str) -> None:
-    """Refuse a SQLite store that cannot be created or written (MLflow would retry for minutes).
-
-    Raises:
-        ConfigError: naming tracking.uri.
-    """
+    """Refuse a SQLite store that cannot be created or written (MLflow would retry for minutes)."""
     path = sqlite_path(uri)
     if path is None:
         return
@@ -109,14 +89,10 @@ def check_writable(uri: str) -> None:
 
 
 def check_intact(uri: str) -> None:
-    """Refuse a SQLite store whose file is not a database or whose pages are damaged (a truncated copy).
+    """Refuse a SQLite store that is not a database or has damaged pages (MLflow would fail with a traceback).
 
-    MLflow would fail on it in every job, and in compare and history, with a SQLAlchemy traceback.
     `PRAGMA quick_check` reads every page (0.6 s for a 180 MB SQLite file on the 2-core development
     host, 2026-12-03); a store another process is writing just then is not waited for, nor judged.
-
-    Raises:
-        ConfigError: naming tracking.uri and what SQLite found.
     """
     path = sqlite_path(uri)
     if path is None or not path.is_file():
@@ -136,11 +112,7 @@ def check_intact(uri: str) -> None:
 
 
 def check_driver(uri: str) -> None:
-    """Refuse a database URI whose SQLAlchemy driver is not installed (each job would fail with a traceback).
-
-    Raises:
-        ConfigError: naming tracking.uri and the missing module.
-    """
+    """Refuse a database URI whose SQLAlchemy driver is not installed (each job would fail with a traceback)."""
     if urlsplit(uri).scheme.split("+")[0] not in ("postgresql", "mysql", "mssql"):
         return
     from sqlalchemy.engine import make_url
@@ -156,13 +128,7 @@ def check_driver(uri: str) -> None:
 
 
 def check_reachable(uri: str) -> None:
-    """Refuse a server URI when nothing accepts a connection at its host and port within seconds.
-
-    A URI reached through an HTTP proxy, or a database's local socket, is left to the client.
-
-    Raises:
-        ConfigError: naming tracking.uri, the address and why.
-    """
+    """Refuse a server URI nothing accepts a connection at within seconds; one through a proxy or socket is let be."""
     parts = urlsplit(uri)
     scheme = parts.scheme.split("+")[0]
     if scheme not in DEFAULT_PORTS or not parts.hostname or _not_direct(parts, scheme):
@@ -189,18 +155,15 @@ def _not_direct(parts: SplitResult, scheme: str) -> bool:
 
 
 def check_migrated(uri: str) -> None:
-    """Refuse a SQLite store that an interrupted schema migration left broken (call under the lock).
-
-    Raises:
-        ConfigError: naming tracking.uri and what to do.
-    """
+    """Refuse a SQLite store an interrupted migration left with `_alembic_tmp_*` tables (call under the lock)."""
     path = sqlite_path(uri)
     if path is None or not path.exists():
         return
-    shown = redact(uri)
-    if leftovers := half_migrated_tables(path):
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    if leftovers := sorted(name for (name,) in rows if name.startswith("_alembic_tmp_")):
         raise ConfigError(
-            f"tracking.uri={shown}: the store was left half-migrated by an interrupted MLflow schema migration "
+            f"tracking.uri={redact(uri)}: the store was left half-migrated by an interrupted MLflow schema migration "
             f"(tables {', '.join(leftovers)}); back up {path}, then drop each leftover whose original table exists "
             f"(sqlite3 {path} 'DROP TABLE {leftovers[0]}') or rename it to the original name where that is missing, "
             "and run again"
@@ -208,14 +171,10 @@ def check_migrated(uri: str) -> None:
 
 
 def create_sqlite(path: Path, uri: str) -> None:
-    """Create and migrate a new SQLite store under a temporary name beside it, then rename it into place.
+    """Create and migrate a new SQLite store under a temporary name, then rename it; call under the store's lock.
 
-    A disk that fills up during the migration would otherwise leave a store with all its
-    tables and an older schema version, on which every later run fails (`table spans already
-    exists`). Call under the store's lock.
-
-    Raises:
-        StoreFull: the disk filled up; nothing is left behind.
+    A disk filling up mid-migration would otherwise leave a store with an older schema on which every later run
+    fails (`table spans already exists`); here it raises StoreFull and leaves nothing behind.
     """
     from mlflow import MlflowClient
 
@@ -235,12 +194,7 @@ def create_sqlite(path: Path, uri: str) -> None:
 
 
 def prepare_store(uri: str) -> None:
-    """Create and migrate the store once, one process at a time; refuse a broken one.
-
-    Raises:
-        ConfigError: the store cannot be used (check_usable), or is half-migrated.
-        StoreFull: its disk filled up while it was created.
-    """
+    """Create and migrate the store once, a process at a time; raises ConfigError (broken) or StoreFull (disk full)."""
     if uri in _prepared:
         return
     from mlflow import MlflowClient

@@ -1,7 +1,6 @@
-"""A commit's tree checked out beside this one, for as long as a block runs: the gate's baseline.
+"""A commit's tree checked out beside this one while a block runs (the gate's baseline), and HEAD's commits in order.
 
-`git worktree add --detach` shares the repository's objects, so a checkout costs the files
-only; the tree and git's record of it are removed when the block ends, however it ends.
+`git worktree add --detach` shares the repository's objects, so a checkout costs the files only.
 """
 
 from __future__ import annotations
@@ -29,11 +28,7 @@ def _git(folder: Path, *args: str, env: dict[str, str] | None = None) -> subproc
 
 
 def commit_of(folder: Path, rev: str) -> str:
-    """The full commit id `rev` names in the repository that holds `folder`.
-
-    Raises:
-        NoCheckout: `folder` is not in a git checkout, or `rev` names no commit there.
-    """
+    """The full commit id `rev` names in the repository that holds `folder` (else NoCheckout)."""
     if _git(folder, "rev-parse", "--show-toplevel").returncode != 0:
         raise NoCheckout(f"--against {rev}: {folder} is not in a git checkout")
     found = _git(folder, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
@@ -45,11 +40,8 @@ def commit_of(folder: Path, rev: str) -> str:
 def snapshot_of(folder: Path) -> str:
     """A commit of the checkout holding `folder` as it is now: uncommitted and untracked (not ignored) files too.
 
-    Built in an index of its own, so the user's index, branches and stash are left as they were;
-    the commit is on no branch (git's gc removes it in time).
-
-    Raises:
-        NoCheckout: `folder` is not in a git checkout with a commit, or git could not write the snapshot.
+    Built in an index of its own, so the user's index, branches and stash stay as they were; the commit is on no
+    branch (git's gc removes it in time).
     """
     head = commit_of(folder, "HEAD")
     top = _git(folder, "rev-parse", "--show-toplevel").stdout.strip()
@@ -70,11 +62,7 @@ def snapshot_of(folder: Path) -> str:
 
 @contextmanager
 def checkout(folder: Path, commit: str) -> Iterator[Path]:
-    """`folder` as it is in `commit`, in a temporary worktree (the same place within the repository).
-
-    Raises:
-        NoCheckout: git could not add the worktree.
-    """
+    """`folder` as it is in `commit`, in a temporary worktree removed (git's record too) however the block ends."""
     top = Path(_git(folder, "rev-parse", "--show-toplevel").stdout.strip())
     where = Path(tempfile.mkdtemp(prefix="runner-worktree-"))
     tree = where / "tree"
@@ -91,11 +79,7 @@ def checkout(folder: Path, commit: str) -> Iterator[Path]:
 
 
 def commits_oldest_first(folder: Path) -> list[str]:
-    """The full ids of the commits HEAD descends from in the repository holding `folder`, parents before children.
-
-    Raises:
-        NoCheckout: `folder` is not in a git checkout.
-    """
+    """The full ids of the commits HEAD descends from in the repository holding `folder`, parents before children."""
     listed = _git(folder, "rev-list", "--topo-order", "--reverse", "HEAD")
     if listed.returncode != 0:
         raise NoCheckout(f"--order commit: {folder} is not in a git checkout with a commit")
