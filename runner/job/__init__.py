@@ -1,10 +1,6 @@
 """A job's life, in one place: its status, its folder, its MLflow run, its error, the failure policy, its death.
 
-`life` runs a job (JobLife), `status` holds the status values and the status file, `run`
-opens and closes the job's MLflow run, and `dead` closes the jobs and runs whose process died;
-`hashing` gives a job's config hash, `shared_process` refuses a job that cannot share this
-process with the jobs before it, and `manifest` builds the job's `environment.json` (imported by
-name: it loads torch).
+`manifest` (the job's `environment.json`) loads torch, so it is imported by name.
 """
 
 from runner.job.dead import close_dead_job, close_dead_runs, close_orphans, fail_run, finished_run_id, process_alive

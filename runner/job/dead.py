@@ -1,9 +1,7 @@
-"""Jobs and runs whose process died before it could close them: found, and closed FAILED (or KILLED).
+"""Jobs and runs whose process died before it could close them (kill -9, out of memory): closed FAILED (or KILLED).
 
-A job that dies hard (kill -9, out of memory, a crash) leaves its status file and its MLflow
-run RUNNING. Whoever notices closes them: the launcher that saw the process die, the sweep's
-end (`close_dead_job`), or the next job or sweep of this host whose run's process is gone
-(`close_orphans`). The writes go through the store's retried writes, as the job's own would.
+Whoever notices closes them: the launcher that saw the process die, the sweep's end (`close_dead_job`), or the
+next job or sweep of this host whose run's process is gone (`close_orphans`).
 """
 
 from __future__ import annotations
@@ -37,10 +35,9 @@ def process_alive(pid: int) -> bool:
 def close_dead_job(
     job_dir: Path, reason: str, tracking_uri: str | None, stopped: bool = False, overrides: str = ""
 ) -> None:
-    """Record that a job died without closing its run, and mark that run FAILED in MLflow.
+    """Record that a job died without closing its run, and close that run FAILED (KILLED if its sweep `stopped` it).
 
-    A job its sweep `stopped` is recorded KILLED. One that died before it wrote its status
-    file is recorded for the sweep running now (with its `overrides`), so its summary counts it.
+    One that died before it wrote its status file is recorded for the sweep running now, so its summary counts it.
     """
     status = read_status(job_dir)
     if status is not None and status.get("status") != JobStatus.RUNNING:
@@ -73,11 +70,7 @@ def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
 
 
 def close_dead_runs(tracking: TrackingConfig, config_hash: str) -> list[Any]:
-    """Return this configuration's runs in the experiment, with the dead ones among them marked FAILED.
-
-    A run or sweep killed as a whole (kill -9) leaves its run RUNNING; the next job of that
-    configuration is the first to notice that the run's process on this host is gone.
-    """
+    """The configuration's runs in the experiment, the dead ones among them marked FAILED (`close_orphans`)."""
     from mlflow import MlflowClient
 
     prepare_store(tracking.uri)
@@ -92,11 +85,7 @@ def close_dead_runs(tracking: TrackingConfig, config_hash: str) -> list[Any]:
 
 
 def close_orphans(client: Any, runs: list[Any]) -> None:
-    """Mark FAILED the RUNNING runs among `runs` whose process on this host is gone.
-
-    A process killed as a whole (SIGKILL, a crash of the machine's session) leaves its run
-    RUNNING; the next job of the same configuration, or the next sweep, is the first to notice.
-    """
+    """Mark FAILED the RUNNING runs among `runs` whose process on this host is gone (SIGKILL, a crashed session)."""
     for run in runs:
         host, pid = run.data.tags.get(names.TAG_HOST), run.data.tags.get(names.TAG_PID)
         if run.info.status == JobStatus.RUNNING and host == platform.node() and pid and not process_alive(int(pid)):

@@ -1,7 +1,4 @@
-"""A job's life from start to end: its folder claimed, its status kept, its MLflow run, its error, the failure policy.
-
-The status file's values and format are in `runner.job.status`; closing a job that died is `runner.job.dead`.
-"""
+"""A job's life from start to end: its folder claimed, its status, its MLflow run, its error, the failure policy."""
 
 from __future__ import annotations
 
@@ -35,14 +32,10 @@ def current_traceback() -> str:
 
 
 def claim_folder(job_dir: Path, key: str) -> None:
-    """Make this process the one job working in `job_dir`, or refuse: two jobs in one folder mix their data.
+    """Make this process the one job working in `job_dir`, or raise ConfigError: two jobs in one folder mix their data.
 
-    Default folders are named per process (conf/config.yaml), so this refuses only a folder
-    given by hand to two live jobs. An owner that is gone (killed, crashed) leaves its file
-    behind; a later job of this host takes the folder over.
-
-    Raises:
-        ConfigError: another live process works in the folder; the message names `key`.
+    Default folders are named per process (conf/config.yaml), so only a folder given by hand to two live jobs is
+    refused; the file of an owner that is gone (killed, crashed) is taken over.
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     path = job_dir / OWNER_FILE
@@ -90,20 +83,16 @@ def _held(owner: dict[str, Any]) -> bool:
 
 
 class JobLife:
-    """Owns one job from start to end.
+    """Owns one job: `running()` its status and the failure policy, `run()` its MLflow run, tagged with its error.
 
-    `running()` wraps the whole job: status RUNNING, then FINISHED, SKIPPED or FAILED, and
-    the failure policy (in a sweep a failed job is recorded and the sweep goes on; alone,
-    the error propagates). `run()` wraps the job's MLflow run: opened, tagged with the error
-    and its traceback when the job raises, closed FINISHED or FAILED.
+    In a sweep a failed job is recorded and the sweep goes on; alone, the error propagates.
     """
 
     def __init__(self, job: JobInfo, sweeping: bool = False) -> None:
         self.job = job
         self.sweeping = sweeping
         self.skipped = False
-        # the MLflow run, once one is open
-        self.run_id: str | None = None
+        self.run_id: str | None = None  # once the MLflow run is open
 
     def status(self, **fields: Any) -> None:
         """Update the status file; a full disk costs the file, not the job, and says so."""
@@ -114,11 +103,10 @@ class JobLife:
 
     @contextmanager
     def running(self) -> Iterator[None]:
-        """Run the job's body; in a sweep, a failure is recorded and swallowed.
+        """Run the job's body in its claimed folder; in a sweep, a failure is recorded and swallowed.
 
-        SIGINT and SIGTERM stop the job: status KILLED, run KILLED, and `Interrupted`
-        propagates so the whole process (or sweep) ends with 130 or 143. The job's folder is
-        claimed first: a folder another live job works in is refused before anything is written.
+        SIGINT and SIGTERM stop the job: status KILLED, run KILLED, and `Interrupted` propagates so the whole
+        process (or sweep) ends with 130 or 143.
         """
         stop_on_signals()
         claim_folder(self.job.output_dir, "hydra.sweep.dir" if self.sweeping else "hydra.run.dir")

@@ -24,13 +24,7 @@ from runner.execute.monitor_reader import NEURON_MONITOR
 from runner.execute.workers import worker_start
 from runner.secrets import redact
 
-ALLOWED_PREFIXES = (
-    *MANIFEST_ENV_PREFIXES,
-    "SLURM_JOB_ID",
-    "SLURM_JOB_PARTITION",
-    "SLURM_JOB_NODELIST",
-    "SLURM_NTASKS",
-)
+ALLOWED_PREFIXES = (*MANIFEST_ENV_PREFIXES, "SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST", "SLURM_NTASKS")
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE", "SESSION")
 PYTHON_PACKAGES = (*MANIFEST_PACKAGES, "hydra-core", "omegaconf", "mlflow")
 
@@ -57,13 +51,8 @@ def package_versions() -> dict[str, str | None]:
 
 def system_package_versions() -> dict[str, str | None]:
     """Versions of the devices' system packages (the Neuron runtime, tools and driver), from dpkg or rpm."""
-    query = (
-        ["dpkg-query", "-W", "-f", "${Version}"]
-        if shutil.which("dpkg-query")
-        else ["rpm", "-q", "--qf", "%{VERSION}"]
-        if shutil.which("rpm")
-        else None
-    )
+    queries = (["dpkg-query", "-W", "-f", "${Version}"], ["rpm", "-q", "--qf", "%{VERSION}"])
+    query = next((query for query in queries if shutil.which(query[0])), None)
     versions: dict[str, str | None] = {}
     for name in MANIFEST_SYSTEM_PACKAGES:
         done = subprocess.run([*query, name], capture_output=True, text=True) if query else None
@@ -86,16 +75,13 @@ def monitor_facts(plan: MonitorPlan | None, system_packages: Mapping[str, str | 
 def build_manifest(
     backend: Backend, spec: RunSpec | None = None, environ: Mapping[str, str] = os.environ
 ) -> dict[str, Any]:
-    """Everything needed to tell two runs' environments apart, safe to publish, and how and where its workers run.
+    """Everything needed to tell two runs' environments apart, safe to publish.
 
-    With the job's `spec`: where its workers or copies run (`Backend.placement_facts`, beside the
-    device's facts), how they start (`measure.worker_start`) and what samples its system series
-    (`monitor.period_s`).
+    With the job's `spec`, also where its workers run, how they start and what samples its system series.
     """
     placement = backend.placement_facts(spec) if spec is not None else {}
-    requested_start = spec.measure.worker_start if spec is not None else "auto"
     monitor = plan_monitor(spec.monitor, backend.system_monitor) if spec is not None else None
-    workers = worker_start(requested_start)
+    workers = worker_start(spec.measure.worker_start if spec is not None else "auto")
     system_packages = system_package_versions()
     return {
         "python": platform.python_version(),

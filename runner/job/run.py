@@ -1,7 +1,4 @@
-"""A job's MLflow run, opened and closed with the job's status: FINISHED, KILLED when stopped, FAILED when it raises.
-
-With `tracking.enabled=false` it is a `NullRun`, which has the same methods and records nothing.
-"""
+"""A job's MLflow run, opened and closed with the job's status: FINISHED, KILLED when stopped, FAILED when it raises."""
 
 from __future__ import annotations
 
@@ -17,11 +14,7 @@ from runner.tracking.run import PARENT_RUN_ENV, MlflowRun, NullRun, ensure_exper
 
 @contextmanager
 def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
-    """Start this job's run (a child of the sweep's parent run when there is one).
-
-    The run ends FINISHED when the block completes, KILLED when interrupted and FAILED when
-    it raises.
-    """
+    """Start this job's run (a child of the sweep's parent run, if any; a `NullRun` with tracking off)."""
     if not tracking.enabled:
         yield NullRun()
         return

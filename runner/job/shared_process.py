@@ -1,8 +1,7 @@
-"""Jobs sharing one process: which keys a process fixes for every later job in it, and the refusal.
+"""Jobs sharing one process (Hydra's basic launcher): which keys a process fixes for every later job in it.
 
-Under Hydra's basic launcher a sweep's jobs run in one process, one after another; a job that
-would run on an earlier job's process-level settings is refused (`THIS_PROCESS`), and a sweep
-that varies such keys gets the isolated launcher up front (`runner.sweep.jobs`).
+A job that would run on an earlier job's process-level settings is refused (`THIS_PROCESS`); a sweep that
+varies such keys gets the isolated launcher up front (`runner.sweep.jobs`).
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ ISOLATED_LAUNCHER = "hydra/launcher=isolated"
 def own_process_keys(backends: list[type[Backend]], swept: list[str], fixed: DictConfig) -> list[str]:
     """The keys for which this sweep's jobs cannot share one process on these backends.
 
-    Those read once per process that the sweep varies, and those needing a fresh process that
-    it varies or sets for every job (`fixed`: the sweep's config, swept keys at their defaults).
-    A sweep that varies nothing is one job, which has its process to itself.
+    Those read once per process that it varies, and those needing a fresh process that it varies or sets for
+    every job (`fixed`: the sweep's config, swept keys at their defaults).
     """
     if not swept:
         return []
@@ -41,25 +39,20 @@ def own_process_keys(backends: list[type[Backend]], swept: list[str], fixed: Dic
 class SharedProcess:
     """What the jobs measured so far in this process fixed for every later job in it.
 
-    Under Hydra's basic launcher a sweep's jobs share one process, and the device runtime
-    reads its process-level settings once: a later job that changes one would run on the
-    first job's values while its manifest names its own. Such a job is refused.
+    The device runtime reads its process-level settings once: a later job that changed one would run on the
+    first job's values while its manifest names its own.
     """
 
     def __init__(self) -> None:
-        # the first job measured here, by name
         self.first_job: str | None = None
         # per backend: the first job that ran on it, and its values of the backend's process-level keys
         self.held: dict[str, tuple[str, dict[str, Any]]] = {}
 
     @contextmanager
     def job(self, backend: str, config: dict[str, Any], name: str) -> Iterator[None]:
-        """Refuse a job this process cannot run as its config says; record what it fixed once it tried.
+        """Refuse (ConfigError) a job this process cannot run as its config says; record what it fixed once it tried.
 
         A job counts as measured whatever its outcome: it may have started the runtime before it failed.
-
-        Raises:
-            ConfigError: naming the key and the launcher that gives each job its own process.
         """
         if self.first_job is not None:
             self._refuse_change(_backend_class(backend), config)

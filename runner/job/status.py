@@ -1,9 +1,7 @@
 """A job's status: the values, and the status file each job keeps in its folder.
 
-Each job keeps `job_status.json` in its output directory: RUNNING (with its MLflow run id)
-while it works, then FINISHED, FAILED, KILLED or SKIPPED. A job that dies hard never gets
-past RUNNING, so whoever reads the file later closes it (`runner.job.dead`). Files on the
-shared sweep directory work the same for in-process, local-process and Slurm launchers.
+A job that dies hard never gets past RUNNING, so whoever reads the file later closes it (`runner.job.dead`).
+Files on the shared sweep directory work the same for in-process, local-process and Slurm launchers.
 """
 
 from __future__ import annotations
@@ -27,10 +25,7 @@ NO_RESULT = math.nan
 
 
 class JobStatus(str, Enum):
-    """Where a job is in its life: the status file's values, which are MLflow's run statuses too.
-
-    A `str`, so status files and MLflow read and write the same strings as before the enum.
-    """
+    """Where a job is in its life: the status file's values and MLflow's run statuses (a `str`: the same strings)."""
 
     RUNNING = "RUNNING"
     FINISHED = "FINISHED"
@@ -47,10 +42,9 @@ class JobStatus(str, Enum):
 
 def write_status(job_dir: Path, **fields: Any) -> None:
     """Merge `fields` into the job's status file (written whole, via a rename)."""
-    path = job_dir / STATUS_FILE
     status = read_status(job_dir) or {}
     status.update(fields, updated=time.time())
-    write_whole(path, json.dumps(status, indent=2))
+    write_whole(job_dir / STATUS_FILE, json.dumps(status, indent=2))
 
 
 def read_status(job_dir: Path) -> dict[str, Any] | None:

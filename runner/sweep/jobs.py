@@ -1,9 +1,4 @@
-"""A sweep's jobs before they run: the sweeper's overrides, the jobs they expand to, the keys they vary, the launcher.
-
-The sweep's callback (`runner.callbacks`) asks these before any job starts: how many jobs the
-basic sweeper will launch and with which overrides, which keys the sweep varies, and whether
-its jobs can share the basic launcher's one process (else they get the isolated launcher).
-"""
+"""A sweep's jobs before they run (for `runner.callbacks`): overrides, the jobs, the keys they vary, the launcher."""
 
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ def sweep_overrides(config: DictConfig) -> list[str]:
 def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
     """Each job's overrides, in the order the basic sweeper launches them; None under another (it picks as it goes).
 
-    The basic sweeper's grid, from Hydra's public override API: each key's last override, its
-    values in order (one for a plain override), and their product with the first key slowest.
+    Each key's last override, its values in order, and their product with the first key slowest (Hydra's public API).
     """
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
@@ -63,11 +57,10 @@ def swept_keys(config: DictConfig) -> list[str]:
 
 
 def isolate_if_needed(config: DictConfig, swept: list[str]) -> None:
-    """Under the basic launcher, give every job a fresh process when they could not share one.
+    """Under the basic launcher, give every job a fresh process (the isolated launcher) when they cannot share one.
 
-    The device runtime reads some settings once per process (`Backend.process_keys`): jobs that
-    change them, or that need a process of their own, run under the isolated launcher instead.
-    Hydra instantiates the launcher from this config after this callback.
+    The device runtime reads some settings once per process (`Backend.process_keys`); Hydra instantiates the
+    launcher from this config after this callback.
     """
     if not swept or config.hydra.launcher.get("_target_") != BASIC_LAUNCHER:
         return

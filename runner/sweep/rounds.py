@@ -1,16 +1,10 @@
 """A sweep's steady state, timed in interleaved rounds before its first job runs.
 
-Every job of the sweep first makes its first call in a worker of its own (its compilation fills
-the caches); then the steady state runs in rounds (`runner.execute.rounds`), each starting one
-fresh worker of every job in a new random order, so a slow stretch falls on all variants alike
-and the comparison pairs them round by round. Given slots (the parallel launcher's), a round's
-workers run side by side, each in a free slot, as the sweep's jobs do. The sweep's process never
-touches the device: each worker is a process of its own (on Neuron, one runtime each).
-
-The Hydra side is here too: which jobs the sweeper will run, each one's spec and config hash
-(the name of the file its rounds are left in, in the sweep folder's `names.ROUNDS_FOLDER`), and
-the slots the parallel launcher will give its jobs. A job that is not there (it takes no part,
-or a worker of it failed) times its own steady state.
+Each job first makes its first call in a worker of its own (filling the caches); then each round starts one
+fresh worker of every job in a new random order (`runner.execute.rounds`), so a slow stretch falls on all
+variants alike and the comparison pairs them round by round. Given the parallel launcher's slots, a round's
+workers run side by side, as the jobs do. The sweep's process never touches the device. Each job's rounds are
+left under its config hash in the sweep folder's `names.ROUNDS_FOLDER`; a job not there times its own.
 """
 
 from __future__ import annotations
@@ -47,13 +41,10 @@ PROCESS_LAUNCHER = "hydra_plugins.runner_launcher.process_launcher.ProcessLaunch
 class RoundJob:
     """A job of the sweep whose steady state the rounds time."""
 
-    # the job's name, for the console
-    name: str
-    # its config hash: where the job finds its rounds
-    key: str
+    name: str  # for the console
+    key: str  # its config hash: where the job finds its rounds
     spec: RunSpec
-    # its worker processes: the rounds it has a worker in, from the first
-    rounds: int
+    rounds: int  # the rounds it has a worker in, from the first
 
 
 def rounds_of(spec: RunSpec, backend: type[Backend]) -> tuple[int, str]:
@@ -187,7 +178,7 @@ class SweepJob:
     resume: bool
 
     def skipped(self) -> bool:
-        """True when the job will be skipped: it resumes and its configuration has a FINISHED run."""
+        """True when it resumes and its configuration has a FINISHED run."""
         tracking = self.job.spec.tracking
         return self.resume and tracking.enabled and finished_run_id(tracking, self.job.key) is not None
 
@@ -223,8 +214,7 @@ def parallel_slots(config: DictConfig) -> list[Slot] | None:
 def round_jobs(config: DictConfig) -> list[SweepJob]:
     """The sweep's jobs the rounds may time; their fork server starts now, its imports beside the store's opening.
 
-    None when the sweep is not the basic sweeper's grid or its jobs run on other hosts (the
-    Slurm launcher): each job then times its own steady state.
+    None when the sweep is not the basic sweeper's grid or its jobs run on other hosts (the Slurm launcher).
     """
     launcher = str(config.hydra.launcher.get("_target_", ""))
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or "slurm" in launcher.lower():
@@ -248,8 +238,7 @@ def round_jobs(config: DictConfig) -> list[SweepJob]:
 def time_sweep_rounds(config: DictConfig, candidates: list[SweepJob], sweep_id: str) -> None:
     """Time the steady state of the sweep's jobs in interleaved rounds, leaving each in the folder its job reads.
 
-    Left to the jobs when fewer than two take part (the rest skipped as FINISHED): a job then
-    times its own. The folder is emptied first, so a job never reads an earlier sweep's rounds.
+    Left to the jobs when fewer than two take part. The folder is emptied first: no job reads an earlier sweep's.
     """
     folder = Path(config.hydra.sweep.dir) / names.ROUNDS_FOLDER
     shutil.rmtree(folder, ignore_errors=True)
