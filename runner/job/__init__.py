@@ -3,16 +3,9 @@
 `manifest` (the job's `environment.json`) loads torch, so it is imported by name.
 """
 
-from runner.job.dead import close_dead_job, close_dead_runs, close_orphans, fail_run, finished_run_id, process_alive
+from runner.job.dead import close_dead_job, close_dead_runs, close_orphans, fail_run, finished_run_id
 from runner.job.hashing import config_hash
-from runner.job.life import (
-    ERROR_FILE,
-    OWNER_FILE,
-    JobLife,
-    claim_folder,
-    current_traceback,
-    release_folder,
-)
+from runner.job.life import ERROR_FILE, OWNER_FILE, JobLife, claim_folder, release_folder
 from runner.job.run import open_run
 from runner.job.shared_process import ISOLATED_LAUNCHER, THIS_PROCESS, SharedProcess, own_process_keys
 from runner.job.status import NO_RESULT, STATUS_FILE, SWEEP_ID_ENV, JobStatus, read_status, write_status
@@ -33,12 +26,10 @@ __all__ = [
     "close_dead_runs",
     "close_orphans",
     "config_hash",
-    "current_traceback",
     "fail_run",
     "finished_run_id",
     "open_run",
     "own_process_keys",
-    "process_alive",
     "read_status",
     "release_folder",
     "write_status",

@@ -22,8 +22,7 @@ from runner.signals import ignore_later_stops, stop_on_signals
 log = logging.getLogger(__name__)
 # which process works in a job's folder: {"pid", "host"}, created exclusively, removed at its end
 OWNER_FILE = "job_owner.json"
-# the traceback of a job that raised, in its folder and in its run
-ERROR_FILE = "error.txt"
+ERROR_FILE = "error.txt"  # the traceback of a job that raised, in its folder and in its run
 
 
 def current_traceback() -> str:

@@ -17,8 +17,7 @@ from runner.config import ConfigError
 if TYPE_CHECKING:
     from runner.backends.base import Backend
 
-# the launcher that gives every job a process of its own
-ISOLATED_LAUNCHER = "hydra/launcher=isolated"
+ISOLATED_LAUNCHER = "hydra/launcher=isolated"  # the launcher that gives every job a process of its own
 
 
 def own_process_keys(backends: list[type[Backend]], swept: list[str], fixed: DictConfig) -> list[str]:
@@ -95,5 +94,4 @@ def _value(config: dict[str, Any], key: str) -> Any:
     return node
 
 
-# the jobs of this process: one, unless a launcher runs several in it
-THIS_PROCESS = SharedProcess()
+THIS_PROCESS = SharedProcess()  # the jobs of this process: one, unless a launcher runs several in it

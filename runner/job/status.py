@@ -16,11 +16,9 @@ from typing import Any
 from runner.files import write_whole
 
 STATUS_FILE = "job_status.json"
-# Set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is
-# summarised one sweep at a time.
+# set by the sweep callback for its jobs, so a sweep directory reused by a later sweep is summarised sweep by sweep
 SWEEP_ID_ENV = "RUNNER_SWEEP_ID"
-# What a job with no steady-state time returns to Hydra's sweeper (it failed, it died, or it is
-# one of a Slurm job's follower ranks): NaN, which a minimising sweeper never picks.
+# returned for a job with no steady-state time (failed, dead, a Slurm follower rank): NaN, which minimisers never pick
 NO_RESULT = math.nan
 
 
@@ -30,10 +28,8 @@ class JobStatus(str, Enum):
     RUNNING = "RUNNING"
     FINISHED = "FINISHED"
     FAILED = "FAILED"
-    # stopped by SIGINT or SIGTERM, or by its sweep
-    KILLED = "KILLED"
-    # the configuration already had a FINISHED run, which the job reused; only the status file says so
-    SKIPPED = "SKIPPED"
+    KILLED = "KILLED"  # stopped by SIGINT or SIGTERM, or by its sweep
+    SKIPPED = "SKIPPED"  # the configuration had a FINISHED run, which the job reused; only the status file says so
 
     def __str__(self) -> str:
         """The value, as MLflow's queries and messages want it (not `JobStatus.FINISHED`)."""

@@ -12,10 +12,8 @@ from runner.config import ConfigError
 from runner.job import ISOLATED_LAUNCHER, own_process_keys
 
 log = logging.getLogger(__name__)
-# Hydra's default sweeper: the grid of the overrides' values, known before the first job
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-# Hydra's default launcher: every job of a sweep in this one process
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # its grid is known before the first job
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  # every job of a sweep in this process
 
 
 def sweep_overrides(config: DictConfig) -> list[str]:

@@ -15,12 +15,9 @@ class SweepSummary:
     finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
-    # stopped by SIGINT/SIGTERM (the sweep's own stop, or a signal to the job alone)
-    killed: list[str] = field(default_factory=list)
-    # the FINISHED runs that skipped jobs found: the comparison shows them, marked reused
-    reused_run_ids: list[str] = field(default_factory=list)
-    # the sweep's jobs, started or not (None when its sweeper does not say up front)
-    planned: int | None = None
+    killed: list[str] = field(default_factory=list)  # by SIGINT/SIGTERM: the sweep's own stop, or a signal to the job
+    reused_run_ids: list[str] = field(default_factory=list)  # FINISHED runs skipped jobs found: shown, marked reused
+    planned: int | None = None  # the sweep's jobs, started or not (None when its sweeper does not say up front)
 
     @property
     def total(self) -> int:

@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# where `mlflow ui` serves when given no --host/--port
-LOCAL_UI = "http://127.0.0.1:5000"
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves when given no --host/--port
 SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # the comparison's key columns, first in the runs table: MLflow's column id (type.`key`) and a
 # width in pixels that shows the whole value (MLflow's default width cuts a metric to ten characters)
@@ -37,8 +36,7 @@ KEY_COLUMNS = {
     f"tags.`{names.TAG_TIMING_STABLE}`": 110,
     f"tags.`{names.TAG_ACCURACY}`": 120,
 }
-# a swept param's column, before the key columns: wide enough for a value and most names
-SWEPT_COLUMN_WIDTH = 160
+SWEPT_COLUMN_WIDTH = 160  # a swept param's column, before the key columns: wide enough for a value and most names
 
 
 @dataclass(frozen=True)
@@ -46,8 +44,7 @@ class Ui:
     """Where the UI for a tracking URI is served, and how to start it when nothing serves it yet."""
 
     base: str
-    # the command that serves a local store's UI; empty for a tracking server, which serves its own
-    start: str
+    start: str  # the command that serves a local store's UI; empty for a tracking server, which serves its own
 
 
 def ui_for(tracking_uri: str) -> Ui:

@@ -27,13 +27,10 @@ log = logging.getLogger(__name__)
 # The sweep callback puts the parent run's id here; jobs (in-process or spawned) read it.
 PARENT_RUN_ENV = "RUNNER_PARENT_RUN_ID"
 SUPPRESS_URL_PRINTING_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
-# MLflow caps param values at 6000 characters; longer values are cut, not rejected.
-MAX_PARAM_CHARS = 6000
+MAX_PARAM_CHARS = 6000  # MLflow caps param values at 6000 characters; longer values are cut, not rejected
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
-# MLflow refuses a log_batch of more metrics than this
-MAX_BATCH_METRICS = 1000
-# Parallel jobs share one SQLite file; a writer that finds it locked waits and tries again.
-LOCKED_RETRIES = 12
+MAX_BATCH_METRICS = 1000  # MLflow refuses a log_batch of more metrics than this
+LOCKED_RETRIES = 12  # parallel jobs share one SQLite file; a writer that finds it locked waits and tries again
 T = TypeVar("T")
 
 
@@ -108,20 +105,17 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
     import mlflow
 
     prepare_store(tracking.uri)
-    # MLflow prints a server's run links with the URI as given, password included; the
-    # runner prints its own, masked
+    # MLflow prints a server's run links with the URI as given, password included; the runner prints its own, masked
     os.environ[SUPPRESS_URL_PRINTING_ENV] = "true"
     mlflow.set_tracking_uri(tracking.uri)
     with store_lock(tracking.uri):  # two first jobs would both try to create the experiment
         database = sqlite_path(tracking.uri)
         if database is not None and mlflow.get_experiment_by_name(tracking.experiment) is None:
-            # MLflow would put a SQLite store's artifacts in ./mlruns of whichever folder the
-            # first job ran in; beside the database they stay with it
+            # else MLflow puts a SQLite store's artifacts in ./mlruns of the first job's folder, not beside it
             root = (database.resolve().parent / "mlruns").as_uri()
             mlflow_write(lambda: mlflow.create_experiment(tracking.experiment, artifact_location=root))
         experiment = mlflow_write(lambda: mlflow.set_experiment(tracking.experiment))
-    # MLflow 3's UI opens GenAI views unless an experiment says it holds training-style runs;
-    # set once, so parallel jobs do not all write it again
+    # MLflow 3's UI opens GenAI views unless told the runs are training-style; set once, not by every parallel job
     if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
         client = mlflow.MlflowClient()
         mlflow_write(lambda: client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))

@@ -23,10 +23,8 @@ from runner.config import ConfigError
 from runner.secrets import redact
 from runner.signals import signals_held
 
-# URIs this process has already prepared
-_prepared: set[str] = set()
-# what SQLite says when the disk under the store is full
-SQLITE_FULL = "database or disk is full"
+_prepared: set[str] = set()  # URIs this process has already prepared
+SQLITE_FULL = "database or disk is full"  # what SQLite says when the disk under the store is full
 # the port a server URI without one is reached at
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
 # seconds a server has to accept a connection before the store is refused (MLflow would retry for minutes)
