@@ -1,7 +1,4 @@
-"""A job's life, in one place: its status, its folder, its MLflow run, its error, the failure policy, its death.
-
-`manifest` (the job's `environment.json`) loads torch, so it is imported by name.
-"""
+"""A job's life: status, folder, MLflow run, error, failure policy, death (`manifest` loads torch: not re-exported)."""
 
 from runner.job.dead import close_dead_job, close_dead_runs, close_orphans, fail_run, finished_run_id
 from runner.job.hashing import config_hash

@@ -1,7 +1,6 @@
 """Jobs and runs whose process died before it could close them (kill -9, out of memory): closed FAILED (or KILLED).
 
-Whoever notices closes them: the launcher that saw the process die, the sweep's end (`close_dead_job`), or the
-next job or sweep of this host whose run's process is gone (`close_orphans`).
+Whoever notices closes them: the launcher that saw it die, the sweep's end, the next job or sweep of this host.
 """
 
 from __future__ import annotations

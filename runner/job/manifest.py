@@ -1,8 +1,6 @@
 """The environment manifest: software versions, device facts, how workers start, allow-listed variables.
 
-Only variables with an allowed prefix are read, any whose name looks like a secret is
-dropped even then, and the values kept are redacted (a URI's password, `token=...` in a
-flag), so credentials and tokens never reach MLflow.
+Variables named like a secret are dropped even with an allowed prefix, the rest redacted: no credential reaches MLflow.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Jobs sharing one process (Hydra's basic launcher): which keys a process fixes for every later job in it.
-
-A job that would run on an earlier job's process-level settings is refused (`THIS_PROCESS`); a sweep that
-varies such keys gets the isolated launcher up front (`runner.sweep.jobs`).
-"""
+"""Jobs sharing one process (Hydra's basic launcher): which keys a process fixes for every later job in it."""
 
 from __future__ import annotations
 

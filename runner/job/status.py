@@ -1,7 +1,6 @@
-"""A job's status: the values, and the status file each job keeps in its folder.
+"""A job's status: the values, and the status file each job keeps in its folder (so any launcher's jobs work alike).
 
 A job that dies hard never gets past RUNNING, so whoever reads the file later closes it (`runner.job.dead`).
-Files on the shared sweep directory work the same for in-process, local-process and Slurm launchers.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""A sweep's steady state, timed in interleaved rounds before its first job runs.
+"""A sweep's steady state, timed in interleaved rounds (`runner.execute.rounds`) before its first job runs.
 
-Each job first makes its first call in a worker of its own (filling the caches); then each round starts one
-fresh worker of every job in a new random order (`runner.execute.rounds`), so a slow stretch falls on all
-variants alike and the comparison pairs them round by round. Given the parallel launcher's slots, a round's
-workers run side by side, as the jobs do. The sweep's process never touches the device. Each job's rounds are
-left under its config hash in the sweep folder's `names.ROUNDS_FOLDER`; a job not there times its own.
+Each job's first call fills the caches in a worker of its own, and the sweep's process never touches the device.
+A job's rounds are left under its config hash in `names.ROUNDS_FOLDER`; a job not there times its own.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Links into the MLflow UI that land where a user wants to be: a run, or a comparison's runs.
 
-The runs table opens through MLflow's shared views (its "Share" button): an experiment tag
-`mlflow.sharedViewState.<key>` holds the filter, order and columns, which `?viewStateShareKey=<key>`
-applies; MLflow offers a client no other way to choose the columns a user first sees.
+The runs table opens through a shared view (MLflow's "Share" button), an experiment tag that `?viewStateShareKey=`
+applies: MLflow offers a client no other way to choose the columns a user first sees.
 """
 
 from __future__ import annotations

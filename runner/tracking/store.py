@@ -1,9 +1,4 @@
-"""The MLflow store itself: created and migrated by one process at a time, checked before use.
-
-Two processes migrating a new SQLite store at once collide (`table experiments already exists`, leftover
-`_alembic_tmp_*` tables), so its first use holds a lock file beside it, and a new store is made under a temporary
-name, then renamed, so a full disk leaves nothing half-made. `check_usable` refuses in seconds what cannot work.
-"""
+"""The MLflow store itself: checked before use, created and migrated by one process at a time (two at once collide)."""
 
 from __future__ import annotations
 

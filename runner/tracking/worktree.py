@@ -1,7 +1,4 @@
-"""A commit's tree checked out beside this one while a block runs (the gate's baseline), and HEAD's commits in order.
-
-`git worktree add --detach` shares the repository's objects, so a checkout costs the files only.
-"""
+"""A commit's tree checked out beside this one while a block runs (the gate's baseline), and HEAD's commits in order."""
 
 from __future__ import annotations
 
