@@ -104,8 +104,7 @@ class JobLife:
     def running(self) -> Iterator[None]:
         """Run the job's body in its claimed folder; in a sweep, a failure is recorded and swallowed.
 
-        SIGINT and SIGTERM stop the job: status KILLED, run KILLED, and `Interrupted` propagates so the whole
-        process (or sweep) ends with 130 or 143.
+        SIGINT/SIGTERM stop it: status and run KILLED, and `Interrupted` propagates (the process ends with 130 or 143).
         """
         stop_on_signals()
         claim_folder(self.job.output_dir, "hydra.sweep.dir" if self.sweeping else "hydra.run.dir")

@@ -73,10 +73,7 @@ def monitor_facts(plan: MonitorPlan | None, system_packages: Mapping[str, str | 
 def build_manifest(
     backend: Backend, spec: RunSpec | None = None, environ: Mapping[str, str] = os.environ
 ) -> dict[str, Any]:
-    """Everything needed to tell two runs' environments apart, safe to publish.
-
-    With the job's `spec`, also where its workers run, how they start and what samples its system series.
-    """
+    """Everything needed to tell two runs' environments apart, safe to publish; with `spec`, its workers' too."""
     placement = backend.placement_facts(spec) if spec is not None else {}
     monitor = plan_monitor(spec.monitor, backend.system_monitor) if spec is not None else None
     workers = worker_start(spec.measure.worker_start if spec is not None else "auto")

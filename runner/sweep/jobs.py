@@ -57,8 +57,7 @@ def swept_keys(config: DictConfig) -> list[str]:
 def isolate_if_needed(config: DictConfig, swept: list[str]) -> None:
     """Under the basic launcher, give every job a fresh process (the isolated launcher) when they cannot share one.
 
-    The device runtime reads some settings once per process (`Backend.process_keys`); Hydra instantiates the
-    launcher from this config after this callback.
+    Hydra instantiates the launcher from this config after this callback.
     """
     if not swept or config.hydra.launcher.get("_target_") != BASIC_LAUNCHER:
         return

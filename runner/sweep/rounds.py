@@ -42,6 +42,12 @@ class RoundJob:
     key: str  # its config hash: where the job finds its rounds
     spec: RunSpec
     rounds: int  # the rounds it has a worker in, from the first
+    resume: bool = False  # whether a FINISHED run of its configuration skips it
+
+    def skipped(self) -> bool:
+        """True when it resumes and its configuration has a FINISHED run."""
+        tracking = self.spec.tracking
+        return self.resume and tracking.enabled and finished_run_id(tracking, self.key) is not None
 
 
 def rounds_of(spec: RunSpec, backend: type[Backend]) -> tuple[int, str]:
@@ -155,32 +161,7 @@ def _leave_out(failed: set[int], index: int, job: RoundJob, err: ChildFailed) ->
     log.warning("rounds: %s left out, it will time its own steady state: %s", job.name, str(err).splitlines()[0])
 
 
-def job_configs(config: DictConfig) -> list[DictConfig]:
-    """Each job's composed config, hydra node included, in the order the basic sweeper launches them."""
-    loader = GlobalHydra.instance().config_loader()
-    configs = []
-    for number, job in enumerate(sweep_jobs(config) or []):
-        job_config = loader.load_sweep_config(config, job)
-        with open_dict(job_config):
-            job_config.hydra.job.id = job_config.hydra.job.num = number
-        configs.append(job_config)
-    return configs
-
-
-@dataclass(frozen=True)
-class SweepJob:
-    """A job of the sweep the rounds may time, and whether a FINISHED run of its configuration skips it."""
-
-    job: RoundJob
-    resume: bool
-
-    def skipped(self) -> bool:
-        """True when it resumes and its configuration has a FINISHED run."""
-        tracking = self.job.spec.tracking
-        return self.resume and tracking.enabled and finished_run_id(tracking, self.job.key) is not None
-
-
-def round_job(job_config: DictConfig, swept: set[str]) -> SweepJob | None:
+def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
     """The job as the rounds time it; None when it times its own steady state (or its own error says why)."""
     task = copy.deepcopy(job_config)
     with open_dict(task):
@@ -197,7 +178,7 @@ def round_job(job_config: DictConfig, swept: set[str]) -> SweepJob | None:
         log.info("rounds: %s times its own steady state: %s", name, why)
         return None
     key = config_hash(OmegaConf.to_container(task, resolve=True))  # type: ignore[arg-type]
-    return SweepJob(RoundJob(name, key, spec, count), bool(task.get("resume", True)))
+    return RoundJob(name, key, spec, count, bool(task.get("resume", True)))
 
 
 def parallel_slots(config: DictConfig) -> list[Slot] | None:
@@ -208,38 +189,38 @@ def parallel_slots(config: DictConfig) -> list[Slot] | None:
     return launcher_slots(config.backend, launcher.jobs, launcher.get("cores"), launcher.get("cores_per_job", 1))
 
 
-def round_jobs(config: DictConfig) -> list[SweepJob]:
+def round_jobs(config: DictConfig) -> list[RoundJob]:
     """The sweep's jobs the rounds may time; their fork server starts now, its imports beside the store's opening.
 
-    None when the sweep is not the basic sweeper's grid or its jobs run on other hosts (the Slurm launcher).
+    Empty when the sweep is not the basic sweeper's grid or its jobs run on other hosts (the Slurm launcher).
     """
     launcher = str(config.hydra.launcher.get("_target_", ""))
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or "slurm" in launcher.lower():
         log.info("rounds: none under this sweeper and launcher: each job times its own steady state")
         return []
-    swept = names.swept_keys()
+    swept, loader = names.swept_keys(), GlobalHydra.instance().config_loader()
     saved = HydraConfig.instance().cfg
     try:
         jobs = []
-        for job_config in job_configs(config):
+        for number, overrides in enumerate(sweep_jobs(config) or []):  # composed as the basic launcher composes them
+            job_config = loader.load_sweep_config(config, overrides)
+            with open_dict(job_config):
+                job_config.hydra.job.id = job_config.hydra.job.num = number
             HydraConfig.instance().set_config(job_config)  # for the job's own ${hydra:...} values
             if (job := round_job(job_config, swept)) is not None:
                 jobs.append(job)
     finally:
         HydraConfig.instance().cfg = saved
     if len(jobs) > 1:
-        prepare_workers([sweep_job.job.spec for sweep_job in jobs])
+        prepare_workers([job.spec for job in jobs])
     return jobs
 
 
-def time_sweep_rounds(config: DictConfig, candidates: list[SweepJob], sweep_id: str) -> None:
-    """Time the steady state of the sweep's jobs in interleaved rounds, leaving each in the folder its job reads.
-
-    Left to the jobs when fewer than two take part. The folder is emptied first: no job reads an earlier sweep's.
-    """
+def time_sweep_rounds(config: DictConfig, candidates: list[RoundJob], sweep_id: str) -> None:
+    """Time the jobs' steady state in rounds (when two take part) into the folder they read, emptied of older rounds."""
     folder = Path(config.hydra.sweep.dir) / names.ROUNDS_FOLDER
     shutil.rmtree(folder, ignore_errors=True)
-    jobs = [candidate.job for candidate in candidates if not candidate.skipped()]
+    jobs = [candidate for candidate in candidates if not candidate.skipped()]
     if len(jobs) < 2:
         return
     try:
