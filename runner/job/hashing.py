@@ -6,10 +6,9 @@ import hashlib
 import json
 from typing import Any
 
-# Config keys that say where results go, how a sweep treats finished work and what is watched
-# beside the measurement (the system series, so a run keeps the hash it had before `monitor`
-# existed), not what a job measures: left out of the config hash. Every other key is in, cache
-# folders too (a cold job's folder decides what a warm one finds).
+# Left out of the hash: where results go, how a sweep treats finished work, what is watched beside the measurement
+# (so a run keeps the hash it had before `monitor` existed). Every other key is in, cache folders too (a cold job's
+# folder decides what a warm one finds).
 UNHASHED_TOP = ("tracking", "resume", "monitor")
 
 

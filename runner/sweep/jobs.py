@@ -55,10 +55,7 @@ def swept_keys(config: DictConfig) -> list[str]:
 
 
 def isolate_if_needed(config: DictConfig, swept: list[str]) -> None:
-    """Under the basic launcher, give every job a fresh process (the isolated launcher) when they cannot share one.
-
-    Hydra instantiates the launcher from this config after this callback.
-    """
+    """Switch from the basic launcher to the isolated one when the jobs cannot share a process (Hydra makes it next)."""
     if not swept or config.hydra.launcher.get("_target_") != BASIC_LAUNCHER:
         return
     from runner.backends.registry import BACKEND_CLASSES, backend_class

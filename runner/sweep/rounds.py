@@ -190,10 +190,7 @@ def parallel_slots(config: DictConfig) -> list[Slot] | None:
 
 
 def round_jobs(config: DictConfig) -> list[RoundJob]:
-    """The sweep's jobs the rounds may time; their fork server starts now, its imports beside the store's opening.
-
-    Empty when the sweep is not the basic sweeper's grid or its jobs run on other hosts (the Slurm launcher).
-    """
+    """Jobs the rounds may time (none unless the basic sweeper's grid runs on this host); their fork server starts."""
     launcher = str(config.hydra.launcher.get("_target_", ""))
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or "slurm" in launcher.lower():
         log.info("rounds: none under this sweeper and launcher: each job times its own steady state")

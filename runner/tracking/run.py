@@ -24,9 +24,7 @@ if TYPE_CHECKING:  # the result module loads torch; tracking is also used where 
 
 log = logging.getLogger(__name__)
 
-# The sweep callback puts the parent run's id here; jobs (in-process or spawned) read it.
-PARENT_RUN_ENV = "RUNNER_PARENT_RUN_ID"
-SUPPRESS_URL_PRINTING_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+PARENT_RUN_ENV = "RUNNER_PARENT_RUN_ID"  # the sweep callback's parent run id, for its jobs (in-process or spawned)
 MAX_PARAM_CHARS = 6000  # MLflow caps param values at 6000 characters; longer values are cut, not rejected
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 MAX_BATCH_METRICS = 1000  # MLflow refuses a log_batch of more metrics than this
@@ -106,7 +104,7 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
 
     prepare_store(tracking.uri)
     # MLflow prints a server's run links with the URI as given, password included; the runner prints its own, masked
-    os.environ[SUPPRESS_URL_PRINTING_ENV] = "true"
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     mlflow.set_tracking_uri(tracking.uri)
     with store_lock(tracking.uri):  # two first jobs would both try to create the experiment
         database = sqlite_path(tracking.uri)

@@ -22,8 +22,7 @@ _prepared: set[str] = set()  # URIs this process has already prepared
 SQLITE_FULL = "database or disk is full"  # what SQLite says when the disk under the store is full
 # the port a server URI without one is reached at
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
-# seconds a server has to accept a connection before the store is refused (MLflow would retry for minutes)
-CONNECT_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 5.0  # for a server to accept a connection before the store is refused (MLflow retries minutes)
 
 
 class StoreFull(RuntimeError):

@@ -44,8 +44,7 @@ def snapshot_of(folder: Path) -> str:
     top = _git(folder, "rev-parse", "--show-toplevel").stdout.strip()
     with tempfile.TemporaryDirectory(prefix="runner-index-") as scratch:
         env = {**os.environ, **SNAPSHOT_AUTHOR, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        steps = [("read-tree", head), ("add", "--all"), ("write-tree",)]
-        for step in steps:
+        for step in [("read-tree", head), ("add", "--all"), ("write-tree",)]:
             done = _git(Path(top), *step, env=env)
             if done.returncode != 0:
                 why = (done.stderr.strip() or f"exit status {done.returncode}").splitlines()[0]
