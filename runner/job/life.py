@@ -48,9 +48,8 @@ def claim_folder(job_dir: Path, key: str) -> None:
             owner = _read_owner(path)
         if owner is not None and owner != me and _held(owner):
             raise ConfigError(
-                f"{key}={job_dir} is in use by process {owner['pid']} on {owner['host']}: every job needs "
-                f"its own folder (leave {key} unset, or give each job its own; if that process is gone, "
-                f"delete {path})"
+                f"{key}={job_dir} is in use by process {owner['pid']} on {owner['host']}: every job needs its "
+                f"own folder (leave {key} unset, or give each job its own; if that process is gone, delete {path})"
             )
         path.unlink(missing_ok=True)  # its owner is gone (or it is ours from an earlier claim)
 
@@ -109,13 +108,9 @@ class JobLife:
         stop_on_signals()
         claim_folder(self.job.output_dir, "hydra.sweep.dir" if self.sweeping else "hydra.run.dir")
         try:
+            overrides, sweep = " ".join(self.job.overrides), os.environ.get(SWEEP_ID_ENV)
             self.status(
-                status=JobStatus.RUNNING,
-                overrides=" ".join(self.job.overrides),
-                pid=os.getpid(),
-                sweep_id=os.environ.get(SWEEP_ID_ENV),
-                run_id=None,
-                error=None,
+                status=JobStatus.RUNNING, overrides=overrides, pid=os.getpid(), sweep_id=sweep, run_id=None, error=None
             )
             yield
         except KeyboardInterrupt as stop:

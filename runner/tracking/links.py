@@ -98,12 +98,8 @@ def runs_table_page(
 
     order = {"searchFilter": search_filter, "orderByKey": f"metrics.`{names.STEP_MEDIAN_MS}`", "orderByAsc": True}
     widths = {**dict.fromkeys(first_columns, SWEPT_COLUMN_WIDTH), **KEY_COLUMNS}
-    view = {
-        **order,
-        "selectedColumns": list(widths),
-        "columnOrder": list(widths),  # MLflow applies the widths only to the columns it orders
-        "columnWidths": widths,
-    }
+    # MLflow applies the widths only to the columns it orders
+    view = {**order, "selectedColumns": list(widths), "columnOrder": list(widths), "columnWidths": widths}
     key = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:16]
     if len(experiment_ids) == 1:
         page, experiments = f"{ui.base}/#/experiments/{experiment_ids[0]}/runs", {}

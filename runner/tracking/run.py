@@ -264,12 +264,8 @@ class MlflowRun(NullRun):
         kept = [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in keep]
         mlflow_write(lambda: mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, names.KEPT_LOCAL_FILE))
         self.set_tags({names.TAG_ARTIFACTS_KEPT_LOCAL: len(kept)})
-        log.warning(
-            "%d capture file(s) over tracking.max_artifact_mb=%d stay local; see %s",
-            len(kept),
-            max_mb,
-            names.KEPT_LOCAL_FILE,
-        )
+        warning = "%d capture file(s) over tracking.max_artifact_mb=%d stay local; see %s"
+        log.warning(warning, len(kept), max_mb, names.KEPT_LOCAL_FILE)
 
     def describe(self) -> str:
         """Where to find the run, and how to open it (credentials masked)."""

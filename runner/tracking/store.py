@@ -69,15 +69,13 @@ def check_writable(uri: str) -> None:
     path = sqlite_path(uri)
     if path is None:
         return
-    folder = path.parent
+    folder, shown = path.parent, redact(uri)
     if not path.exists():
         if not (folder.is_dir() and os.access(folder, os.W_OK)):
-            raise ConfigError(
-                f"tracking.uri={redact(uri)}: the store cannot be created: {folder} is not a writable folder"
-            )
+            raise ConfigError(f"tracking.uri={shown}: the store cannot be created: {folder} is not a writable folder")
     # SQLite writes its journal, and the runner its lock, beside the database
     elif not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
-        raise ConfigError(f"tracking.uri={redact(uri)}: the store cannot be written: {path} or its folder is read-only")
+        raise ConfigError(f"tracking.uri={shown}: the store cannot be written: {path} or its folder is read-only")
 
 
 def check_intact(uri: str) -> None:
