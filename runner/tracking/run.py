@@ -70,13 +70,14 @@ def run_status(uri: str, run_id: str) -> str | None:
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """Flatten nested dicts/lists into dotted keys, as the MLflow params table wants."""
-    if isinstance(tree, dict):
-        items = list(tree.items())
-    elif isinstance(tree, list) and any(isinstance(v, (dict, list)) for v in tree):
-        items = [(str(i), v) for i, v in enumerate(tree)]
-    else:
+    if isinstance(tree, list) and any(isinstance(v, (dict, list)) for v in tree):
+        tree = dict(enumerate(tree))
+    if not isinstance(tree, dict):
         return {prefix: tree}
-    return {k: v for key, value in items for k, v in flatten(value, f"{prefix}.{key}" if prefix else str(key)).items()}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 def git_commit(repo: Path) -> str | None:
