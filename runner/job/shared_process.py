@@ -22,7 +22,7 @@ def own_process_keys(backends: list[type[Backend]], swept: list[str], fixed: Dic
     Those read once per process that it varies, and those needing a fresh process that it varies or sets for
     every job (`fixed`: the sweep's config, swept keys at their defaults).
     """
-    if not swept:
+    if not swept:  # a sweep that varies nothing is one job, which has its process to itself
         return []
     keys = [key for cls in backends for key in cls.process_keys if key in swept]
     for cls in backends:
