@@ -54,8 +54,7 @@ class SideRounds:
 def rounds_per_servers(count: int) -> int:
     """How many of `count` rounds each pair of servers runs: `ROUNDS_PER_SERVERS`, fewer for three pairs at least.
 
-    The test has one degree of freedom fewer than pairs: two pairs would leave one, whose t
-    interval is too wide to judge anything.
+    Two pairs would leave the test one degree of freedom, whose t interval is too wide to judge anything.
     """
     return max(1, min(ROUNDS_PER_SERVERS, math.ceil(count / 3)))
 

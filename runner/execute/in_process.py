@@ -1,9 +1,4 @@
-"""A job measured in the process that calls it: the phases, the capture report, the result.
-
-The job's own process does this when it is the only one measuring, and so does each rank. The
-steady state comes from where `steady_state_source` says: timed before this process touched the
-device (copies, or the sweep's rounds), worker processes, or this process.
-"""
+"""A job measured in the process that calls it (the job's own, or a rank's): the phases, capture report and result."""
 
 from __future__ import annotations
 

@@ -197,11 +197,6 @@ class Child:
         """The process id, for the log (and for a signal from outside)."""
         return self._process.pid
 
-    @property
-    def sentinel(self) -> int:
-        """Ready (for `multiprocessing.connection.wait`) once the process has ended."""
-        return self._process.sentinel
-
     def is_alive(self) -> bool:
         """Whether the process still runs."""
         return self._process.is_alive()
@@ -242,8 +237,8 @@ class Child:
 def answered(children: Iterable[Child]) -> list[Child]:
     """Wait until any of the children has an answer or has ended; those that have, in the order given."""
     children = list(children)
-    ready = set(wait([waitable for child in children for waitable in (child._answers, child.sentinel)]))
-    return [child for child in children if child._answers in ready or child.sentinel in ready]
+    ready = set(wait([waitable for child in children for waitable in (child._answers, child._process.sentinel)]))
+    return [child for child in children if child._answers in ready or child._process.sentinel in ready]
 
 
 def end_process(process: subprocess.Popen[Any], whole_group: bool = False) -> None:

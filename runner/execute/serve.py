@@ -39,8 +39,7 @@ class SideFailed(ChildFailed):
 
 
 def _say(answers: IO[str], message: dict[str, Any]) -> None:
-    answers.write(json.dumps(message) + "\n")
-    answers.flush()
+    print(json.dumps(message), file=answers, flush=True)
 
 
 def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:

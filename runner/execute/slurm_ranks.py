@@ -102,8 +102,7 @@ def lead(spec: RunSpec, output_dir: Path, task: SlurmTask) -> list[JobResult]:
     """Task 0: measure as rank 0, then every rank's JobResult in rank order.
 
     Raises:
-        ChildFailed: naming the rank that raised, or the ranks that left no result within
-            distributed.timeout_s (died or hung).
+        ChildFailed: naming the rank that raised, or those with no result within distributed.timeout_s.
     """
     try:
         own = _measure_task(spec, output_dir, task)
