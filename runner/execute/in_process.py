@@ -40,8 +40,7 @@ def measure_job(
 ) -> JobResult:
     """The phases on the workload, the backend's capture report, and the result they make."""
     capture_dir = backend.capture_dir(output_dir)
-    # a folder used again (a resumed job that failed before, a hydra.run.dir given twice) must not
-    # hand this run the traces of the earlier one
+    # a folder used again (a resumed job, a hydra.run.dir given twice) must not hand this run old traces
     memory_dir = output_dir / names.MEMORY_FOLDER
     for folder in (capture_dir, memory_dir):
         shutil.rmtree(folder, ignore_errors=True)

@@ -24,7 +24,6 @@ from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
-# how a child starts: a new interpreter, or a fork of the fork server
 StartMethod = Literal["spawn", "forkserver"]
 # what the fork server imports so that its children need not (named, not imported: this module
 # stays torch-free); a name the server fails to import is skipped, and a child imports it itself
@@ -132,10 +131,7 @@ def _answer(
 
 
 def start_fork_server(preload: Iterable[str] = ()) -> None:
-    """Start the fork server (with this environment, SIGINT ignored) early: its imports take seconds.
-
-    They then overlap the job's own work instead of delaying its first worker; `preload` names more modules.
-    """
+    """Start the fork server (this environment, SIGINT ignored) early: its imports then overlap the job's work."""
     forkserver.set_forkserver_preload([*FORK_SERVER_PRELOAD, *preload])  # read when the server starts
     with _born_ignoring_interrupts():
         forkserver.ensure_running()
@@ -158,9 +154,9 @@ def _end_fork_server() -> None:
 class Child:
     """`target(*args)` in a new process named `name`, with `env` set for it (None removes a variable).
 
-    A forked child gets `env` only as its target starts: what an interpreter reads as it starts
-    (MALLOC_*, OMP_NUM_THREADS) the target sets itself. With `hold`, it lives on until `release`d.
-    A child that starts processes of its own must not be a daemon.
+    A forked child gets this process's environment (with `env`) only as its target starts: what an
+    interpreter reads as it starts (MALLOC_*, OMP_NUM_THREADS) the target sets itself. With `hold`,
+    it lives on until `release`d. A child that starts processes of its own must not be a daemon.
     """
 
     def __init__(

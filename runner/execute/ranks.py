@@ -120,8 +120,7 @@ def _collect(ranks: list[Child]) -> list[JobResult]:
     results: dict[int, JobResult] = {}
     waiting = dict(enumerate(ranks))
     while waiting:
-        # no timeout here: a rank stuck in a collective raises after distributed.timeout_s, and
-        # the launcher's timeout bounds the whole job
+        # no timeout: a rank stuck in a collective raises after distributed.timeout_s; the launcher's bounds the job
         ready = answered(waiting.values())
         died: list[ChildDied] = []
         raised: dict[int, ChildRaised] = {}

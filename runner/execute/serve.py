@@ -1,11 +1,10 @@
 """One side of a comparison run in one invocation: a server of fresh steady-state workers, and its client.
 
-`python -m runner.execute.serve PARENT_PID [OVERRIDES...]`, run in a tree, measures with that
-tree's conf/ and code. Each stdin line (`{}`, or `{"turns": PATH, "name": NAME}` to take turns at
-that referee) asks for one fresh worker; each answer is a JSON line, `{"median_ms": ...}` or
-`{"error": "..."}`, after a first `{"ready": true, "turns": ...}` (or an error); `turns` is false
-for a baseline from before turns, or a device whose workers may not be alive at once. The server
-ends when stdin closes, and the kernel ends it with its parent.
+`python -m runner.execute.serve PARENT_PID [OVERRIDES...]`, run in a tree, measures with its conf/
+and code. Each stdin line (`{}`, or `{"turns": PATH, "name": NAME}` to take turns at that referee)
+asks for one fresh worker, answered `{"median_ms": ...}` or `{"error": "..."}` after a first
+`{"ready": true, "turns": ...}` (whether this side's code and device can take turns). It ends
+when stdin closes, or with its parent.
 """
 
 from __future__ import annotations

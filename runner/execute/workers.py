@@ -87,7 +87,6 @@ def _worker(
             samples = steady_state(workload, backend, spec, turns)
             turns.finish()
             return samples, 0.0, 0.0
-        # a copy: warm up, wait for the others, then time its steps while they time theirs
         warm_up(workload, backend, spec)
         start_together.wait(BARRIER_TIMEOUT_S)
         started = time.monotonic()  # one clock for every process on the machine
