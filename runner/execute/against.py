@@ -1,8 +1,6 @@
 """Both sides of `gate --against`, measured round by round on the rounds engine, each side by its own tree's code.
 
-Each side is a server in its own tree (`runner.execute.serve`); one worker of each side per
-round, in an order drawn afresh (`runner.execute.rounds`), and every few rounds both servers
-start afresh, so what one server started with is one sample of the test, not a bias of its side.
+Each side is a server in its own tree (`runner.execute.serve`), started afresh every few rounds.
 """
 
 from __future__ import annotations
@@ -47,31 +45,22 @@ class SideRounds:
 
     def per_servers(self, side: str) -> list[float]:
         """The side's geometric mean per server pair: the values the test pairs."""
-        pairs = sorted(set(self.servers))
         return [
             float(gmean([ms for ms, pair in zip(self.ms[side], self.servers, strict=True) if pair == number]))
-            for number in pairs
+            for number in sorted(set(self.servers))
         ]
 
 
 def rounds_per_servers(count: int) -> int:
     """How many of `count` rounds each pair of servers runs: `ROUNDS_PER_SERVERS`, fewer for three pairs at least.
 
-    The test has one degree of freedom fewer than pairs: two pairs would leave one, whose t
-    interval is too wide to judge anything.
+    Two pairs would leave the test one degree of freedom, whose t interval is too wide to judge anything.
     """
     return max(1, min(ROUNDS_PER_SERVERS, math.ceil(count / 3)))
 
 
 def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: int) -> SideRounds:
-    """Each side's first worker (its first call compiles; not counted), then the rounds in random orders.
-
-    One worker of each side per round (`runner.execute.rounds`, taking turns where both sides'
-    code and device can), in an order drawn afresh, so a slow stretch of the host falls on both
-    sides of a round and cancels in its ratio. Every few rounds
-    (`rounds_per_servers`) both sides' servers are started afresh, so what one server started
-    with is one sample of the test, not a bias of its side.
-    """
+    """Each side's first worker (its first call compiles; not counted), then the rounds in random orders."""
     result = SideRounds(seed)
     orders = round_orders([count] * len(SIDES), random.Random(seed))
     per_pair = rounds_per_servers(count)
@@ -83,7 +72,8 @@ def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: i
             if pair == 1:  # the caches are on disk from then on: later servers' first workers count
                 for side, server in servers.items():
                     progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
-                    server.worker()
+                    server.start()
+                    server.result()
             result.turns = all(server.takes_turns for server in servers.values())
             for number in range(first + 1, last + 1):
                 order = [SIDES[index] for index in orders[number - 1]]

@@ -1,9 +1,4 @@
-"""A job measured in the process that calls it: the phases, the capture report, the result.
-
-The job's own process does this when it is the only one measuring, and so does each rank. The
-steady state comes from where `steady_state_source` says: timed before this process touched the
-device (copies, or the sweep's rounds), worker processes, or this process.
-"""
+"""A job measured in the process that calls it (the job's own, or a rank's): the phases, capture report and result."""
 
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ def measure_job(
 ) -> JobResult:
     """The phases on the workload, the backend's capture report, and the result they make."""
     capture_dir = backend.capture_dir(output_dir)
-    # a folder used again (a resumed job that failed before, a hydra.run.dir given twice) must not
-    # hand this run the traces of the earlier one
+    # a folder used again (a resumed job, a hydra.run.dir given twice) must not hand this run old traces
     memory_dir = output_dir / names.MEMORY_FOLDER
     for folder in (capture_dir, memory_dir):
         shutil.rmtree(folder, ignore_errors=True)

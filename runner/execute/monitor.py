@@ -1,17 +1,8 @@
-"""A job's system metrics, sampled while its phases measure: the host, and the device's own monitor.
+"""A job's system metrics, sampled while its phases measure (`monitor.period_s`): the host, and the device's monitor.
 
-`monitor.period_s` turns it on. What samples is the backend's `system_monitor`: on Neuron the
-Neuron tools' `neuron-monitor`, whose JSON reports (one per line, documented in the
-neuron-monitor user guide) carry the NeuronCores, memory, latency and errors of the measuring
-process's runtime and the host's CPU and memory; on CUDA NVML (`nvidia-ml-py`) for the job's GPU;
-on the CPU the host's CPU and memory from /proc. A device monitor that is not installed is said
-in one line, and the host is sampled instead.
-
-Nothing outlives the measurement: `neuron-monitor` runs under a reader process that parses its
-reports outside the measuring process (`runner.execute.monitor_reader`); the reader is stopped
-when the phases end, however they end, and stops neuron-monitor, and the kernel kills both if
-the measuring process dies first (SIGKILL included, `die_with_parent`). The other samplers are
-a thread of the measuring process.
+The backend's `system_monitor` names it: `neuron-monitor`, NVML, else /proc (also when the device's
+is missing). Nothing outlives the measurement: neuron-monitor's reader process is stopped however
+the phases end, and killed with the measuring process (`die_with_parent`); the rest is a thread.
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -64,7 +55,7 @@ class MonitorPlan:
 
     def facts(self) -> dict[str, Any]:
         """For the manifest (environment.json)."""
-        return {"source": self.source, "period_s": self.period_s, "version": self.version, "missing": self.missing}
+        return asdict(self)
 
 
 def plan_monitor(config: MonitorConfig, monitor: str) -> MonitorPlan | None:
@@ -79,10 +70,9 @@ def plan_monitor(config: MonitorConfig, monitor: str) -> MonitorPlan | None:
         return MonitorPlan(NEURON_MONITOR, period)
     if monitor == "nvml":
         try:
-            version = nvml_version()
+            return MonitorPlan("nvml", period, nvml_version())
         except (ImportError, RuntimeError) as err:
             return MonitorPlan("host", period, missing=f"NVML is not usable ({err}): only the host is sampled")
-        return MonitorPlan("nvml", period, version)
     return MonitorPlan("host", period)
 
 
@@ -109,9 +99,6 @@ def nvml_version() -> str:
     return f"{package}, driver {driver}"
 
 
-# --- neuron-monitor's configuration ---
-
-
 def neuron_monitor_config(period_s: int) -> dict[str, Any]:
     """neuron-monitor's configuration: the groups read, for every Neuron application, every `period_s` s."""
     return {
@@ -119,9 +106,6 @@ def neuron_monitor_config(period_s: int) -> dict[str, Any]:
         "neuron_runtimes": [{"tag_filter": ".*", "metrics": [{"type": group} for group in RUNTIME_GROUPS]}],
         "system_metrics": [{"type": group} for group in SYSTEM_GROUPS],
     }
-
-
-# --- reading the host and the GPU ---
 
 
 class HostReader:
@@ -179,9 +163,6 @@ def nvml_reader(backend: Backend) -> Callable[[], dict[str, float]]:
     return read
 
 
-# --- the samplers ---
-
-
 class PollingSampler:
     """A thread of this process that reads every `period_s` seconds, and once more when stopped."""
 
@@ -224,12 +205,7 @@ class PollingSampler:
 
 
 class NeuronMonitorSampler:
-    """`neuron-monitor` under a reader process (`runner.execute.monitor_reader`) that parses its reports.
-
-    Nothing of neuron-monitor's output reaches the measuring process while it measures: its
-    reports grow with the models the runtime has loaded, and parsing them here cost this
-    process's CPU. The reader appends the figures to a file, read once when stopped.
-    """
+    """`neuron-monitor` under a reader process (`runner.execute.monitor_reader`): parsing here cost the job CPU."""
 
     def __init__(self, period_s: int, folder: Path) -> None:
         self.period_s = period_s
@@ -283,25 +259,20 @@ def make_sampler(plan: MonitorPlan, backend: Backend, folder: Path) -> Sampler:
 
 @contextmanager
 def system_monitor(config: MonitorConfig, backend: Backend, folder: Path) -> Iterator[list[SystemSample]]:
-    """Sample the system while the block runs in the measuring process; the list it yields holds the samples after.
-
-    Off (monitor.period_s null), nothing is started and the list stays empty.
-    """
+    """Sample the system while the block runs (not when monitor.period_s is null); the list holds the samples after."""
     samples: list[SystemSample] = []
-    plan = plan_monitor(config, backend.system_monitor)
-    if plan is None:
-        yield samples
-        return
-    if plan.missing:
-        log.warning("system metrics: %s", plan.missing)
-    sampler = make_sampler(plan, backend, folder)
-    try:
-        sampler.start()
-    except OSError as err:  # a monitor never fails the job it watches
-        log.warning("system metrics: %s did not start: %s", plan.source, err)
-        yield samples
-        return
+    sampler = None
+    if (plan := plan_monitor(config, backend.system_monitor)) is not None:
+        if plan.missing:
+            log.warning("system metrics: %s", plan.missing)
+        sampler = make_sampler(plan, backend, folder)
+        try:
+            sampler.start()
+        except OSError as err:  # a monitor never fails the job it watches
+            log.warning("system metrics: %s did not start: %s", plan.source, err)
+            sampler = None
     try:
         yield samples
     finally:
-        samples.extend(sampler.stop())
+        if sampler is not None:
+            samples.extend(sampler.stop())

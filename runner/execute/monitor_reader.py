@@ -1,15 +1,9 @@
 """neuron-monitor's reader: a process of its own that runs neuron-monitor and keeps the job's few figures.
 
-neuron-monitor prints a whole report every period, and each Neuron application's `memory_used`
-lists every model it has loaded (neuron-monitor user guide, `loaded_models`), so a report grows
-with the NEFFs a job loads. Parsing it in the measuring process took that process's CPU while
-it was timed; here it is parsed in this process, which appends only the figures the runner logs,
-one JSON line per report, to a file the measuring process reads once, when it stops the monitor.
-
-`python -m runner.execute.monitor_reader JOB_PID CONFIG_FILE SAMPLES_FILE`. It imports neither
-torch nor the runner's other layers, so it starts in a fraction of a second. Stopped with
-SIGTERM, it stops neuron-monitor the same way; killed, it takes neuron-monitor with it
-(`die_with_parent`), as the measuring process takes it.
+A report lists every model loaded (`loaded_models`), so it grows with a job's NEFFs; parsing it
+in the measuring process took CPU while it was timed. `python -m runner.execute.monitor_reader
+JOB_PID CONFIG_FILE SAMPLES_FILE` appends one JSON line of figures per report, imports no torch,
+and stops neuron-monitor when stopped (SIGTERM) or killed (`die_with_parent`).
 """
 
 from __future__ import annotations
@@ -38,11 +32,7 @@ CPU_BUSY = ("user", "nice", "system", "irq", "soft_irq")
 
 
 def neuron_values(report: dict[str, Any], pid: int) -> tuple[dict[str, float], list[str]]:
-    """One neuron-monitor report as metric values for the runtime of process `pid`, and the errors it reported.
-
-    Other processes' runtimes are left out, so only the job's NeuronCores appear. A metric group
-    that reports an error is skipped (its data may be partial), and its error returned.
-    """
+    """One report as metric values of process `pid`'s runtime only, and its errors (a group with one may be partial)."""
     values: dict[str, float] = {}
     errors: list[str] = []
     for runtime in report.get("neuron_runtime_data") or []:
@@ -51,9 +41,9 @@ def neuron_values(report: dict[str, Any], pid: int) -> tuple[dict[str, float], l
         if runtime.get("error"):
             errors.append(f"runtime {pid}: {runtime['error']}")
         groups = _usable(runtime.get("report") or {}, RUNTIME_GROUPS, errors)
-        values.update(_core_values(groups.get("neuroncore_counters")))
-        values.update(_memory_values(groups.get("memory_used")))
-        values.update(_execution_values(groups.get("execution_stats")))
+        for name, read in zip(RUNTIME_GROUPS, (_core_values, _memory_values, _execution_values), strict=True):
+            if name in groups:
+                values.update(read(groups[name]))
     system = _usable(report.get("system_data") or {}, SYSTEM_GROUPS, errors)
     if (cpu := system.get("vcpu_usage")) is not None:
         values[names.SYSTEM_HOST_CPU_PCT] = sum(float(cpu["average_usage"][share]) for share in CPU_BUSY)
@@ -64,31 +54,20 @@ def neuron_values(report: dict[str, Any], pid: int) -> tuple[dict[str, float], l
 
 def _usable(groups: dict[str, Any], wanted: tuple[str, ...], errors: list[str]) -> dict[str, Any]:
     """The wanted metric groups present and without an error; the errors go to `errors`."""
-    usable = {}
-    for name in wanted:
-        group = groups.get(name)
-        if group is None:
-            continue
-        if group.get("error"):
-            errors.append(f"{name}: {group['error']}")
-        else:
-            usable[name] = group
-    return usable
+    present = {name: groups[name] for name in wanted if groups.get(name) is not None}
+    errors.extend(f"{name}: {group['error']}" for name, group in present.items() if group.get("error"))
+    return {name: group for name, group in present.items() if not group.get("error")}
 
 
-def _core_values(counters: dict[str, Any] | None) -> dict[str, float]:
-    if counters is None:
-        return {}
+def _core_values(counters: dict[str, Any]) -> dict[str, float]:
     return {
         names.SYSTEM_NEURON_CORE_UTILIZATION.format(core=core): float(data["neuroncore_utilization"])
         for core, data in (counters.get("neuroncores_in_use") or {}).items()
     }
 
 
-def _memory_values(memory: dict[str, Any] | None) -> dict[str, float]:
+def _memory_values(memory: dict[str, Any]) -> dict[str, float]:
     """The runtime's device and host totals, and its device memory by category summed over its cores."""
-    if memory is None:
-        return {}
     used = memory["neuron_runtime_used_bytes"]
     values = {
         names.SYSTEM_NEURON_DEVICE_BYTES: float(used["neuron_device"]),
@@ -101,10 +80,8 @@ def _memory_values(memory: dict[str, Any] | None) -> dict[str, float]:
     return values
 
 
-def _execution_values(stats: dict[str, Any] | None) -> dict[str, float]:
+def _execution_values(stats: dict[str, Any]) -> dict[str, float]:
     """Error and outcome counts of the period, and latency percentiles in ms (none in a period without executions)."""
-    if stats is None:
-        return {}
     values = {names.SYSTEM_NEURON_ERRORS.format(kind=kind): float(n) for kind, n in stats["error_summary"].items()}
     for outcome, count in stats["execution_summary"].items():
         values[names.SYSTEM_NEURON_EXECUTIONS.format(outcome=outcome)] = float(count)

@@ -1,9 +1,7 @@
 """Which processes measure a job, and where: one `Execution`, planned before the job's run opens.
 
-Planning does what must come before the run: what can be refused is refused (with no run
-left behind), the compile caches are set before the backend loads its libraries, and what
-has to happen before this process touches the device happens here. Running the plan then
-returns what it `Measured`: one result per rank (one rank unless distributed).
+Planning refuses what cannot run (leaving no run behind), sets the compile caches before the
+backend loads its libraries, and does what must come before this process touches the device.
 """
 
 from __future__ import annotations
@@ -54,12 +52,10 @@ def _ranks_measured(results: list[JobResult]) -> Measured:
 
 @dataclass(frozen=True)
 class InProcess:
-    """The job's own process measures the workload it built.
+    """The job's own process measures the workload it built; its steady state may be `timed` already.
 
-    Its steady state is timed in this process, in `measure.processes` fresh worker processes
-    one after another, or was timed before this process touched the device (`timed`): by
-    `measure.copies` copies side by side (on Neuron the first process to start the runtime
-    holds its NeuronCores, so the copies could not get them after), or in its sweep's rounds.
+    Copies are timed before this process touches the device: on Neuron the first process to start
+    the runtime holds its NeuronCores, so the copies could not get them after.
     """
 
     spec: RunSpec
@@ -121,11 +117,7 @@ Execution = InProcess | LocalRanks | SlurmRanks
 
 
 def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path | None = None) -> Execution:
-    """The backend and how the job is measured, refused here if it cannot run.
-
-    In-process, the workload is built (and the copies timed first) here; for ranks, each rank
-    builds its own. `config_key` (its config hash) finds the steady state its sweep's rounds timed
-    in `rounds_dir`, if they did.
+    """The backend and how the job is measured (in-process, built here); `config_key` finds its rounds in `rounds_dir`.
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.
@@ -158,8 +150,7 @@ def _rank_spec(spec: RunSpec) -> RunSpec:
     """The spec each rank runs: its own steps in its own process.
 
     Raises:
-        ConfigError: measure.copies asks for processes of their own (measure.processes is
-            refused by `Backend.worker_processes`).
+        ConfigError: measure.copies asks for processes of their own (`Backend.worker_processes` refuses the rest).
     """
     ranks = spec.distributed.ranks
     if spec.measure.copies is not None:

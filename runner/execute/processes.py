@@ -1,15 +1,8 @@
 """Child processes that run one function and send back its answer: started, collected, stopped.
 
-Every process the runner starts for a piece of a job (a steady-state worker, a copy, a rank)
-or for a doctor's probe inherits no torch, device runtime or thread-pool state from this one.
-A 'spawn' child is a fresh interpreter that imports what it needs (seconds, mostly torch). A
-'forkserver' child is forked from this process's fork server: a process started on the first
-such child, with this process's environment, that has imported torch, the worker module and
-the workloads (`FORK_SERVER_PRELOAD`) and touched no device; each child gets a copy of that
-state, and nothing of the children before it. The child calls its function and sends the
-return value, or the error with its traceback, down a pipe; the parent reads that answer or
-sees the child die (the pipe closes without a word), and never leaves a child behind:
-terminate, then kill what outlives the grace period.
+A child inherits no torch, device or thread-pool state: 'spawn' starts a fresh interpreter;
+'forkserver' forks a server that imported `FORK_SERVER_PRELOAD` and touched no device. The parent
+never leaves a child behind: terminate, then kill what outlives the grace period.
 """
 
 from __future__ import annotations
@@ -31,7 +24,6 @@ from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
-# how a child starts: a new interpreter, or a fork of the fork server
 StartMethod = Literal["spawn", "forkserver"]
 # what the fork server imports so that its children need not (named, not imported: this module
 # stays torch-free); a name the server fails to import is skipped, and a child imports it itself
@@ -84,36 +76,27 @@ class ChildSilent(ChildFailed):
 
     def __init__(self, name: str, timeout_s: float) -> None:
         super().__init__(f"{name} gave no answer within {timeout_s:g} s")
-        self.timeout_s = timeout_s
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
-    """Have the kernel kill this process when its parent dies (Linux; elsewhere nothing is asked).
+    """Have the kernel kill this process when its parent dies (Linux only): a SIGKILLed parent sends no word.
 
-    A parent killed with SIGKILL sends no word: without this its workers ran on for as long as
-    their steps lasted, holding cores and the job's stdout. The signal comes when the parent's
-    starting thread ends, so children are started from the parent's main thread. `parent_pid`
-    names the parent of a process multiprocessing did not start (the gate's side servers);
-    otherwise multiprocessing's record of the starting process says whether it is still there.
+    The signal comes when the parent's starting thread ends, so children are started from its main
+    thread. `parent_pid` names a parent multiprocessing did not start (the gate's side servers).
     """
     if sys.platform != "linux":
         return
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent_pid is not None:
         gone = os.getppid() != parent_pid
-    else:
-        starter = multiprocessing.parent_process()  # the process that started this one, in either method
-        gone = starter is not None and not starter.is_alive()
+    else:  # multiprocessing's record of the process that started this one, in either method
+        gone = (starter := multiprocessing.parent_process()) is not None and not starter.is_alive()
     if gone:  # the parent died before the request took hold
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _let_go_of_the_fork_server() -> None:
-    """In a forked child: close its copy of the starting process's "alive" pipe.
-
-    A forked child's parent is the fork server, which ends once every holder of that pipe has
-    gone: so the server ends with the process that started it, and takes the child with it.
-    """
+    """In a forked child: close its copy of the "alive" pipe, so the fork server (its parent) ends with the job."""
     server = forkserver._forkserver
     alive = getattr(server, "_forkserver_alive_fd", None)  # set in a forked child only
     if alive is not None:
@@ -128,14 +111,10 @@ def _answer(
     hold: Connection | None,
     environment: dict[str, str] | None,
 ) -> None:
-    """The child's main: take its environment, call the target, send its answer, and, when held, wait to be released.
-
-    A forked child has the fork server's environment, fixed when the server started: it takes
-    the one its parent gave it, before the target reads any of it.
-    """
+    """The child's main: take its environment, call the target, send its answer, and, when held, wait to be released."""
     _let_go_of_the_fork_server()
     die_with_parent()
-    if environment is not None:
+    if environment is not None:  # a forked child has the fork server's, fixed when the server started
         os.environ.clear()
         os.environ.update(environment)
     try:
@@ -152,13 +131,7 @@ def _answer(
 
 
 def start_fork_server(preload: Iterable[str] = ()) -> None:
-    """Start this process's fork server, if it is not running: its imports take seconds.
-
-    A job that will fork workers starts it early, so those imports overlap the job's own work
-    (the first call, opening its run) instead of delaying its first worker; `preload` names
-    more modules for it to import (what the backend names for compiled workers). It starts
-    with this process's environment and SIGINT ignored, which its children inherit.
-    """
+    """Start the fork server (this environment, SIGINT ignored) early: its imports then overlap the job's work."""
     forkserver.set_forkserver_preload([*FORK_SERVER_PRELOAD, *preload])  # read when the server starts
     with _born_ignoring_interrupts():
         forkserver.ensure_running()
@@ -167,10 +140,8 @@ def start_fork_server(preload: Iterable[str] = ()) -> None:
 
 
 def _end_fork_server() -> None:
-    """As this process exits: end its fork server now.
+    """As this process exits: end its fork server now, not after its preloads (2-3 s of torch past a stopped job).
 
-    On its own the server ends once it sees this process gone, and only after its preloads:
-    a job stopped in its first seconds left it importing torch for 2-3 s after the job's exit.
     It holds nothing to clean up, and its children end with it (`die_with_parent`).
     """
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
@@ -183,12 +154,9 @@ def _end_fork_server() -> None:
 class Child:
     """`target(*args)` in a new process named `name`, with `env` set for it (None removes a variable).
 
-    `start_method` says how the process starts (module docstring). A forked child gets this
-    process's environment as it is now, with `env` applied, before its target runs; what an
-    interpreter reads only as it starts (glibc's MALLOC_*, torch's OMP_NUM_THREADS) the target
-    must set itself. With `hold`, the child stays alive after answering until `release`d. A
-    daemon child is stopped when this process exits; a child that starts processes of its own
-    must not be one.
+    A forked child gets this process's environment (with `env`) only as its target starts: what an
+    interpreter reads as it starts (MALLOC_*, OMP_NUM_THREADS) the target sets itself. With `hold`,
+    it lives on until `release`d. A child that starts processes of its own must not be a daemon.
     """
 
     def __init__(
@@ -207,10 +175,8 @@ class Child:
             start_fork_server()
         self.name = name
         self._answers, send = context.Pipe(duplex=False)
-        keep: Connection | None = None
         self._release: Connection | None = None
-        if hold:
-            keep, self._release = context.Pipe(duplex=False)
+        keep, self._release = context.Pipe(duplex=False) if hold else (None, None)
         environment = _with(os.environ, env or {}) if forked else None
         self._process = context.Process(
             target=_answer, args=(target, args, send, keep, environment), name=name, daemon=daemon
@@ -226,11 +192,6 @@ class Child:
     def pid(self) -> int | None:
         """The process id, for the log (and for a signal from outside)."""
         return self._process.pid
-
-    @property
-    def sentinel(self) -> int:
-        """Ready (for `multiprocessing.connection.wait`) once the process has ended."""
-        return self._process.sentinel
 
     def is_alive(self) -> bool:
         """Whether the process still runs."""
@@ -272,16 +233,15 @@ class Child:
 def answered(children: Iterable[Child]) -> list[Child]:
     """Wait until any of the children has an answer or has ended; those that have, in the order given."""
     children = list(children)
-    ready = set(wait([waitable for child in children for waitable in (child._answers, child.sentinel)]))
-    return [child for child in children if child._answers in ready or child.sentinel in ready]
+    ready = set(wait([waitable for child in children for waitable in (child._answers, child._process.sentinel)]))
+    return [child for child in children if child._answers in ready or child._process.sentinel in ready]
 
 
 def end_process(process: subprocess.Popen[Any], whole_group: bool = False) -> None:
     """Terminate a process this one started, and kill what is still there after the grace period.
 
-    With `whole_group` (a process started in a session of its own), every process of its group:
-    its fork server and that server's children are in it too, and one still starting when the
-    process ends would otherwise fork a worker afterwards, into a tree that may be gone.
+    With `whole_group` (a process in a session of its own), its whole group: its fork server, still
+    starting, would otherwise fork a worker afterwards, into a tree that may be gone.
     """
     send = partial(os.killpg, process.pid) if whole_group else process.send_signal  # no-op once reaped
     with suppress(ProcessLookupError):
@@ -320,8 +280,7 @@ def _environment(variables: Mapping[str, str | None]) -> Iterator[None]:
 
 def _with(environ: Mapping[str, str], variables: Mapping[str, str | None]) -> dict[str, str]:
     """`environ` with `variables` set (or, for None, removed)."""
-    changed = {**environ, **variables}
-    return {name: value for name, value in changed.items() if value is not None}
+    return {name: value for name, value in {**environ, **variables}.items() if value is not None}
 
 
 def _apply(variables: Mapping[str, str | None]) -> None:
@@ -334,16 +293,11 @@ def _apply(variables: Mapping[str, str | None]) -> None:
 
 @contextmanager
 def _born_ignoring_interrupts() -> Iterator[None]:
-    """Start the processes started inside the block with SIGINT ignored from birth.
+    """Start the processes started inside the block with SIGINT ignored from birth (the parent stops them).
 
-    The parent stops its children itself. A Ctrl-C to the process group that reached a child
-    while its interpreter started, before its own code could ignore it, killed it with
-    `Fatal Python error: init_import_site` and a traceback. An ignored signal stays ignored
-    across exec, so the child never sees one; this process ignores it only while it forks. The
-    fork server, started in such a block, gives its children the SIGINT handling it started
-    with: ignored. A fork server's child is therefore started outside such a block: asking the
-    server for it waits until the server has imported its preloads (seconds), and a Ctrl-C
-    ignored meanwhile was lost, leaving the job to time its steps to the end.
+    A Ctrl-C that reached a starting interpreter killed it (`Fatal Python error: init_import_site`).
+    The fork server gives its children this handling, so a forked child starts outside the block:
+    asking the server waits for its preloads, and a Ctrl-C ignored meanwhile was lost.
     """
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

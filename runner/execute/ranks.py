@@ -1,13 +1,7 @@
-"""A job as N torch.distributed ranks on this host (`distributed.ranks=N`).
+"""A job as N torch.distributed ranks on this host (`distributed.ranks=N`), each a spawned process on its own slot.
 
-The job's own process only coordinates: it never touches the device (on Neuron the first
-process to start the runtime keeps its cores) and never joins a collective, so it sees a rank
-die or fail at once. Each rank is a spawned process (born ignoring SIGINT: the job stops its
-ranks itself) with every variable torchrun sets (`torchrun_env`) and its own share of the
-machine (the slot plan of the parallel launcher); it builds the workload, runs the same phases
-as a job, and sends back its result. In `train_step` mode the gradients are averaged over the
-ranks after each backward (data parallel), so the ranks step together and a slow rank makes the
-others wait in the all-reduce: the straggler is the rank with the most compute per step.
+The job's own process only coordinates: it never touches the device (on Neuron the first process
+to start the runtime keeps its cores) nor joins a collective, so it sees a rank die or fail at once.
 """
 
 from __future__ import annotations
@@ -64,9 +58,7 @@ def torchrun_env(
 ) -> dict[str, str]:
     """Every variable torchrun gives a rank (torch/distributed/elastic/agent/server/local_elastic_agent.py).
 
-    One role, one worker group per node (`node` is its group rank), no restarts, and a store
-    rank 0 hosts (no agent's). TorchNeuron's `neuron` process group takes torchrun's path only
-    when LOCAL_RANK and LOCAL_WORLD_SIZE are both set.
+    TorchNeuron's process group takes torchrun's path only with LOCAL_RANK and LOCAL_WORLD_SIZE set.
     """
     return {
         "RANK": str(rank),
@@ -128,8 +120,7 @@ def _collect(ranks: list[Child]) -> list[JobResult]:
     results: dict[int, JobResult] = {}
     waiting = dict(enumerate(ranks))
     while waiting:
-        # no timeout here: a rank stuck in a collective raises after distributed.timeout_s, and
-        # the launcher's timeout bounds the whole job
+        # no timeout: a rank stuck in a collective raises after distributed.timeout_s; the launcher's bounds the job
         ready = answered(waiting.values())
         died: list[ChildDied] = []
         raised: dict[int, ChildRaised] = {}
@@ -152,12 +143,10 @@ def _collect(ranks: list[Child]) -> list[JobResult]:
 
 
 def cross_rank(results: list[JobResult]) -> tuple[dict[str, float], dict[str, str]]:
-    """Per-rank and cross-rank metrics, and the tag naming the slowest rank.
+    """Per-rank and cross-rank metrics, and the tag naming the slowest rank (none without traces).
 
-    A rank's compute per step is its step time less its share in collectives (the share of its
-    recorded steps its own thread spent in them, waiting included): with the ranks in lock step
-    their step times agree, and the straggler shows as the rank with the most compute, the one
-    the others wait for. Without traces (`profiler=none`) only the step times compare.
+    In lock step the ranks' step times agree: the straggler is the rank with the most compute (its
+    step time less its share in collectives, waiting included), the one the others wait for.
     """
     metrics: dict[str, float] = {names.RANKS: float(len(results))}
     medians = [result.metrics[names.STEP_MEDIAN_MS] for result in results]

@@ -1,17 +1,9 @@
 """The one rounds engine, for a sweep's jobs and for the gate's two sides: fresh workers in interleaved rounds.
 
-Timing A's workers, then B's, then C's puts each variant in a different stretch of the host's
-noise, and a slow minute reads as a difference between them. In rounds, each round starts one
-fresh worker of every side in a new random order (`round_orders`), so a slow stretch falls on
-all sides alike and the comparison pairs them round by round
-(`runner.measure.stats.paired_time_ratio`). Where every side's device allows it, a round's
-workers take turns a stretch of steps at a time (`runner.measure.turns`): an A/A pair of CPU
-workers read 5.2% apart in turns and 19.3% one after the other (sd of the log ratio, 80 rounds,
-`benchmarks/turns_pays.py`, docs/benchmarks.md); else they run one after the other.
-
-A side is whatever starts its round's worker: a sweep's job (`runner.sweep.rounds`, a worker of
-this process's fork server) or one side of the gate (`runner.execute.serve`, a server in the
-side's own tree). Torch-free: the gate over stored runs imports it.
+Each round starts one fresh worker of every side in a new random order, so a slow stretch of the
+host falls on all sides alike. Where every device allows it, they take turns (`runner.measure.turns`):
+A/A CPU workers read 5.2% apart in turns, 19.3% one after the other (sd of the log ratio, 80
+rounds, `benchmarks/turns_pays.py`). Torch-free: the gate over stored runs imports it.
 """
 
 from __future__ import annotations
@@ -42,11 +34,7 @@ class Side(Protocol[Result]):
         """Whether the worker has answered or died: one that ended before it came for turns is not waited for."""
 
     def result(self) -> Result:
-        """What the worker timed, once it answers.
-
-        Raises:
-            ChildFailed: the worker failed (the message names the side and says how).
-        """
+        """What the worker timed, once it answers; ChildFailed (naming the side, saying how) if it failed."""
 
     def stop(self) -> None:
         """Stop the worker if it still runs (an error or a stop elsewhere in the round); nothing if none."""
@@ -65,8 +53,7 @@ def round_orders(rounds: list[int], rng: random.Random) -> list[list[int]]:
 def run_round(sides: Sequence[Side[Result]], number: int, in_turns: bool) -> list[Result | ChildFailed]:
     """One worker of each side, started in the order given: in turns a stretch at a time, or one after the other.
 
-    Each side's entry is what its worker timed, or the error it failed with: a worker that fails
-    is left out of the turns, and its caller decides what a failure costs.
+    Each side's entry is what its worker timed, or the error it failed with: the caller decides what that costs.
     """
     try:
         if not in_turns or len(sides) < 2:

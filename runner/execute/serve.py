@@ -1,16 +1,10 @@
 """One side of a comparison run in one invocation: a server of fresh steady-state workers, and its client.
 
-`python -m runner.execute.serve PARENT_PID [OVERRIDES...]`, started with its tree first on the
-path and as its working directory, composes the job's config from that tree's conf/ and
-measures with that tree's code: the gate runs one for a baseline commit's worktree and one for
-the checkout it gates, so each side is measured as its own code measures. Each line on stdin
-asks for one fresh worker (`runner.execute.workers`); each answer is one JSON line on stdout,
-`{"median_ms": ...}` or `{"error": "..."}`, after a first `{"ready": true}` (or an error) once
-the config composed. A request `{"turns": PATH, "name": NAME}` starts a worker that takes turns
-with the other side's (runner.measure.turns), at the referee listening on PATH; `"turns": true`
-in the ready line says this side's code and device can (a baseline from before turns cannot, nor
-a device whose workers may not be alive at once: then the rounds run one worker after the
-other). The server ends when stdin closes, and the kernel ends it with its parent.
+`python -m runner.execute.serve PARENT_PID [OVERRIDES...]`, run in a tree, measures with its conf/
+and code. Each stdin line (`{}`, or `{"turns": PATH, "name": NAME}` to take turns at that referee)
+asks for one fresh worker, answered `{"median_ms": ...}` or `{"error": "..."}` after a first
+`{"ready": true, "turns": ...}` (whether this side's code and device can take turns). It ends
+when stdin closes, or with its parent.
 """
 
 from __future__ import annotations
@@ -44,8 +38,7 @@ class SideFailed(ChildFailed):
 
 
 def _say(answers: IO[str], message: dict[str, Any]) -> None:
-    answers.write(json.dumps(message) + "\n")
-    answers.flush()
+    print(json.dumps(message), file=answers, flush=True)
 
 
 def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
@@ -87,10 +80,7 @@ def main(argv: list[str]) -> int:
 
 
 class SideServer:
-    """The client of one side's server: started in `tree`, asked for one worker at a time.
-
-    A side of the rounds (`runner.execute.rounds.Side`): `start`, `ended`, `result`.
-    """
+    """The client of one side's server, started in `tree`: a side of the rounds (`runner.execute.rounds.Side`)."""
 
     def __init__(self, side: str, tree: Path, overrides: list[str]) -> None:
         self.name = side
@@ -106,37 +96,31 @@ class SideServer:
             start_new_session=True,  # a group of its own, which `stop` ends whole (its fork server too)
         )
 
+    def _ended(self) -> SideFailed:
+        return SideFailed(f"{self.name}: its server ended (exit status {self._process.wait()})")
+
     def _answer(self) -> dict[str, Any]:
         assert self._process.stdout is not None
-        line = self._process.stdout.readline()
-        if not line:
-            raise SideFailed(f"{self.name}: its server ended (exit status {self._process.wait()})")
+        if not (line := self._process.stdout.readline()):
+            raise self._ended()
         answer: dict[str, Any] = json.loads(line)
         if "error" in answer:
             raise SideFailed(f"{self.name}: {answer['error']}")
         return answer
 
     def ready(self) -> None:
-        """Wait until the server composed its config; `takes_turns` then says whether its workers can.
-
-        Raises:
-            SideFailed: the config was refused, or the server ended.
-        """
+        """Wait until the server composed its config (else SideFailed); `takes_turns` then says if its workers can."""
         self.takes_turns = bool(self._answer().get("turns"))
 
     def start(self, number: int = 0, turns_at: TurnsAddress | None = None) -> None:
-        """Start one fresh worker; with `turns_at`, one that takes turns at that referee.
-
-        Raises:
-            SideFailed: the server ended.
-        """
+        """Start one fresh worker, taking turns at `turns_at` if given (SideFailed: the server ended)."""
         assert self._process.stdin is not None
         request = {} if turns_at is None else {"turns": turns_at.path, "name": turns_at.name}
         try:
             self._process.stdin.write(json.dumps(request) + "\n")
             self._process.stdin.flush()
         except BrokenPipeError:
-            raise SideFailed(f"{self.name}: its server ended (exit status {self._process.wait()})") from None
+            raise self._ended() from None
 
     def ended(self) -> bool:
         """Whether an answer (or the server's end) is there to read: a worker that failed says so at once."""
@@ -144,21 +128,8 @@ class SideServer:
         return bool(select.select([self._process.stdout], [], [], 0)[0])
 
     def result(self) -> float:
-        """The worker's median step time in ms, once it answers.
-
-        Raises:
-            SideFailed: the worker failed, or the server ended.
-        """
+        """The worker's median step time in ms, once it answers (SideFailed: the worker failed, or the server ended)."""
         return float(self._answer()["median_ms"])
-
-    def worker(self) -> float:
-        """One fresh worker, timed alone: its median step time in ms.
-
-        Raises:
-            SideFailed: the worker failed, or the server ended.
-        """
-        self.start()
-        return self.result()
 
     def stop(self) -> None:
         """Nothing: a worker the rounds leave behind ends with its server (`close`)."""

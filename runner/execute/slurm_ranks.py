@@ -1,14 +1,8 @@
-"""A job as the tasks of one Slurm job, across hosts (`hydra/launcher=slurm`, `distributed.ranks`).
+"""A job as the tasks of one Slurm job, across hosts (`hydra/launcher=slurm`, `distributed.ranks`): one rank each.
 
-With `hydra.launcher.nodes` x `hydra.launcher.tasks_per_node` = `distributed.ranks`, submitit
-starts the job once per task, on every node, and each task is one rank. Task 0 is the job: it
-owns the status file and the MLflow run, measures as rank 0, then collects the other ranks'
-results. The other tasks only measure: each leaves its result, or its traceback, in
-`rank<k>/rank_result.pickle` under the job's folder, which the nodes of a Slurm sweep share
-(submitit keeps its own files beside it). Each task gets every variable torchrun sets
-(`runner.execute.ranks.torchrun_env`), with the rendezvous submitit makes from the Slurm job
-(the allocation's first node; a port chosen from the job id). Each task
-takes its share of its node from the backend's slot plan, as the ranks on one host do.
+Task 0 is the job (status file, MLflow run): it measures as rank 0, then collects the others'
+results, which each leaves (or its traceback) in `rank<k>/rank_result.pickle` under the job's
+folder, shared by a Slurm sweep's nodes.
 """
 
 from __future__ import annotations
@@ -108,8 +102,7 @@ def lead(spec: RunSpec, output_dir: Path, task: SlurmTask) -> list[JobResult]:
     """Task 0: measure as rank 0, then every rank's JobResult in rank order.
 
     Raises:
-        ChildFailed: naming the rank that raised, or the ranks that left no result within
-            distributed.timeout_s (died or hung).
+        ChildFailed: naming the rank that raised, or those with no result within distributed.timeout_s.
     """
     try:
         own = _measure_task(spec, output_dir, task)

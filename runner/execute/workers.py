@@ -1,12 +1,7 @@
-"""Steady state in fresh worker processes, one after another or side by side.
+"""Steady state in fresh worker processes: one after another (`measure.processes`) or side by side (`measure.copies`).
 
-One after another, pyperf-style (`measure.processes`): a process carries state from what ran
-before (heap and page-fault mode, thread pools, the CPU calibration's buffers, the
-profiler's initialisation); a median that depends on that state moves from run to run. Each
-worker builds the workload from the same config and seed, makes its first call, warms up and
-times its steps, on the same device and cores as the job; the job keeps the per-process
-medians. Side by side (`measure.copies`): one worker per share of the machine, timing at the
-same time, to measure how throughput scales.
+One after another, pyperf-style: a process carries state from what ran before (heap mode, thread
+pools, the profiler's initialisation), and a median that depends on it moves from run to run.
 """
 
 from __future__ import annotations
@@ -56,10 +51,8 @@ class WorkerStart:
 def worker_start(requested: str = "auto") -> WorkerStart:
     """A fork of the fork server where the platform and `measure.worker_start` allow it, else a spawn.
 
-    Every device allows it: the server's imports start no CUDA
-    context (a child forked after one cannot use CUDA) and no Neuron runtime (torch-neuronx's
-    autoload waits for first use; reference: sections 5.1, 10.6), so each child starts its
-    device afresh, as a spawned one would.
+    Every device allows it: the server starts no CUDA context (a child forked after one cannot use
+    CUDA) and no Neuron runtime (autoload waits for first use; reference: sections 5.1, 10.6).
     """
     if requested == "spawn":
         return WorkerStart("spawn", "measure.worker_start=spawn")
@@ -69,13 +62,7 @@ def worker_start(requested: str = "auto") -> WorkerStart:
 
 
 def _set_what_start_reads(spec: RunSpec) -> None:
-    """Set what a new interpreter takes from its environment as it starts, in a worker forked after that.
-
-    A forked worker inherits the allocator mode and thread count the fork server started with,
-    from the job's environment: glibc reads MALLOC_* as a process starts, and torch reads
-    OMP_NUM_THREADS as it loads, so the worker's own (its slot's threads) are set here. A
-    spawned worker is set the same way, so both start methods run in the same mode.
-    """
+    """Set what an interpreter reads as it starts (MALLOC_*, OMP_NUM_THREADS), which a fork has from its server."""
     if spec.measure.keep_freed_memory:
         keep_freed_memory()
     if (threads := os.environ.get(THREADS_ENV, "")).isdigit():
@@ -100,7 +87,6 @@ def _worker(
             samples = steady_state(workload, backend, spec, turns)
             turns.finish()
             return samples, 0.0, 0.0
-        # a copy: warm up, wait for the others, then time its steps while they time theirs
         warm_up(workload, backend, spec)
         start_together.wait(BARRIER_TIMEOUT_S)
         started = time.monotonic()  # one clock for every process on the machine
@@ -117,12 +103,7 @@ def _worker(
 
 
 def prepare_workers(specs: list[RunSpec]) -> None:
-    """Get ready to start these specs' workers: a fork server starts now, its imports beside the job's work.
-
-    This process then imports what it will need later too, while the server starts and before
-    any worker times a step: `PROFILER_PRELOAD` where a job profiles, and a compiled job's
-    `compiler_preload`.
-    """
+    """Start a fork server now, its imports beside the job's work; import here what the job needs before it times."""
     forked = [spec for spec in specs if worker_start(spec.measure.worker_start).method == "forkserver"]
     if forked:
         compiled = {backend_class(spec.backend.name) for spec in forked if spec.workload.compile}
@@ -159,10 +140,7 @@ def start_first_call(spec: RunSpec, name: str) -> Child:
 def start_steady_state(
     spec: RunSpec, name: str, number: int, slot: Slot = WHOLE_MACHINE, turns_at: TurnsAddress | None = None
 ) -> Child:
-    """Steady-state worker `number` (from 1; with `slot`, it decides the worker's cores): `steps(worker)` reads it.
-
-    With `turns_at` it runs only in the turns its referee gives it (runner.measure.turns).
-    """
+    """Steady-state worker `number` (from 1) on `slot`, in `turns_at`'s turns if given: `steps(worker)` reads it."""
     return _start(name, _worker, spec, None, _placement(spec, number, slot), turns_at, slot=slot)
 
 
@@ -177,10 +155,7 @@ def steps(worker: Child) -> list[list[float]]:
 
 
 def steady_state_in_processes(spec: RunSpec, count: int, turns_at: TurnsAddress | None = None) -> SteadyState:
-    """Per worker process, its per-repeat step times in ms; workers run one at a time, each its own round.
-
-    With `turns_at` (one worker), it takes turns with another process's worker (runner.measure.turns).
-    """
+    """Per worker process, its per-repeat step times in ms; one at a time (with `turns_at`, taking turns)."""
     runs = []
     for number in range(1, count + 1):
         log.info("steady state: worker process %d/%d ...", number, count)
@@ -190,12 +165,10 @@ def steady_state_in_processes(spec: RunSpec, count: int, turns_at: TurnsAddress 
 
 
 def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
-    """The copies' step times and the seconds all their timed steps spanned.
+    """The copies' step times (one per slot, timing together) and the seconds all their timed steps spanned.
 
-    One worker per slot, each started with its slot's environment (its NeuronCores, GPU or CPU
-    threads); each makes its first call and warms up, then waits for the others, so the timed
-    steps overlap. The job's own process must not hold the device meanwhile: on Neuron the
-    first process to start the runtime keeps its cores.
+    The job's own process must not hold the device meanwhile: on Neuron the first process to start
+    the runtime keeps its cores.
     """
     # the slot's environment pins each copy; backend.cores would pin every copy back to the job's cores
     spec = replace(spec, backend=spec.backend.unpinned())
@@ -205,9 +178,8 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     workers: list[Child] = []
     try:
         for number, slot in enumerate(slots, 1):
-            workers.append(
-                _start(f"copy {number}", _worker, spec, start_together, _placement(spec, number, slot), slot=slot)
-            )
+            placement = _placement(spec, number, slot)
+            workers.append(_start(f"copy {number}", _worker, spec, start_together, placement, slot=slot))
         results = [_result(worker) for worker in workers]
         window_s = max(end for _, _, end in results) - min(start for _, start, _ in results)
         return SteadyState([samples for samples, _, _ in results], window_s)
