@@ -1,13 +1,8 @@
 """New memory layouts within one process's timed steps, so that its median rests on more than one.
 
-Where a process's tensors land (their addresses, and the pages under them) holds for the life of
-the process, and it moves step times: fresh processes timing the default RMSNorm in turn on the
-project's 2-core host read medians about 11% apart beyond the host's own drift, and moving each
-one's inputs and allocations between stretches of its steps took that to 0-5%
-(docs/trust.md, "Memory layouts"). Stabilizer (Curtsinger and Berger, ASPLOS 2013)
-re-randomizes layout for the same reason: a median over layouts is a sample of the code, not of
-one layout's luck. Between stretches the inputs move to new memory and a few host blocks of random
-size stay allocated, so the step's own allocations land elsewhere too.
+Where a process's tensors land holds for its life and moves step times (docs/trust.md, "Memory
+layouts"). Between stretches the inputs move to new memory and a few host blocks of random size
+stay allocated, so the step's own allocations land elsewhere too.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Turn `key_averages()` into a per-op table and the run's summary metrics.
-
-Device-time columns and metrics appear only when the profiler reported device time: a
-missing measurement is never written as zero.
-"""
+"""Turn `key_averages()` into a per-op table and the run's summary metrics (device time only where reported)."""
 
 from __future__ import annotations
 
@@ -40,9 +36,8 @@ def build_op_table(
 ) -> OpTable:
     """Build the op table from `prof.key_averages(...)`, sorted by self time, longest first.
 
-    With several profiler cycles, each row also carries its self time per step in every
-    cycle (`cycle_self_ms`) with their mean and standard deviation: the samples for per-op
-    significance tests between runs.
+    With several cycles, each row carries its self time per step in each (`cycle_self_ms`): the
+    samples for per-op significance tests between runs.
     """
     has_device_time = any(e.self_device_time_total > 0 for e in events)
     cycles = recorder.per_step_ms(active_steps // max(1, len(recorder.snapshots)), has_device_time)
@@ -78,11 +73,7 @@ def build_op_table(
 
 
 def footer_device_us(events: EventList) -> float:
-    """Self device time (us) as key_averages().table()'s footer sums it: device events, and legacy CPU ones.
-
-    An op's self device time repeats the time of the device events it launched, so summing
-    every row would count it twice.
-    """
+    """Self device time (us) as key_averages().table()'s footer sums it: summing rows would count it twice."""
     return sum(
         float(e.self_device_time_total)
         for e in events

@@ -1,8 +1,4 @@
-"""A job's result as data: the phases' numbers, what is derived from them, the capture's report.
-
-`collect_result` builds one `JobResult`; `runner.tracking` logs it with one call and
-`runner.report.console` prints it with one call. Nothing here writes anywhere.
-"""
+"""A job's result as data (`JobResult`), for tracking to log and the console to print; nothing here writes."""
 
 from __future__ import annotations
 
@@ -78,8 +74,7 @@ def profiled_window_report(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """The profiler's measured cost per recorded step and whether the window read the steady state.
 
-    Nothing where the cost was not measured; no verdict for copies, which share the machine by
-    design, so their steady state is no yardstick for a window timed alone.
+    No verdict for copies: they share the machine by design, no yardstick for a window timed alone.
     """
     if result.profiler_cost is None or not result.profiled_ms:
         return {}, {}
@@ -97,8 +92,7 @@ def derived_metrics(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Metrics and tags computed from the phases: timing, memory, finiteness, accuracy, roofline."""
     metrics = result.metrics()
-    peak_device = backend.peak_memory_bytes()
-    if peak_device is not None:
+    if (peak_device := backend.peak_memory_bytes()) is not None:
         metrics[names.PEAK_DEVICE_MB] = peak_device / MIB
     # ru_maxrss is in KiB on Linux: the process's peak, which in a sweep run in one process
     # includes the jobs before this one
@@ -123,9 +117,8 @@ def derived_metrics(
         tags.update(accuracy_tags)
     collective_bytes = getattr(workload.eager, "collective_bytes", None)
     if collective_bytes is not None and dist.is_initialized() and metrics[names.STEP_MEDIAN_MS]:
-        step_ms, ranks = metrics[names.STEP_MEDIAN_MS], dist.get_world_size()
-        bytes_moved = collective_bytes(*workload.inputs)
-        bandwidth, link = collective_bandwidth(bytes_moved, step_ms, ranks, peak, backend.ranks_cores())
+        step_ms, bytes_moved = metrics[names.STEP_MEDIAN_MS], collective_bytes(*workload.inputs)
+        bandwidth, link = collective_bandwidth(bytes_moved, step_ms, dist.get_world_size(), peak, backend.ranks_cores())
         metrics.update(bandwidth)
         tags.update(link)
     if not isinstance(workload.eager, CostModel):
@@ -188,8 +181,7 @@ def collect_result(
     if spec.measure.layer_accuracy:
         errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)
         tables[names.LAYER_TABLE_FILE] = layer_table(errors)
-        failing = first_failing(errors)
-        tags[names.TAG_FIRST_FAILING_LAYER] = failing or "none"
+        tags[names.TAG_FIRST_FAILING_LAYER] = first_failing(errors) or "none"
         metrics[names.LAYERS_FAILING] = float(sum(not error.passed for error in errors))
     return JobResult(
         metrics=metrics,

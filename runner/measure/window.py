@@ -1,10 +1,4 @@
-"""Does the profiled window represent the steady state? The profiler's own cost, measured, and the verdict.
-
-The window is a few steps (one by default), so a step the host stalled becomes the op table. A
-profiled step is slower than a steady one for two reasons, the profiler's own work and the host;
-`profiler_cost` measures the first apart from the window, so `judge_window` can tell a stall
-from the profiler's cost.
-"""
+"""Does the profiled window represent the steady state? The profiler's own cost, measured apart, and the verdict."""
 
 from __future__ import annotations
 
@@ -51,20 +45,12 @@ class ProfilerCost:
 def profiler_cost(workload: BuiltWorkload, backend: Backend, profiler: ProfilerConfig) -> ProfilerCost:
     """Measure what the profiler adds to this workload's step, apart from the window and before it.
 
-    Each of `COST_SESSIONS` sessions runs unprofiled steps to settle and one unprofiled reference
-    step, then under the profiler a warm-up step and two recorded ones. A stall only ever adds time,
-    so the fastest of each kind is the one stalls missed: the cost is the fastest first (and
-    second) recorded step less the fastest reference step. Not the window's own unprofiled steps
-    against its recorded one: with one recorded step, a stall of that step would pass for the
-    profiler's cost, while here it is left for the verdict to see. Run before the window, the
-    sessions also take the process's first profiler start (seconds, and a slower first recorded
-    step) out of it. Where most steps stall (`timing.stable=false` says so), all five first
-    recorded steps may have stalled and the cost reads high: 59 ms for a 0.2 ms step whose steady
-    state was 73% 60 ms steps, on this project's 2-core host under a load of 5.
-
-    The sessions record host activity only, with the window's options (shapes, memory, stacks,
-    FLOPs) and no trace: on CUDA, whose kernel tracing is left out, the cost is a lower bound.
-    Kineto's start and stop lines (two per session) stay off the console, logged at debug level.
+    A stall only ever adds time, so the fastest recorded step less the fastest unprofiled one is
+    the cost (docs/measurement.md). Not the window's own steps: with one recorded step, a stall of
+    it would pass for the profiler's cost. Run before the window, the sessions also take the
+    process's first profiler start out of it. Where most steps stall, all the sessions may have
+    and the cost reads high (`timing.stable=false` says so). Kineto's start and stop lines stay
+    off the console, logged at debug level.
     """
     log.info("the profiler's own cost: %d short profiler sessions ...", COST_SESSIONS)
     reference, first, later = [], [], []
@@ -101,14 +87,10 @@ def judge_window(
 ) -> str | None:
     """Why the profiled steps, less the profiler's cost, are not what the steady state predicts; None if they are.
 
-    The reason says what was seen and how to widen the window. The op table sums the recorded
-    steps, so their mean is what it reads. It represents the steady state when that mean is at
-    most `TOLERANCE` times the steady median plus the mean cost, and at least the steady median
-    over `TOLERANCE`. Why 2: the stalls this is for are 10-100x (42x in a busy host's `make run`),
-    a quiet steady state's p90 is about 1.4x its median, and the cost, measured on other steps,
-    varies from session to session by about its own size. The lower bound keeps the cost in: the
-    profiler never makes a step faster, and subtracting a cost that dwarfs a tiny step would flag
-    its noise.
+    The op table sums the recorded steps, so their mean is judged: at most `TOLERANCE` times the
+    steady median plus the mean cost, at least the median over `TOLERANCE` (docs/measurement.md
+    says why 2). The lower bound keeps the cost in: the profiler never makes a step faster, and
+    subtracting a cost that dwarfs a tiny step would flag its noise.
     """
     costs = cost.per_recorded_step(schedule)
     mean_cost, mean_step = statistics.fmean(costs), statistics.fmean(profiled_ms)
@@ -130,11 +112,9 @@ def wider_window(
 ) -> str:
     """`schedule.active` and `schedule.repeat` for a window this far off to have read the steady state.
 
-    Recorded steps: enough that the window's excess over the steady state, in one of them, moves
-    their mean less than the tolerance (at most `measure.steps`, the steady state's own count). Per
-    cycle: few enough that a cycle misses the steady state's own slow steps (over `TOLERANCE` times
-    its median) at least half the time, so a stalled cycle stands out among the op table's
-    per-cycle samples (`cycle_self_ms`); the rest are cycles.
+    Enough recorded steps that the excess, in one of them, moves their mean less than the tolerance
+    (at most `measure.steps`); per cycle few enough that a cycle misses the steady state's slow steps
+    at least half the time, so a stalled cycle stands out in `cycle_self_ms`.
     """
     typical = steady_median_ms + cost.later_ms
     steps = max(recorded + 1, min(math.ceil(excess_ms / ((TOLERANCE - 1) * typical)), max_steps))
