@@ -39,10 +39,7 @@ def forward_step(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Callabl
 def train_step(
     eager: nn.Module, module: nn.Module, inputs: tuple[torch.Tensor, ...], spec: WorkloadSpec
 ) -> Callable[[], Any]:
-    """Forward, a mean-square loss, backward (gradients averaged over any ranks), and an optimizer step.
-
-    Floating-point inputs require grad, so a module without parameters still has a backward.
-    """
+    """Forward, mean-square loss, backward (over all ranks), optimizer step; float inputs need grad for a backward."""
     params = [p for p in eager.parameters() if p.requires_grad]
     optimizers = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
     optimizer = optimizers[spec.optimizer](params, lr=spec.lr) if params else None

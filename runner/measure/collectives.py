@@ -36,10 +36,9 @@ def all_ranks_max(value: int, device: torch.device) -> int:
 
 
 class GradientAverager:
-    """Data parallel as DistributedDataParallel does it: each gradient's all-reduce overlaps the rest of the backward.
+    """Data parallel as DDP does it: each gradient's all-reduce overlaps the rest of the backward.
 
-    One collective per parameter, not DDP's 25 MB buckets: right for the small models profiled
-    here, chatty for large ones. Without a process group of two or more ranks it does nothing.
+    One per parameter, not DDP's 25 MB buckets: right for the small models profiled here, chatty for large ones.
     """
 
     def __init__(self, parameters: list[torch.nn.Parameter]) -> None:
@@ -69,8 +68,7 @@ class GradientAverager:
 
 def is_collective(name: str) -> bool:
     """A collective, the wait for one, or the kernel that runs one."""
-    lowered = name.lower()
-    return any(marker in lowered for marker in COLLECTIVE_MARKERS)
+    return any(marker in name.lower() for marker in COLLECTIVE_MARKERS)
 
 
 @dataclass
@@ -79,8 +77,7 @@ class CollectiveTiming:
 
     # the share of the step spent in collectives or waiting on them (see `collective_timing`)
     share: float
-    # the share of the collectives' own run time during which compute ran (Holistic Trace
-    # Analysis's communication/computation overlap); None when the trace shows no collective run
+    # the share of the collectives' run time that compute overlapped (as HTA's); None: no collective ran
     overlap: float | None
 
 
@@ -142,25 +139,17 @@ def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
     return CollectiveTiming(share=share, overlap=overlap)
 
 
-def nodes_of_ranks(ranks: int) -> int:
-    """The nodes the ranks run on, from torchrun's variables (no LOCAL_WORLD_SIZE: all on this one)."""
-    return ranks // int(os.environ.get("LOCAL_WORLD_SIZE") or ranks)
-
-
 def collective_bandwidth(
     collective_bytes: float, step_ms: float, ranks: int, peak: Peak | None, ranks_cores: list[int]
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """nccl-tests' algbw and busbw of the bytes one step's collectives move, and the link the ranks cross.
-
-    busbw (algbw times 2(n-1)/n) compares across rank counts against the crossed link's figure
-    only: a link without a figure gets no fraction, as another link's figure would mislead.
-    """
+    """nccl-tests' algbw and busbw of one step's collectives, and their share of the crossed link's figure if known."""
     algbw = collective_bytes / (step_ms / 1000) / 1e9
     busbw = algbw * 2 * (ranks - 1) / ranks
     metrics = {names.COLLECTIVE_ALGBW_GBPS: algbw, names.COLLECTIVE_BUSBW_GBPS: busbw}
     if peak is None or not peak.links_gbps:
         return metrics, {names.TAG_COLLECTIVE_LINK: "no link figures for this device (links_gbps in conf/peaks.yaml)"}
-    link = link_between(ranks_cores, peak.cores_per_chip, nodes_of_ranks(ranks))
+    nodes = ranks // int(os.environ.get("LOCAL_WORLD_SIZE") or ranks)  # torchrun's; without it all on this node
+    link = link_between(ranks_cores, peak.cores_per_chip, nodes)
     figure = peak.links_gbps.get(link)
     if figure is None:
         return metrics, {names.TAG_COLLECTIVE_LINK: f"{LINK_WORDS[link]}: no documented figure"}

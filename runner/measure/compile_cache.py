@@ -1,9 +1,8 @@
 """Cold and warm compile caches (`measure.compile_cache=cold|warm`): what a first call costs with each.
 
-Every compile cache (`Backend.compile_caches`) points under `measure.compile_cache_dir` before
-anything compiles: a cold job needs it fresh, a warm one filled; the runner never empties a cache
-nor touches a user's own. Each job must be a fresh process, or in-memory caches would answer first.
-On Neuron, inductor's counters stay at 0, so the NEFF cache itself is counted.
+Every compile cache points under `measure.compile_cache_dir` before anything compiles; the runner
+never empties a cache nor touches a user's own. On Neuron, inductor's counters stay at 0, so the
+NEFF cache itself is counted.
 """
 
 from __future__ import annotations
@@ -75,10 +74,7 @@ def torch_lookups() -> tuple[dict[str, float], str]:
 
 
 def neff_lookups(capture_dir: Path, neffs_new: float) -> tuple[dict[str, float], str]:
-    """NEFF cache misses (NEFFs it gained) and hits (NEFFs the job's capture holds that it held before).
-
-    Only a DEVICE capture holds NEFFs: without them hits are unknown and left out, not logged as 0.
-    """
+    """NEFF cache misses (NEFFs it gained) and hits (captured NEFFs it held before; unknown without DEVICE capture)."""
     ran = {found["key"] for path in capture_dir.rglob("*.neff") if (found := CAPTURED_NEFF.fullmatch(path.name))}
     metrics = {names.COMPILE_CACHE_MISSES: neffs_new}
     counted = "NEFF cache: misses are NEFFs the cache gained, hits NEFFs the job ran that it held before"
@@ -91,10 +87,7 @@ def neff_lookups(capture_dir: Path, neffs_new: float) -> tuple[dict[str, float],
 def cache_report(
     spec: RunSpec, backend: Backend, capture_dir: Path, neffs_new: float | None
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """The cache's state and folder as tags, and the job's hits and misses as the backend counts them.
-
-    `neffs_new` is what the NEFF cache gained during the job (`compile/neffs_new`).
-    """
+    """The cache's state and folder as tags, and the job's hits and misses (`neffs_new`: NEFFs the cache gained)."""
     if spec.measure.compile_cache is None:
         return {}, {}
     neff = backend.compile_cache_counting == "neff"

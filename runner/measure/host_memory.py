@@ -1,8 +1,7 @@
 """Keep the host allocator in one mode, so step times do not depend on a process's history.
 
-glibc's malloc moves its mmap threshold as a process frees blocks, so a step pays a page fault
-per 4 KiB of its outputs, or none, by history (docs/trust.md): with `measure.keep_freed_memory`
-blocks up to 32 MiB come from the heap and freed memory stays there, in every process.
+glibc's malloc moves its mmap threshold as a process frees, so a step pays a page fault per 4 KiB
+of its outputs, or none, by history (docs/trust.md); blocks up to 32 MiB now stay in the heap.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Per-layer numerics (`measure.layer_accuracy=true`): which submodule's output drifts first.
-
-Forward hooks record each submodule's output on the backend and in a float64 CPU copy; errors
-carry forward, so the first layer over the dtype's tolerance is where the drift starts.
-"""
+"""Per-layer numerics (`measure.layer_accuracy=true`): which submodule's output first drifts past tolerance."""
 
 from __future__ import annotations
 
@@ -78,7 +74,7 @@ def _recording(module: nn.Module, names: list[str] | None) -> Iterator[dict[str,
 def layer_errors(
     module: nn.Module, inputs: tuple[torch.Tensor, ...], dtype: str, names: list[str] | None
 ) -> list[LayerError]:
-    """Every recorded layer's error against the same module in float64 on the CPU, in call order."""
+    """Each hooked layer's error against a float64 CPU copy, in call order: errors carry forward."""
     reference = copy.deepcopy(module).to("cpu", torch.float64)
     with torch.no_grad():
         with _recording(module, names) as device_outputs:

@@ -1,8 +1,4 @@
-"""The timing loop's primitives: a synchronized step, warm-up, timed steps, the steady state.
-
-The job's process, worker processes and copies all run these, so every process times its steps
-the same way; every clock read follows `backend.synchronize()`, as device work is asynchronous.
-"""
+"""The timing loop's primitives, which every measuring process runs: a synchronized step, warm-up, timed steps."""
 
 from __future__ import annotations
 
@@ -116,11 +112,7 @@ def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> float:
 
 
 def steps_to_time(spec: RunSpec, call_s: float, backend: Backend) -> int:
-    """`measure.steps`, or as many as fill `measure.steps_s` at `call_s` a step (at least `FEWEST_TIMED_STEPS`).
-
-    The host's drift, not the count, limits a process's median (docs/trust.md). Every rank times
-    the most any rank asked for.
-    """
+    """`measure.steps`, or fewer to fill `measure.steps_s` (drift limits a median); the most any rank asks for."""
     steps = spec.measure.steps
     if spec.measure.steps_s is not None and call_s > 0:
         steps = min(steps, max(FEWEST_TIMED_STEPS, math.ceil(spec.measure.steps_s / call_s)))
@@ -135,10 +127,7 @@ def stretch_ends(steps: int, stretches: int) -> list[int]:
 def timed_steps(
     workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = NO_TURNS
 ) -> list[float]:
-    """`steps` synchronized steps, each timed alone, in ms, in `measure.layouts` stretches, each in its turn.
-
-    Between stretches the inputs and the step's allocations move to new memory (`MemoryLayouts`).
-    """
+    """`steps` synchronized steps, each timed alone, in ms, in `measure.layouts` stretches of memory, each in turn."""
     stretches = min(backend.memory_layouts(spec.measure.layouts), steps)
     layouts = MemoryLayouts(workload.inputs)
     samples: list[float] = []
@@ -165,10 +154,8 @@ def steady_state(
         turns.take()
         call_s = warm_up(workload, backend, spec)
         turns.give()
-        steps = steps_to_time(spec, call_s, backend)
-        repeats.append(
-            timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}", steps, turns)
-        )
+        phase = f"steady state {repeat}/{spec.measure.repeats}"
+        repeats.append(timed_steps(workload, backend, spec, phase, steps_to_time(spec, call_s, backend), turns))
     return repeats
 
 

@@ -100,10 +100,7 @@ def _op_frames(ops: list[tuple[float, float, str]], at_us: float) -> list[dict[s
 
 
 def snapshot_from_traces(capture_dir: Path) -> dict[str, Any]:
-    """The profiler's memory events as a memory_viz snapshot, one device trace per device, from the last cycle.
-
-    Only one cycle: an allocation freed between two cycles is seen allocated and never freed.
-    """
+    """The last cycle's memory events as a memory_viz snapshot (across cycles, frees between them are missed)."""
     traces = (read_chrome_trace(path) for path in sorted(capture_dir.rglob("*.json")))
     events_of = (trace["traceEvents"] for trace in traces if trace)
     recorded = [

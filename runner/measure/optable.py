@@ -34,11 +34,7 @@ class OpTable:
 def build_op_table(
     events: EventList, active_steps: int, with_shapes: bool, with_memory: bool, recorder: CycleRecorder
 ) -> OpTable:
-    """Build the op table from `prof.key_averages(...)`, sorted by self time, longest first.
-
-    With several cycles, each row carries its self time per step in each (`cycle_self_ms`): the
-    samples for per-op significance tests between runs.
-    """
+    """The op table, longest self time first; with several cycles, each row's per-cycle samples (`cycle_self_ms`)."""
     has_device_time = any(e.self_device_time_total > 0 for e in events)
     cycles = recorder.per_step_ms(active_steps // max(1, len(recorder.snapshots)), has_device_time)
     has_device_memory = with_memory and any(e.device_memory_usage for e in events)

@@ -1,7 +1,6 @@
-"""The measurement phases of one job, each timed apart (docs/measurement.md lists them).
+"""The measurement phases of one job, each timed apart (docs/measurement.md).
 
-Every clock read and every profiler step is preceded by `backend.synchronize()`, because
-device work is asynchronous: without it, device time comes out empty or wrong.
+Device work is asynchronous: every clock read and profiler step follows `backend.synchronize()`.
 """
 
 from __future__ import annotations
@@ -51,9 +50,8 @@ class Measurement:
     compile_graphs: int
     # seconds spent in all phases together
     measured_s: float
-    # measure.copies: step_ms holds that many copies timed side by side; None: the usual phases
-    copies: int | None = None
-    # from the first copy's first timed step to the last copy's last: per-step medians would hide time-slicing
+    # measure.copies (step_ms holds the copies, side by side), else None: seconds from the first copy's
+    # first timed step to the last copy's last (per-step medians would hide time-slicing)
     copies_window_s: float | None = None
     # measure.mode=throughput: seconds per block of `inflight` steps between synchronizes
     block_s: list[float] = field(default_factory=list)
@@ -82,8 +80,8 @@ class Measurement:
         if self.profiled_ms:
             metrics[names.PROFILER_STEP_MS] = profiled = statistics.median(self.profiled_ms)
             metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / metrics[names.STEP_MEDIAN_MS] - 1) * 100
-        if self.copies is not None and self.copies_window_s:
-            metrics[names.SCALING_COPIES] = float(self.copies)
+        if self.copies_window_s:
+            metrics[names.SCALING_COPIES] = float(len(self.step_ms))
             metrics[names.SCALING_THROUGHPUT] = len(self.samples()) / self.copies_window_s
         if self.block_s:
             block = statistics.median(self.block_s)
@@ -172,8 +170,7 @@ def measure(
     log.info("first call took %.3f s", first_call_s)
     steady = steady_state()
     if not steady.in_job_process:
-        # other processes timed the steady state while this one sat idle after its first call: the
-        # profiled window would otherwise read a cold process (threads asleep, caches cold)
+        # this process sat idle since its first call: the window would read it cold (threads asleep, caches cold)
         warm_up(workload, backend, spec)
     throughput = spec.measure.mode == "throughput"
     block_s = queued_blocks(workload, backend, spec) if throughput else []
@@ -193,7 +190,6 @@ def measure(
         profiler_output=profiler_output,
         compile_graphs=dynamo_graph_count() - graphs_before,
         measured_s=time.perf_counter() - started,
-        copies=len(steady.step_ms) if steady.copies_window_s is not None else None,
         copies_window_s=steady.copies_window_s,
         block_s=block_s,
         inflight=spec.measure.inflight if throughput else 0,

@@ -104,8 +104,7 @@ def build_profiler(
         return NullProfiler()
     kwargs: dict[str, Any] = backend.profiler_kwargs(profiler, capture_dir)
     kwargs["on_trace_ready"] = recorder.wrap(kwargs.get("on_trace_ready"))
-    # acc_events=True makes key_averages() cover every cycle; the Neuron documentation does not list
-    # it among the supported profile arguments, so it is passed only where there are several cycles
+    # so key_averages() covers every cycle; only then, as Neuron's documentation does not list acc_events
     if schedule.repeat > 1:
         kwargs["acc_events"] = True
     return torch.profiler.profile(

@@ -72,14 +72,11 @@ class JobResult:
 def profiled_window_report(
     spec: RunSpec, result: Measurement, median_ms: float
 ) -> tuple[dict[str, float], dict[str, Any]]:
-    """The profiler's measured cost per recorded step and whether the window read the steady state.
-
-    No verdict for copies: they share the machine by design, no yardstick for a window timed alone.
-    """
+    """The profiler's measured cost per step and whether the window read the steady state (copies share: no verdict)."""
     if result.profiler_cost is None or not result.profiled_ms:
         return {}, {}
     metrics = {names.PROFILER_COST_MS: statistics.fmean(result.profiler_cost.per_recorded_step(spec.schedule))}
-    if not result.table.rows or result.copies is not None:
+    if not result.table.rows or result.copies_window_s is not None:
         return metrics, {}
     reason = judge_window(
         result.profiled_ms, result.profiler_cost, spec.schedule, result.samples(), median_ms, spec.measure.steps
@@ -94,8 +91,7 @@ def derived_metrics(
     metrics = result.metrics()
     if (peak_device := backend.peak_memory_bytes()) is not None:
         metrics[names.PEAK_DEVICE_MB] = peak_device / MIB
-    # ru_maxrss is in KiB on Linux: the process's peak, which in a sweep run in one process
-    # includes the jobs before this one
+    # ru_maxrss is in KiB on Linux: the process's peak, in a one-process sweep the jobs before this one's too
     metrics[names.PEAK_HOST_RSS_MB] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     by_op = self_time_by_op(result.table)
     device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
@@ -106,8 +102,7 @@ def derived_metrics(
     window_metrics, window_tags = profiled_window_report(spec, result, metrics[names.STEP_MEDIAN_MS])
     metrics.update(window_metrics)
     tags.update(window_tags)
-    # after the phases, so compilation stays in the first call; in train_step mode the
-    # module and its reference both see the updated weights
+    # after the phases, so compilation stays in the first call; module and reference share the trained weights
     with torch.no_grad():
         output = workload.module(*workload.inputs)
     tags.update(check_finite(output))
@@ -135,13 +130,10 @@ def derived_metrics(
 
 def rounds_table(measurement: Measurement) -> dict[str, list[Any]]:
     """Each worker's round, its place in the round's order, the round's workers and its median step time."""
-    places = measurement.places
-    return {
-        "round": [place.round for place in places],
-        "position": [place.position for place in places],
-        "workers": [place.workers for place in places],
-        "median_ms": measurement.process_medians(),
+    columns = {
+        name: [getattr(place, name) for place in measurement.places] for name in ("round", "position", "workers")
     }
+    return {**columns, "median_ms": measurement.process_medians()}
 
 
 def collect_result(

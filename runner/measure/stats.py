@@ -1,7 +1,4 @@
-"""Summary statistics of step times, from numpy and scipy (both come with MLflow).
-
-scipy is imported where used, not at module load: it costs every measuring process about 2 s.
-"""
+"""Summary statistics of step times, from numpy and scipy (scipy imported where used: it costs a process 2 s)."""
 
 from __future__ import annotations
 
@@ -42,10 +39,7 @@ def describe_steps(samples_ms: list[float]) -> dict[str, float]:
 
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test (no distribution assumed); 1 with an empty side.
-
-    With n samples per side the smallest possible p is 2 / C(2n, n): 0.1 for 3 cycles, 0.008 for 5.
-    """
+    """Two-sided Mann-Whitney U p-value (no distribution assumed), 1 with an empty side; never under 2 / C(2n, n)."""
     if not a or not b:
         return 1.0
     from scipy import stats
@@ -76,19 +70,14 @@ class TimeRatio:
 
 
 def time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.0) -> TimeRatio | None:
-    """Welch's t-test on log per-process medians; None with fewer than two processes a side.
-
-    With three to five processes a side a t interval keeps its coverage where a bootstrap cannot.
-    """
+    """Welch's t-test on log per-process medians (at 3-5 a side a bootstrap loses coverage); None under 2 a side."""
     if len(baseline_ms) < 2 or len(new_ms) < 2:
         return None
     base, new = np.log(baseline_ms), np.log(new_ms)
     diff = float(new.mean() - base.mean())
+    ratio = float(np.exp(diff))
     if base.var() == 0 and new.var() == 0:  # identical medians on each side: nothing to test against
-        same = float(diff == 0)
-        return TimeRatio(
-            float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff)), same, float(diff <= np.log1p(margin)), 0.0
-        )
+        return TimeRatio(ratio, ratio, ratio, float(diff == 0), float(diff <= np.log1p(margin)), 0.0)
     from scipy import stats
 
     with warnings.catch_warnings():  # one side's medians all equal: scipy warns, Welch's test still holds
@@ -97,15 +86,14 @@ def time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.
         slower = stats.ttest_ind(new - np.log1p(margin), base, equal_var=False, alternative="greater")
     low, high = test.confidence_interval(1 - SIGNIFICANCE)
     se = (high - low) / (2 * stats.t.ppf(1 - SIGNIFICANCE / 2, test.df))
-    return _estimate(float(np.exp(diff)), test, slower, test.df, se)
+    return _estimate(ratio, test, slower, test.df, se)
 
 
 def paired_time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.0) -> TimeRatio | None:
     """The median ratio of two runs' medians timed in the same rounds (index k: round k); None under two rounds.
 
-    A slow stretch of the host that a round shared moves both sides alike and cancels in that
-    round's ratio, which an unpaired test (`time_ratio`) counts as spread. The interval and the
-    p-values come from a t-test on the log per-round ratios.
+    A slow stretch a round shared cancels in its ratio, where `time_ratio` counts it as spread; the
+    interval and p-values come from a t-test on the log per-round ratios.
     """
     if len(baseline_ms) != len(new_ms):
         raise ValueError(f"paired rounds: {len(baseline_ms)} baseline and {len(new_ms)} new medians")

@@ -1,10 +1,8 @@
 """A run's profiler traces as trees of spans, one per recorded step, merged into one profile.
 
-Each Chrome trace holds one recorded cycle. Inside each `ProfilerStep#N`, host spans nest by time
-on their thread, spans of other threads in the step's window hang under the step, and device spans
-under the runtime call that launched them (`correlation`). Steps merge by position: a span is
-known by its path of (label, occurrence) pairs, with its time per step in every cycle, the samples
-a significance test between runs needs. Not Holistic Trace Analysis: docs/comparing.md says why.
+Inside each `ProfilerStep#N`, host spans nest by time, other threads' spans hang under the step and
+device spans under the call that launched them. Steps merge by a span's path of (label, occurrence)
+pairs, keeping its time in every cycle for significance tests. Not HTA: docs/comparing.md says why.
 """
 
 from __future__ import annotations
@@ -154,8 +152,10 @@ def _keyed(span: Span, path: tuple[tuple[str, int], ...] = ()) -> dict[tuple[tup
     return out
 
 
-def merge_steps(cycles: list[list[Span]]) -> Profile:
-    """The steps of all cycles merged by position, children in order of first appearance; ValueError without one."""
+def load_profile(paths: list[Path]) -> Profile:
+    """Chrome traces (one per recorded cycle) as a run's steps merged by position; ValueError without a step."""
+    cycles = [read_steps(read_chrome_trace(path) or {}) for path in paths]
+    cycles.sort(key=lambda steps: step_number(steps[0]) if steps else -1)
     steps = [step for cycle in cycles for step in cycle]
     if not steps:
         raise ValueError("the traces hold no ProfilerStep span")
@@ -187,10 +187,3 @@ def steps_under(folder: Path) -> list[Span]:
     """The recorded steps of every Chrome trace under `folder` (a job's capture)."""
     traces = (read_chrome_trace(path) for path in sorted(folder.rglob("*.json")))
     return [step for trace in traces if trace is not None for step in read_steps(trace)]
-
-
-def load_profile(paths: list[Path]) -> Profile:
-    """Read Chrome trace files (one per recorded cycle) into a run's merged profile; ValueError without a step."""
-    cycles = [read_steps(read_chrome_trace(path) or {}) for path in paths]
-    cycles.sort(key=lambda steps: step_number(steps[0]) if steps else -1)
-    return merge_steps(cycles)

@@ -1,11 +1,8 @@
-"""Turns between the workers of a round: each times a stretch of its steps while the others wait.
+"""Turns between the workers of a round, so the host's drift falls on all alike (docs/gate.md).
 
-The host drifts over seconds, so workers timed one after another meet it in different states
-(docs/gate.md has the figures). A referee (the gate, or a sweep's rounds) listens on a Unix
-socket; each worker connects, names itself, then for each part (build and first call, warm-up,
-each stretch of timed steps) waits for `GO`, runs the part and answers `MORE`, or `DONE` after
-its last. A worker that ends without `DONE`, or before it connected, is left out of the turns;
-its side reports the failure.
+A referee listens on a Unix socket; each worker connects, names itself, then for each part waits
+for `GO`, runs it and answers `MORE`, or `DONE` after its last. One that ends without `DONE`, or
+before it connected, is left out; its side reports the failure.
 """
 
 from __future__ import annotations
@@ -20,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GO, MORE, DONE = b"g", b"m", b"d"
-# how long the referee waits for every worker to connect: each connects first thing, but a
-# spawned worker imports torch first, and a busy host starts processes slowly
+# how long the referee waits for the workers to connect: a spawned one imports torch first, on a busy host
 CONNECT_TIMEOUT_S = 120.0
 # how often the referee, waiting for workers to connect, asks whether any has ended instead
 CONNECT_POLL_S = 0.25
@@ -102,10 +98,7 @@ def referee() -> Iterator[tuple[str, socket.socket]]:
 
 
 def give_turns(listener: socket.socket, order: list[str], ended: Callable[[str], bool] = lambda name: False) -> None:
-    """Hand the turn round the workers named in `order` until each has answered `DONE` or ended.
-
-    One that `ended` before it connected is left out at once; TimeoutError if one never connects.
-    """
+    """Hand the turn round the workers in `order` until each says `DONE` or ends; TimeoutError if one never connects."""
     listener.settimeout(CONNECT_POLL_S)
     workers: dict[str, socket.socket] = {}
     waiting = list(order)
