@@ -113,9 +113,8 @@ def _descendants(span: Span) -> list[Span]:
 def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
     """Collective share and overlap of a rank's recorded steps (from `traces.read_steps`); None without steps.
 
-    With device kernels, both are kernels (as HTA counts them) and the share is the collectives'
-    time no compute hid: the device waits for nccl, not the host. On CPU, gloo runs collectives
-    on threads of their own, and the share is the step's thread's time in collectives.
+    With device kernels the share is the collective kernels' time no compute hid (the device waits
+    for nccl, not the host); on CPU gloo runs on threads of its own, waited for by the step's thread.
     """
     if not steps:
         return None

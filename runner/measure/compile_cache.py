@@ -1,8 +1,7 @@
 """Cold and warm compile caches (`measure.compile_cache=cold|warm`): what a first call costs with each.
 
-Every compile cache points under `measure.compile_cache_dir` before anything compiles; the runner
-never empties a cache nor touches a user's own. On Neuron, inductor's counters stay at 0, so the
-NEFF cache itself is counted.
+The runner never empties a cache nor touches a user's own; on Neuron, inductor's counters stay at 0,
+so the NEFF cache itself is counted.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Memory beside time: the profiled window's allocations, their peak, and the sites that hold it.
 
-The device's allocation history, or else the profiler's `[memory]` events written in the same
-memory_viz pickle layout, are replayed alike (docs/optional_measurements.md). Not PyTorch's own
-`torch.cuda._memory_viz._profile_to_snapshot`: it needs `with_stack=True`, which costs seconds
-per step, and names no op.
+The device's history, or the profiler's `[memory]` events in the same pickle layout (docs/optional_measurements.md):
+not `torch.cuda._memory_viz._profile_to_snapshot`, which needs `with_stack=True` (seconds a step) and names no op.
 """
 
 from __future__ import annotations
@@ -54,8 +52,7 @@ class MemoryPeak:
 
 def memory_source(backend: Backend, profiler: ProfilerConfig) -> str:
     """What `measure.memory_snapshot=true` reads on this backend; ConfigError where there is nothing to read."""
-    history = backend.memory_history()
-    if history is not None:
+    if (history := backend.memory_history()) is not None:
         return history.source
     if profiler.enabled and profiler.profile_memory:
         return PROFILER_SOURCE

@@ -1,7 +1,4 @@
-"""The measurement phases of one job, each timed apart (docs/measurement.md).
-
-Device work is asynchronous: every clock read and profiler step follows `backend.synchronize()`.
-"""
+"""A job's measurement phases (docs/measurement.md); device work is async: each clock read follows a synchronize."""
 
 from __future__ import annotations
 

@@ -43,13 +43,8 @@ class NullProfiler:
 
 def make_schedule(schedule: ScheduleConfig) -> Callable[[int], torch.profiler.ProfilerAction]:
     """torch.profiler.schedule from the config: step number -> what the profiler does."""
-    return torch.profiler.schedule(
-        wait=schedule.wait,
-        warmup=schedule.warmup,
-        active=schedule.active,
-        repeat=schedule.repeat,
-        skip_first=schedule.skip_first,
-    )
+    options = ("wait", "warmup", "active", "repeat", "skip_first")
+    return torch.profiler.schedule(**{option: getattr(schedule, option) for option in options})
 
 
 class CycleRecorder:

@@ -1,9 +1,4 @@
-"""Is a run's step time a number one can compare? The verdict behind the tag `timing.stable`.
-
-Each process's (and repeat's) steps are cut into `BLOCKS` blocks where a CPU worker moves its
-memory; the spread of the blocks' medians gives the median an interval. A tail of slow single
-steps moves no block's median; a slow mode for whole blocks, or processes that disagree, do.
-"""
+"""Is a run's step time comparable? `timing.stable`: the median's interval from its blocks' medians (docs/trust.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Turns between the workers of a round, so the host's drift falls on all alike (docs/gate.md).
 
-A referee listens on a Unix socket; each worker connects, names itself, then for each part waits
-for `GO`, runs it and answers `MORE`, or `DONE` after its last. One that ends without `DONE`, or
-before it connected, is left out; its side reports the failure.
+Over a Unix socket each worker names itself, then for each part waits for `GO`, runs it and answers
+`MORE`, or `DONE` after its last; one that ends first is left out and its side reports why.
 """
 
 from __future__ import annotations

@@ -105,11 +105,7 @@ def judge_window(
 def wider_window(
     excess_ms: float, cost: ProfilerCost, steady_ms: list[float], steady_median_ms: float, max_steps: int, recorded: int
 ) -> str:
-    """`schedule.active` and `schedule.repeat` for a window this far off to have read the steady state.
-
-    Enough steps that the excess moves their mean less than the tolerance; cycles short enough to
-    miss the steady state's slow steps half the time, so a stalled one stands out in `cycle_self_ms`.
-    """
+    """`schedule.active` and `schedule.repeat` for a window this far off to read the steady state (see docs)."""
     typical = steady_median_ms + cost.later_ms
     steps = max(recorded + 1, min(math.ceil(excess_ms / ((TOLERANCE - 1) * typical)), max_steps))
     slow_share = sum(ms > TOLERANCE * steady_median_ms for ms in steady_ms) / len(steady_ms)
