@@ -1,8 +1,4 @@
-"""Compare a workload's output with its float64 reference on CPU.
-
-A failed check is reported (metrics and a tag), never raised: a fast variant that is wrong
-is a finding, not a crash.
-"""
+"""Compare a workload's output with its float64 reference on CPU; a failure is a finding (a tag), never raised."""
 
 from __future__ import annotations
 
@@ -20,11 +16,7 @@ TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6
 def check_accuracy(
     eager: nn.Module, inputs: tuple[torch.Tensor, ...], output: Any, dtype: str
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """Return `accuracy/*` metrics, the `accuracy.check` tag (pass, fail, skipped) and its detail.
-
-    max_rel_err is normwise: max |out - ref| / max |ref|, so elements near zero do not
-    dominate it.
-    """
+    """`accuracy/*` metrics and the `accuracy.check` tag; max_rel_err is normwise, so values near 0 do not dominate."""
     reference = getattr(eager, "reference", None)
     if reference is None or not isinstance(output, torch.Tensor):
         return {}, {names.TAG_ACCURACY: "skipped", names.TAG_ACCURACY_DETAIL: "the workload has no reference()"}
@@ -52,11 +44,7 @@ def check_accuracy(
 
 
 def check_finite(output: Any) -> dict[str, str]:
-    """The `runner.output_finite` tag: "true", or how many output elements are NaN or infinite.
-
-    Runs for every workload, with or without a reference: a NaN is a finding even where
-    there is nothing to compare against.
-    """
+    """The `runner.output_finite` tag: "true", or how many output elements are NaN or infinite (reference or not)."""
     values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else [output]
     tensors = [t for t in values if isinstance(t, torch.Tensor) and t.is_floating_point()]
     bad = sum(int((~torch.isfinite(t.detach())).sum().item()) for t in tensors)

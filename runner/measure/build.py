@@ -39,12 +39,7 @@ def forward_step(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Callabl
 def train_step(
     eager: nn.Module, module: nn.Module, inputs: tuple[torch.Tensor, ...], spec: WorkloadSpec
 ) -> Callable[[], Any]:
-    """Forward, a scalar loss (mean square of the output), backward, and an optimizer step.
-
-    Floating-point inputs require grad, so a module without parameters still has a backward.
-    As one of several ranks, the gradients are averaged over the ranks before the step, their
-    all-reduces overlapping the backward.
-    """
+    """Forward, mean-square loss, backward (over all ranks), optimizer step; float inputs need grad for a backward."""
     params = [p for p in eager.parameters() if p.requires_grad]
     optimizers = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
     optimizer = optimizers[spec.optimizer](params, lr=spec.lr) if params else None
@@ -82,11 +77,7 @@ def _inputs(module: nn.Module, spec: WorkloadSpec, dtype: torch.dtype) -> tuple[
 
 
 def build_workload(spec: WorkloadSpec, backend: Backend) -> BuiltWorkload:
-    """Instantiate, seed, cast and place the workload; compile it when `workload.compile`.
-
-    Raises:
-        ConfigError: the constructor rejected its arguments.
-    """
+    """Instantiate, seed, cast and place the workload, compiled when `workload.compile`; ConfigError on bad kwargs."""
     torch.manual_seed(spec.seed)
     try:
         module = locate_target(spec.target)(**spec.kwargs)

@@ -36,13 +36,9 @@ def all_ranks_max(value: int, device: torch.device) -> int:
 
 
 class GradientAverager:
-    """Data parallel as DistributedDataParallel does it: overlap the all-reduce with the backward.
+    """Data parallel as DDP does it: each gradient's all-reduce overlaps the rest of the backward.
 
-    Each gradient's all-reduce starts, without waiting, as soon as the backward has accumulated
-    it, so it runs while the backward computes the gradients of the layers before; `wait` then
-    waits for the rest (under `GRADIENT_ALLREDUCE`) and takes the mean. One collective per
-    parameter, not DDP's 25 MB buckets: right for the small models profiled here, chatty for
-    large ones. Without a process group of two or more ranks it does nothing.
+    One per parameter, not DDP's 25 MB buckets: right for the small models profiled here, chatty for large ones.
     """
 
     def __init__(self, parameters: list[torch.nn.Parameter]) -> None:
@@ -59,7 +55,7 @@ class GradientAverager:
         self.pending.append((parameter, work))
 
     def wait(self) -> None:
-        """Every gradient replaced by its mean over the ranks."""
+        """Wait for the all-reduces (under `GRADIENT_ALLREDUCE`); every gradient becomes its mean over the ranks."""
         if self.ranks == 1:
             return
         with torch.profiler.record_function(GRADIENT_ALLREDUCE):
@@ -72,8 +68,7 @@ class GradientAverager:
 
 def is_collective(name: str) -> bool:
     """A collective, the wait for one, or the kernel that runs one."""
-    lowered = name.lower()
-    return any(marker in lowered for marker in COLLECTIVE_MARKERS)
+    return any(marker in name.lower() for marker in COLLECTIVE_MARKERS)
 
 
 @dataclass
@@ -82,8 +77,7 @@ class CollectiveTiming:
 
     # the share of the step spent in collectives or waiting on them (see `collective_timing`)
     share: float
-    # the share of the collectives' own run time during which compute ran (Holistic Trace
-    # Analysis's communication/computation overlap); None when the trace shows no collective run
+    # the share of the collectives' run time that compute overlapped (as HTA's); None: no collective ran
     overlap: float | None
 
 
@@ -113,20 +107,14 @@ def _common_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -
 
 
 def _descendants(span: Span) -> list[Span]:
-    found = []
-    for child in span.children:
-        found += [child, *_descendants(child)]
-    return found
+    return [found for child in span.children for found in (child, *_descendants(child))]
 
 
 def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
     """Collective share and overlap of a rank's recorded steps (from `traces.read_steps`); None without steps.
 
-    On a device that records its kernels, collectives and compute are the device's kernels (as
-    HTA counts them), and the share is the collectives' time that no compute hid: the host does
-    not wait for nccl, the device does. On CPU, gloo runs each collective on its own threads:
-    those spans are the collectives' run time, compute is whatever the step's thread ran that
-    neither is nor holds a collective, and the share is the step's thread's time in collectives.
+    With device kernels the share is the collective kernels' time no compute hid (the device waits
+    for nccl, not the host); on CPU gloo runs on threads of its own, waited for by the step's thread.
     """
     if not steps:
         return None
@@ -150,34 +138,17 @@ def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
     return CollectiveTiming(share=share, overlap=overlap)
 
 
-def nodes_of_ranks(ranks: int) -> int:
-    """The nodes the ranks run on, from torchrun's variables (no LOCAL_WORLD_SIZE: all on this one)."""
-    return ranks // int(os.environ.get("LOCAL_WORLD_SIZE") or ranks)
-
-
 def collective_bandwidth(
     collective_bytes: float, step_ms: float, ranks: int, peak: Peak | None, ranks_cores: list[int]
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """nccl-tests' algbw and busbw of a collective workload among the ranks, and the link they cross.
-
-    busbw scales algbw by 2(n-1)/n, the share of the data an all-reduce sends over each link,
-    so figures at different rank counts compare against the same link bandwidth: the peak's
-    figure for the link these ranks cross (`link_between`), and only that one. A link without a
-    figure gets no fraction: a fraction of another link's figure would mislead.
-
-    Args:
-        collective_bytes: the bytes one step's collectives move.
-        step_ms: the median step time.
-        ranks: the ranks of the process group.
-        peak: the device's ceilings, if known.
-        ranks_cores: the cores of this node's ranks (`Backend.ranks_cores`).
-    """
+    """nccl-tests' algbw and busbw of one step's collectives, and their share of the crossed link's figure if known."""
     algbw = collective_bytes / (step_ms / 1000) / 1e9
     busbw = algbw * 2 * (ranks - 1) / ranks
     metrics = {names.COLLECTIVE_ALGBW_GBPS: algbw, names.COLLECTIVE_BUSBW_GBPS: busbw}
     if peak is None or not peak.links_gbps:
         return metrics, {names.TAG_COLLECTIVE_LINK: "no link figures for this device (links_gbps in conf/peaks.yaml)"}
-    link = link_between(ranks_cores, peak.cores_per_chip, nodes_of_ranks(ranks))
+    nodes = ranks // int(os.environ.get("LOCAL_WORLD_SIZE") or ranks)  # torchrun's; without it all on this node
+    link = link_between(ranks_cores, peak.cores_per_chip, nodes)
     figure = peak.links_gbps.get(link)
     if figure is None:
         return metrics, {names.TAG_COLLECTIVE_LINK: f"{LINK_WORDS[link]}: no documented figure"}

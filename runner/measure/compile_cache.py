@@ -1,16 +1,7 @@
 """Cold and warm compile caches (`measure.compile_cache=cold|warm`): what a first call costs with each.
 
-The job points torch's caches (inductor's FX graphs and AOT autograd, Triton's kernels), the
-NEFF cache and the HLO-keyed Neuron Persistent Cache at folders under `measure.compile_cache_dir`
-(`Backend.compile_caches`), before anything compiles: a cold job
-needs that folder fresh and fills it, a warm one needs it filled. The runner never empties a
-cache, and a user's own caches are never read or written. Each job must be a fresh process
-(`+experiment=compile_cache` uses the isolated launcher), or in-memory caches would answer first.
-
-Hits and misses are counted as the backend says (`Backend.compile_cache_counting`): torch's
-lookup counters, or on Neuron, where torch-neuronx compiles to NEFFs and inductor's counters stay
-at 0, the NEFF cache itself: a miss is a NEFF the cache folder gained during the job, a hit a
-NEFF the job ran (its capture holds a copy) that the folder already held.
+The runner never empties a cache nor touches a user's own; on Neuron, inductor's counters stay at 0,
+so the NEFF cache itself is counted.
 """
 
 from __future__ import annotations
@@ -38,12 +29,7 @@ CAPTURED_NEFF = re.compile(r"neff_(?P<key>.+?)(?:_vnc_\d+)?\.neff")
 
 
 def use_compile_cache(spec: RunSpec) -> None:
-    """Point the caches at the job's folder, before anything loads or compiles.
-
-    Raises:
-        ConfigError: a cold job's folder already holds a cache, a warm job's is empty,
-            backend.neff_cache_dir asks for another NEFF cache, or the environment bypasses the folders.
-    """
+    """Point the caches at the job's folder, before anything loads or compiles; ConfigError where that cannot hold."""
     measure = spec.measure
     if measure.compile_cache is None:
         return
@@ -87,11 +73,7 @@ def torch_lookups() -> tuple[dict[str, float], str]:
 
 
 def neff_lookups(capture_dir: Path, neffs_new: float) -> tuple[dict[str, float], str]:
-    """NEFF cache misses (NEFFs the cache gained) and hits (NEFFs the job ran that it held before).
-
-    The NEFFs a job ran are those its capture holds (NeuronConfig copies them from the cache at
-    stop, DEVICE mode only): without them hits are unknown and left out, not logged as 0.
-    """
+    """NEFF cache misses (NEFFs it gained) and hits (captured NEFFs it held before; unknown without DEVICE capture)."""
     ran = {found["key"] for path in capture_dir.rglob("*.neff") if (found := CAPTURED_NEFF.fullmatch(path.name))}
     metrics = {names.COMPILE_CACHE_MISSES: neffs_new}
     counted = "NEFF cache: misses are NEFFs the cache gained, hits NEFFs the job ran that it held before"
@@ -104,20 +86,11 @@ def neff_lookups(capture_dir: Path, neffs_new: float) -> tuple[dict[str, float],
 def cache_report(
     spec: RunSpec, backend: Backend, capture_dir: Path, neffs_new: float | None
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """The cache's state and folder as tags, and the job's cache hits and misses, for a cache job.
-
-    Args:
-        spec: the job.
-        backend: says how the hits and misses are counted.
-        capture_dir: the job's capture, which holds the NEFFs it ran.
-        neffs_new: the NEFFs the NEFF cache gained during the job (`compile/neffs_new`).
-    """
+    """The cache's state and folder as tags, and the job's hits and misses (`neffs_new`: NEFFs the cache gained)."""
     if spec.measure.compile_cache is None:
         return {}, {}
-    if backend.compile_cache_counting == "neff":
-        metrics, counted = neff_lookups(capture_dir, neffs_new or 0.0)
-    else:
-        metrics, counted = torch_lookups()
+    neff = backend.compile_cache_counting == "neff"
+    metrics, counted = neff_lookups(capture_dir, neffs_new or 0.0) if neff else torch_lookups()
     tags = {
         names.TAG_COMPILE_CACHE: spec.measure.compile_cache,
         names.TAG_COMPILE_CACHE_DIR: str(spec.measure.compile_cache_dir),

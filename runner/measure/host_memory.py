@@ -1,12 +1,7 @@
 """Keep the host allocator in one mode, so step times do not depend on a process's history.
 
-glibc's malloc serves a large block with a fresh mmap and unmaps it when freed, and moves the
-size limit for that as the process frees blocks; a step that allocates its outputs then pays
-a page fault for every 4 KiB of them, or none, depending on what the process did before (the
-CPU calibration, the profiler, earlier jobs). On a VM a fault costs microseconds: at
-8x512x1024 float32 the naive RMSNorm measured 27 ms per step with 8,160 faults, and 7.4 ms
-with none, in otherwise identical processes. With `measure.keep_freed_memory` blocks up to
-32 MiB come from the heap and freed memory stays there for the next step, in every process.
+glibc's malloc moves its mmap threshold as a process frees, so a step pays a page fault per 4 KiB
+of its outputs, or none, by history (docs/trust.md); blocks up to 32 MiB now stay in the heap.
 """
 
 from __future__ import annotations

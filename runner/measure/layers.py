@@ -1,11 +1,4 @@
-"""Per-layer numerics (`measure.layer_accuracy=true`): which submodule's output drifts first.
-
-Forward hooks record every submodule's output (or those `measure.layers` names) as the module
-runs on the backend, and again as a float64 copy with the same weights runs on the CPU from
-the same inputs. Each layer gets its normwise relative error (max |out - ref| / max |ref|, as
-the whole-output check) against the dtype's tolerance; errors carry forward, so the first
-layer over tolerance is where the drift starts. Nothing here runs unless asked.
-"""
+"""Per-layer numerics (`measure.layer_accuracy=true`): which submodule's output first drifts past tolerance."""
 
 from __future__ import annotations
 
@@ -40,11 +33,7 @@ class LayerError:
 
 
 def check_layer_names(module: nn.Module, names: list[str] | None) -> None:
-    """Refuse `measure.layers` entries the module does not have, listing some it does.
-
-    Raises:
-        ConfigError: naming measure.layers.
-    """
+    """Refuse (ConfigError) `measure.layers` entries the module does not have, listing some it does."""
     known = [name for name, _ in module.named_modules() if name]
     missing = [name for name in names or [] if name not in known]
     if missing:
@@ -53,11 +42,8 @@ def check_layer_names(module: nn.Module, names: list[str] | None) -> None:
 
 
 def _first_tensor(output: Any) -> torch.Tensor | None:
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, (tuple, list)):
-        return next((t for t in output if isinstance(t, torch.Tensor)), None)
-    return None
+    outputs = output if isinstance(output, (tuple, list)) else [output]
+    return next((t for t in outputs if isinstance(t, torch.Tensor)), None)
 
 
 @contextmanager
@@ -88,7 +74,7 @@ def _recording(module: nn.Module, names: list[str] | None) -> Iterator[dict[str,
 def layer_errors(
     module: nn.Module, inputs: tuple[torch.Tensor, ...], dtype: str, names: list[str] | None
 ) -> list[LayerError]:
-    """Every recorded layer's error against the same module in float64 on the CPU, in call order."""
+    """Each hooked layer's error against a float64 CPU copy, in call order: errors carry forward."""
     reference = copy.deepcopy(module).to("cpu", torch.float64)
     with torch.no_grad():
         with _recording(module, names) as device_outputs:

@@ -1,14 +1,4 @@
-"""New memory layouts within one process's timed steps, so that its median rests on more than one.
-
-Where a process's tensors land (their addresses, and the pages under them) holds for the life of
-the process, and it moves step times: fresh processes timing the default RMSNorm in turn on the
-project's 2-core host read medians about 11% apart beyond the host's own drift, and moving each
-one's inputs and allocations between stretches of its steps took that to 0-5%
-(docs/trust.md, "Memory layouts"). Stabilizer (Curtsinger and Berger, ASPLOS 2013)
-re-randomizes layout for the same reason: a median over layouts is a sample of the code, not of
-one layout's luck. Between stretches the inputs move to new memory and a few host blocks of random
-size stay allocated, so the step's own allocations land elsewhere too.
-"""
+"""New memory layouts within one process's timed steps, so its median rests on more than one (docs/trust.md)."""
 
 from __future__ import annotations
 
@@ -18,14 +8,14 @@ import torch
 
 from runner.measure.host_memory import KEEP_UP_TO_BYTES
 
-# host blocks held through a stretch: at most this many, each at most the largest input's size
-# (within what the heap serves: larger blocks are mappings of their own, which shift nothing)
+# host blocks held through a stretch: at most this many, each at most the largest input's size within
+# what the heap serves (larger blocks are mappings of their own, which shift nothing)
 MOST_PADS = 8
 PAD_FLOOR_BYTES = 4096
 
 
 class MemoryLayouts:
-    """Moves a workload's inputs to new memory, with host blocks of random size held in front."""
+    """Moves a workload's inputs to new memory, with host blocks of random size held so the step's land anew too."""
 
     def __init__(self, inputs: tuple[torch.Tensor, ...]) -> None:
         self.inputs = inputs

@@ -1,10 +1,4 @@
-"""The timing loop's primitives: a synchronized step, warm-up, timed steps, the steady state.
-
-The phases (`runner.measure.phases`) run them in the job's process; worker processes and
-copies (`runner.execute.workers`) run the same ones in theirs, so every process times its
-steps the same way. Every clock read is preceded by `backend.synchronize()`, because device
-work is asynchronous.
-"""
+"""The timing loop's primitives, which every measuring process runs: a synchronized step, warm-up, timed steps."""
 
 from __future__ import annotations
 
@@ -26,14 +20,12 @@ from runner.measure.turns import NoTurns, Turns
 from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
-# Seconds between progress lines within a phase.
 PROGRESS_EVERY_S = 2.0
 # the fewest steps `measure.steps_s` leaves a process to time (a median and p10/p90 to read)
 FEWEST_TIMED_STEPS = 30
 # a process timing its steps alone
 NO_TURNS = NoTurns()
-# untimed calls after the memory moves (runner.measure.layouts): the step's allocations land in
-# new places, whose first touches are not the steady state
+# untimed calls after the memory moves: the first touches of the new places are not the steady state
 SETTLE_CALLS = 2
 
 
@@ -55,8 +47,7 @@ class SteadyState:
 
     # per process (worker processes, copies, or the job's own), per repeat, in ms
     step_ms: list[list[list[float]]]
-    # measure.copies: seconds from the first copy's first timed step to the last copy's last
-    # (what their throughput is measured over); None for processes timed one after another
+    # measure.copies: seconds from the first copy's first timed step to the last copy's last; else None
     copies_window_s: float | None = None
     # worker processes timed in rounds (runner.execute.rounds): each one's place, in step_ms order
     places: list[RoundPlace] = field(default_factory=list)
@@ -79,8 +70,7 @@ class SteadyState:
         return cls(**data)
 
 
-# What `measure()` calls for the steady state, after the job's first call: the caller chooses
-# the processes (this one, worker processes, copies timed before the device was touched).
+# what `measure()` calls for the steady state after the first call: the caller chooses the processes
 SteadyStateSource = Callable[[], SteadyState]
 
 
@@ -122,12 +112,7 @@ def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> float:
 
 
 def steps_to_time(spec: RunSpec, call_s: float, backend: Backend) -> int:
-    """`measure.steps`, or as many as fill `measure.steps_s` at `call_s` a step (at least `FEWEST_TIMED_STEPS`).
-
-    The host's drift, not the count, limits a process's median: on the project's 2-core host the
-    medians of 25 and of 400 consecutive steps spread 12% and 10% (docs/trust.md), so long
-    steps need not each be timed 200 times. Every rank times the most any rank asked for.
-    """
+    """`measure.steps`, or fewer to fill `measure.steps_s` (drift limits a median); the most any rank asks for."""
     steps = spec.measure.steps
     if spec.measure.steps_s is not None and call_s > 0:
         steps = min(steps, max(FEWEST_TIMED_STEPS, math.ceil(spec.measure.steps_s / call_s)))
@@ -142,12 +127,7 @@ def stretch_ends(steps: int, stretches: int) -> list[int]:
 def timed_steps(
     workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = NO_TURNS
 ) -> list[float]:
-    """`steps` synchronized steps, each timed alone, in ms, in `measure.layouts` stretches, each in its turn.
-
-    Between stretches the inputs and the step's allocations move to new memory
-    (runner.measure.layouts), after which `SETTLE_CALLS` untimed calls touch it. A worker taking
-    turns with another (runner.measure.turns) runs each stretch only while it holds the turn.
-    """
+    """`steps` synchronized steps, each timed alone, in ms, in `measure.layouts` stretches of memory, each in turn."""
     stretches = min(backend.memory_layouts(spec.measure.layouts), steps)
     layouts = MemoryLayouts(workload.inputs)
     samples: list[float] = []
@@ -174,10 +154,8 @@ def steady_state(
         turns.take()
         call_s = warm_up(workload, backend, spec)
         turns.give()
-        steps = steps_to_time(spec, call_s, backend)
-        repeats.append(
-            timed_steps(workload, backend, spec, f"steady state {repeat}/{spec.measure.repeats}", steps, turns)
-        )
+        phase = f"steady state {repeat}/{spec.measure.repeats}"
+        repeats.append(timed_steps(workload, backend, spec, phase, steps_to_time(spec, call_s, backend), turns))
     return repeats
 
 

@@ -1,19 +1,7 @@
 """Memory beside time: the profiled window's allocations, their peak, and the sites that hold it.
 
-`measure.memory_snapshot=true` records the window's allocations from the best source the
-backend has. Where the device keeps an allocation history (`torch.cuda.memory`,
-`torch.neuron.memory`), it is recorded over the window and dumped as the pickle PyTorch's
-memory_viz (https://pytorch.org/memory_viz) opens; on Neuron the calls are torch.cuda.memory's
-names, inferred: no document names them (`NeuronBackend.memory_history`), and the doctor's
-`memory_snapshot` probe checks them. Elsewhere (the CPU) the profiler's memory events serve:
-the Chrome trace carries each allocation and free as a `[memory]` event with its
-address and size, and they are written into the same pickle layout, with the ops they ran in as
-the stack. Both are then read alike: replaying the allocations gives the most the window's own
-allocations held at once (memory live before the window does not count), and the allocations
-live at that moment, summed by allocation site, add up to that peak.
-
-PyTorch's own conversion (`torch.cuda._memory_viz._profile_to_snapshot`) needs
-`with_stack=True`, which costs seconds per step, and names no op: hence the few lines here.
+The device's history, or the profiler's `[memory]` events in the same pickle layout (docs/optional_measurements.md):
+not `torch.cuda._memory_viz._profile_to_snapshot`, which needs `with_stack=True` (seconds a step) and names no op.
 """
 
 from __future__ import annotations
@@ -63,13 +51,8 @@ class MemoryPeak:
 
 
 def memory_source(backend: Backend, profiler: ProfilerConfig) -> str:
-    """What `measure.memory_snapshot=true` reads on this backend.
-
-    Raises:
-        ConfigError: the backend has no allocation history and the profiler records no memory events.
-    """
-    history = backend.memory_history()
-    if history is not None:
+    """What `measure.memory_snapshot=true` reads on this backend; ConfigError where there is nothing to read."""
+    if (history := backend.memory_history()) is not None:
         return history.source
     if profiler.enabled and profiler.profile_memory:
         return PROFILER_SOURCE
@@ -114,16 +97,12 @@ def _op_frames(ops: list[tuple[float, float, str]], at_us: float) -> list[dict[s
 
 
 def snapshot_from_traces(capture_dir: Path) -> dict[str, Any]:
-    """The profiler's memory events as a memory_viz snapshot: one device trace per device.
-
-    With several profiler cycles each writes a trace of its own; the last recorded one is used,
-    since an allocation freed between two cycles is seen allocated and never freed.
-    """
-    traces = [trace for path in sorted(capture_dir.rglob("*.json")) if (trace := read_chrome_trace(path))]
+    """The last cycle's memory events as a memory_viz snapshot (across cycles, frees between them are missed)."""
+    traces = (read_chrome_trace(path) for path in sorted(capture_dir.rglob("*.json")))
+    events_of = (trace["traceEvents"] for trace in traces if trace)
     recorded = [
-        (trace["traceEvents"], [e for e in trace["traceEvents"] if e.get("name") == MEMORY_EVENT]) for trace in traces
+        (events, memory) for events in events_of if (memory := [e for e in events if e.get("name") == MEMORY_EVENT])
     ]
-    recorded = [(events, memory) for events, memory in recorded if memory]
     devices: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     if recorded:
         events, memory = max(recorded, key=lambda pair: max(float(e["ts"]) for e in pair[1]))
@@ -139,11 +118,7 @@ def snapshot_from_traces(capture_dir: Path) -> dict[str, Any]:
 
 
 def allocation_site(frames: list[dict[str, Any]]) -> str:
-    """Where an allocation was made: the innermost Python line outside torch, or the ops it ran in.
-
-    A device's history holds Python frames (`file.py`, line, function), innermost first; the
-    profiler's events hold the ops that were running, named `outer > inner`.
-    """
+    """Where an allocation was made: the innermost Python frame outside torch, or the ops it ran in (`outer > op`)."""
     python = [frame for frame in frames if str(frame.get("filename", "")).endswith(".py")]
     if python:
         frame = next((f for f in python if not str(f["filename"]).startswith(TORCH_DIR)), python[0])
@@ -152,11 +127,7 @@ def allocation_site(frames: list[dict[str, Any]]) -> str:
 
 
 def _replay(entries: list[dict[str, Any]], stop: int | None = None) -> tuple[dict[Any, dict[str, Any]], int, int]:
-    """Replay allocations and frees up to index `stop` (all by default).
-
-    Returns the allocations live then, by address; the highest total live on the way; and the
-    index of the allocation that reached it (-1 if none).
-    """
+    """Replay entries up to index `stop`: the allocations live then by address, the peak total, its index (or -1)."""
     live: dict[Any, dict[str, Any]] = {}
     total = peak = 0
     peak_at = -1
@@ -172,10 +143,7 @@ def _replay(entries: list[dict[str, Any]], stop: int | None = None) -> tuple[dic
 
 
 def peak_by_site(snapshot: dict[str, Any]) -> tuple[int, dict[str, int]]:
-    """The highest total the snapshot's allocations held at once, on its busiest device, and the sites live then.
-
-    Memory allocated before the history started, or freed without its allocation recorded, is not counted.
-    """
+    """The most the snapshot's recorded allocations held at once, on its busiest device, and the sites live then."""
     best_peak, best_sites = 0, {}
     for entries in snapshot.get("device_traces", []):
         _, peak, peak_at = _replay(entries)

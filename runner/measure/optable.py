@@ -1,8 +1,4 @@
-"""Turn `key_averages()` into a per-op table and the run's summary metrics.
-
-Device-time columns and metrics appear only when the profiler reported device time: a
-missing measurement is never written as zero.
-"""
+"""Turn `key_averages()` into a per-op table and the run's summary metrics (device time only where reported)."""
 
 from __future__ import annotations
 
@@ -38,12 +34,7 @@ class OpTable:
 def build_op_table(
     events: EventList, active_steps: int, with_shapes: bool, with_memory: bool, recorder: CycleRecorder
 ) -> OpTable:
-    """Build the op table from `prof.key_averages(...)`, sorted by self time, longest first.
-
-    With several profiler cycles, each row also carries its self time per step in every
-    cycle (`cycle_self_ms`) with their mean and standard deviation: the samples for per-op
-    significance tests between runs.
-    """
+    """The op table, longest self time first; with several cycles, each row's per-cycle samples (`cycle_self_ms`)."""
     has_device_time = any(e.self_device_time_total > 0 for e in events)
     cycles = recorder.per_step_ms(active_steps // max(1, len(recorder.snapshots)), has_device_time)
     has_device_memory = with_memory and any(e.device_memory_usage for e in events)
@@ -78,11 +69,7 @@ def build_op_table(
 
 
 def footer_device_us(events: EventList) -> float:
-    """Self device time (us) as key_averages().table()'s footer sums it: device events, and legacy CPU ones.
-
-    An op's self device time repeats the time of the device events it launched, so summing
-    every row would count it twice.
-    """
+    """Self device time (us) as key_averages().table()'s footer sums it: summing rows would count it twice."""
     return sum(
         float(e.self_device_time_total)
         for e in events

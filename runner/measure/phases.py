@@ -1,15 +1,4 @@
-"""The measurement phases of one job, each timed apart.
-
-1. first call (includes torch.compile / NEFF compilation);
-2. warm-up calls;
-3. steady state: `measure.steps` synchronized steps without the profiler (`measure.repeats`
-   times), from the source the caller hands over (this process, worker processes, copies);
-4. the profiler's own cost on this step, in short sessions of their own (runner.measure.window);
-5. the profiled window: exactly the steps the profiler schedule needs.
-
-Every clock read and every profiler step is preceded by `backend.synchronize()`, because
-device work is asynchronous: without it, device time comes out empty or wrong.
-"""
+"""A job's measurement phases (docs/measurement.md); device work is async: each clock read follows a synchronize."""
 
 from __future__ import annotations
 
@@ -58,10 +47,8 @@ class Measurement:
     compile_graphs: int
     # seconds spent in all phases together
     measured_s: float
-    # measure.copies: step_ms holds that many copies timed side by side; None: the usual phases
-    copies: int | None = None
-    # seconds from the first copy's first timed step to the last copy's last: what their
-    # throughput is measured over (per-step medians would hide time-slicing between copies)
+    # measure.copies (step_ms holds the copies, side by side), else None: seconds from the first copy's
+    # first timed step to the last copy's last (per-step medians would hide time-slicing)
     copies_window_s: float | None = None
     # measure.mode=throughput: seconds per block of `inflight` steps between synchronizes
     block_s: list[float] = field(default_factory=list)
@@ -69,8 +56,7 @@ class Measurement:
     # the worker processes' rounds, in step_ms order, and the id the jobs timed with them share
     places: list[RoundPlace] = field(default_factory=list)
     rounds_id: str | None = None
-    # what the profiler adds to a step, measured apart from the window; None: profiler off, or
-    # the backend cannot measure it without a device capture
+    # measured apart from the window; None: profiler off, or the backend cannot without a device capture
     profiler_cost: ProfilerCost | None = None
     # measure.memory_snapshot: the profiled window's memory peak and its allocation sites
     memory: MemoryPeak | None = None
@@ -85,15 +71,14 @@ class Measurement:
         if len(process_medians) > 1:
             metrics[names.PROCESS_CV] = coefficient_of_variation(process_medians)
         metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] = median_uncertainty(self.step_ms) * 100
-        repeat_medians = [statistics.median(repeat) for process in self.step_ms for repeat in process]
         if len(self.step_ms[0]) > 1:
+            repeat_medians = [statistics.median(repeat) for process in self.step_ms for repeat in process]
             metrics[names.REPEAT_CV] = coefficient_of_variation(repeat_medians)
         if self.profiled_ms:
-            profiled = statistics.median(self.profiled_ms)
-            metrics[names.PROFILER_STEP_MS] = profiled
+            metrics[names.PROFILER_STEP_MS] = profiled = statistics.median(self.profiled_ms)
             metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / metrics[names.STEP_MEDIAN_MS] - 1) * 100
-        if self.copies is not None and self.copies_window_s:
-            metrics[names.SCALING_COPIES] = float(self.copies)
+        if self.copies_window_s:
+            metrics[names.SCALING_COPIES] = float(len(self.step_ms))
             metrics[names.SCALING_THROUGHPUT] = len(self.samples()) / self.copies_window_s
         if self.block_s:
             block = statistics.median(self.block_s)
@@ -115,11 +100,7 @@ class Measurement:
 
 
 def dynamo_graph_count() -> int:
-    """Unique graphs dynamo has compiled in this process so far.
-
-    None before torch.compile first runs, which imports dynamo: importing it only to read a zero
-    would cost an eager run about 3 s of start-up.
-    """
+    """Unique graphs dynamo has compiled so far; 0 before torch.compile imports it (importing it costs about 3 s)."""
     if "torch._dynamo" not in sys.modules:
         return 0
     from torch._dynamo.utils import counters
@@ -128,11 +109,7 @@ def dynamo_graph_count() -> int:
 
 
 def queued_blocks(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[float]:
-    """Seconds per block of `measure.inflight` steps queued back to back, one synchronize at the end.
-
-    Enough blocks for `measure.steps` steps (at least three): the device's queue stays full, so
-    the steps per second are what a pipeline gets, while a synchronized step gives its latency.
-    """
+    """Seconds per block of `measure.inflight` steps queued back to back: a full queue's rate, not a step's latency."""
     blocks = max(3, spec.measure.steps // spec.measure.inflight)
     progress = Progress(f"throughput ({spec.measure.inflight} steps in flight)", blocks)
     seconds = []
@@ -159,12 +136,9 @@ def profiled_window(
     with tee_fd() as output, build_profiler(backend, spec.profiler, schedule, capture_dir, recorder) as prof:
         for step in range(1, schedule.total_steps + 1):
             recorded = action_at(step - 1) in ACTIVE
-            backend.synchronize()
-            start = time.perf_counter()
-            workload.step()
-            backend.synchronize()
+            step_s = timed_step(workload, backend)
             if recorded:
-                profiled_ms.append((time.perf_counter() - start) * 1000)
+                profiled_ms.append(step_s * 1000)
             prof.step()
             progress.step(step)
     with_shapes = spec.profiler.record_shapes
@@ -183,12 +157,7 @@ def measure(
     steady_state: SteadyStateSource,
     memory_dir: Path,
 ) -> Measurement:
-    """Run the phases in order and return their results.
-
-    `steady_state` is called after the first call: the caller chooses which processes time it
-    (this one, worker processes, or copies timed before this process touched the device). With
-    `measure.memory_snapshot`, the profiled window's allocations go to `memory_dir`.
-    """
+    """Run the phases in order (`steady_state` after the first call); memory snapshots go to `memory_dir`."""
     started = time.perf_counter()
     if spec.measure.keep_freed_memory:
         keep_freed_memory()
@@ -198,8 +167,7 @@ def measure(
     log.info("first call took %.3f s", first_call_s)
     steady = steady_state()
     if not steady.in_job_process:
-        # other processes timed the steady state while this one sat idle after its first call: the
-        # profiled window would otherwise read a cold process (threads asleep, caches cold)
+        # this process sat idle since its first call: the window would read it cold (threads asleep, caches cold)
         warm_up(workload, backend, spec)
     throughput = spec.measure.mode == "throughput"
     block_s = queued_blocks(workload, backend, spec) if throughput else []
@@ -210,7 +178,6 @@ def measure(
     with recording(backend, history, snapshot):
         table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
     memory = window_memory(history, capture_dir, snapshot) if spec.measure.memory_snapshot else None
-    copies = steady.copies_window_s is not None
     return Measurement(
         first_call_s=first_call_s,
         step_ms=steady.step_ms,
@@ -220,7 +187,6 @@ def measure(
         profiler_output=profiler_output,
         compile_graphs=dynamo_graph_count() - graphs_before,
         measured_s=time.perf_counter() - started,
-        copies=len(steady.step_ms) if copies else None,
         copies_window_s=steady.copies_window_s,
         block_s=block_s,
         inflight=spec.measure.inflight if throughput else 0,

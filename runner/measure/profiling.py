@@ -1,8 +1,4 @@
-"""The profiled window: a torch.profiler with the configured schedule, or a no-op twin.
-
-Both objects have `step()`, `key_averages()` and context-manager use, so the measurement
-loop never branches on whether profiling is on.
-"""
+"""The profiled window: a torch.profiler with the configured schedule, or a no-op twin the loop uses alike."""
 
 from __future__ import annotations
 
@@ -21,6 +17,7 @@ from runner.backends.base import Backend
 from runner.config import ProfilerConfig, ScheduleConfig
 
 US_PER_MS = 1000.0
+HOST_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops")
 TraceHandler = Callable[[torch.profiler.profile], None]
 
 
@@ -46,21 +43,12 @@ class NullProfiler:
 
 def make_schedule(schedule: ScheduleConfig) -> Callable[[int], torch.profiler.ProfilerAction]:
     """torch.profiler.schedule from the config: step number -> what the profiler does."""
-    return torch.profiler.schedule(
-        wait=schedule.wait,
-        warmup=schedule.warmup,
-        active=schedule.active,
-        repeat=schedule.repeat,
-        skip_first=schedule.skip_first,
-    )
+    options = ("wait", "warmup", "active", "repeat", "skip_first")
+    return torch.profiler.schedule(**{option: getattr(schedule, option) for option in options})
 
 
 class CycleRecorder:
-    """Snapshots per-op self time at the end of each profiler cycle.
-
-    With acc_events=True, key_averages() inside on_trace_ready holds every cycle so far, so
-    differences of successive snapshots are the per-cycle samples.
-    """
+    """Snapshots per-op self time at each cycle's end: with acc_events=True, successive ones differ by one cycle."""
 
     def __init__(self, with_shapes: bool) -> None:
         self.with_shapes = with_shapes
@@ -98,24 +86,9 @@ class CycleRecorder:
         }
 
 
-def accumulate_cycles(schedule: ScheduleConfig) -> dict[str, Any]:
-    """`acc_events=True` when there are several cycles, so key_averages() covers them all.
-
-    The Neuron documentation does not list acc_events among the supported profile
-    arguments, so it is passed only where it is needed (one of the points to check on
-    Trainium).
-    """
-    return {"acc_events": True} if schedule.repeat > 1 else {}
-
-
 def host_options(profiler: ProfilerConfig) -> dict[str, Any]:
     """What the profiler records with each op: the same in the window and in the sessions that measure its cost."""
-    return {
-        "record_shapes": profiler.record_shapes,
-        "profile_memory": profiler.profile_memory,
-        "with_stack": profiler.with_stack,
-        "with_flops": profiler.with_flops,
-    }
+    return {option: getattr(profiler, option) for option in HOST_OPTIONS}
 
 
 def build_profiler(
@@ -126,12 +99,11 @@ def build_profiler(
         return NullProfiler()
     kwargs: dict[str, Any] = backend.profiler_kwargs(profiler, capture_dir)
     kwargs["on_trace_ready"] = recorder.wrap(kwargs.get("on_trace_ready"))
+    # so key_averages() covers every cycle; only then, as Neuron's documentation does not list acc_events
+    if schedule.repeat > 1:
+        kwargs["acc_events"] = True
     return torch.profiler.profile(
-        activities=backend.activities(),
-        schedule=make_schedule(schedule),
-        **host_options(profiler),
-        **kwargs,
-        **accumulate_cycles(schedule),
+        activities=backend.activities(), schedule=make_schedule(schedule), **host_options(profiler), **kwargs
     )
 
 
@@ -140,11 +112,7 @@ STDOUT_FD, STDERR_FD = 1, 2
 
 @contextmanager
 def tee_fd(fd: int = STDERR_FD, show: bool = True) -> Iterator[list[str]]:
-    """Copy everything written to file descriptor `fd` into a list while still showing it (unless `show` is false).
-
-    Device runtimes report problems such as dropped trace events from C code straight to
-    fd 2 (stderr), out of Python's reach; this is how the runner gets to read them.
-    """
+    """Copy what C code (device runtimes: dropped events) writes to `fd` into a list, still showing it if `show`."""
     chunks: list[str] = []
     stream = sys.stdout if fd == STDOUT_FD else sys.stderr
     stream.flush()

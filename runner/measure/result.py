@@ -1,8 +1,4 @@
-"""A job's result as data: the phases' numbers, what is derived from them, the capture's report.
-
-`collect_result` builds one `JobResult`; `runner.tracking` logs it with one call and
-`runner.report.console` prints it with one call. Nothing here writes anywhere.
-"""
+"""A job's result as data (`JobResult`), for tracking to log and the console to print; nothing here writes."""
 
 from __future__ import annotations
 
@@ -76,15 +72,11 @@ class JobResult:
 def profiled_window_report(
     spec: RunSpec, result: Measurement, median_ms: float
 ) -> tuple[dict[str, float], dict[str, Any]]:
-    """The profiler's measured cost per recorded step and whether the window read the steady state.
-
-    Nothing where the cost was not measured; no verdict for copies, which share the machine by
-    design, so their steady state is no yardstick for a window timed alone.
-    """
+    """The profiler's measured cost per step and whether the window read the steady state (copies share: no verdict)."""
     if result.profiler_cost is None or not result.profiled_ms:
         return {}, {}
     metrics = {names.PROFILER_COST_MS: statistics.fmean(result.profiler_cost.per_recorded_step(spec.schedule))}
-    if not result.table.rows or result.copies is not None:
+    if not result.table.rows or result.copies_window_s is not None:
         return metrics, {}
     reason = judge_window(
         result.profiled_ms, result.profiler_cost, spec.schedule, result.samples(), median_ms, spec.measure.steps
@@ -97,11 +89,9 @@ def derived_metrics(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Metrics and tags computed from the phases: timing, memory, finiteness, accuracy, roofline."""
     metrics = result.metrics()
-    peak_device = backend.peak_memory_bytes()
-    if peak_device is not None:
+    if (peak_device := backend.peak_memory_bytes()) is not None:
         metrics[names.PEAK_DEVICE_MB] = peak_device / MIB
-    # ru_maxrss is in KiB on Linux: the process's peak, which in a sweep run in one process
-    # includes the jobs before this one
+    # ru_maxrss is in KiB on Linux: the process's peak, in a one-process sweep the jobs before this one's too
     metrics[names.PEAK_HOST_RSS_MB] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     by_op = self_time_by_op(result.table)
     device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
@@ -112,8 +102,7 @@ def derived_metrics(
     window_metrics, window_tags = profiled_window_report(spec, result, metrics[names.STEP_MEDIAN_MS])
     metrics.update(window_metrics)
     tags.update(window_tags)
-    # after the phases, so compilation stays in the first call; in train_step mode the
-    # module and its reference both see the updated weights
+    # after the phases, so compilation stays in the first call; module and reference share the trained weights
     with torch.no_grad():
         output = workload.module(*workload.inputs)
     tags.update(check_finite(output))
@@ -123,9 +112,8 @@ def derived_metrics(
         tags.update(accuracy_tags)
     collective_bytes = getattr(workload.eager, "collective_bytes", None)
     if collective_bytes is not None and dist.is_initialized() and metrics[names.STEP_MEDIAN_MS]:
-        step_ms, ranks = metrics[names.STEP_MEDIAN_MS], dist.get_world_size()
-        bytes_moved = collective_bytes(*workload.inputs)
-        bandwidth, link = collective_bandwidth(bytes_moved, step_ms, ranks, peak, backend.ranks_cores())
+        step_ms, bytes_moved = metrics[names.STEP_MEDIAN_MS], collective_bytes(*workload.inputs)
+        bandwidth, link = collective_bandwidth(bytes_moved, step_ms, dist.get_world_size(), peak, backend.ranks_cores())
         metrics.update(bandwidth)
         tags.update(link)
     if not isinstance(workload.eager, CostModel):
@@ -142,13 +130,10 @@ def derived_metrics(
 
 def rounds_table(measurement: Measurement) -> dict[str, list[Any]]:
     """Each worker's round, its place in the round's order, the round's workers and its median step time."""
-    places = measurement.places
-    return {
-        "round": [place.round for place in places],
-        "position": [place.position for place in places],
-        "workers": [place.workers for place in places],
-        "median_ms": measurement.process_medians(),
+    columns = {
+        name: [getattr(place, name) for place in measurement.places] for name in ("round", "position", "workers")
     }
+    return {**columns, "median_ms": measurement.process_medians()}
 
 
 def collect_result(
@@ -188,8 +173,7 @@ def collect_result(
     if spec.measure.layer_accuracy:
         errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)
         tables[names.LAYER_TABLE_FILE] = layer_table(errors)
-        failing = first_failing(errors)
-        tags[names.TAG_FIRST_FAILING_LAYER] = failing or "none"
+        tags[names.TAG_FIRST_FAILING_LAYER] = first_failing(errors) or "none"
         metrics[names.LAYERS_FAILING] = float(sum(not error.passed for error in errors))
     return JobResult(
         metrics=metrics,

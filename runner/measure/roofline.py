@@ -8,11 +8,7 @@ from runner.backends.peaks import Peak, datasheet_peak
 
 
 def resolve_peak(requested: str, backend: Backend, dtype: str) -> Peak | None:
-    """The peak for this run: `measure.peak` when it names an entry, else the backend's own.
-
-    Raises:
-        ConfigError: `measure.peak` names no entry of conf/peaks.yaml.
-    """
+    """`measure.peak`'s entry of conf/peaks.yaml (ConfigError if none), or with "auto" the backend's own."""
     return datasheet_peak(requested, 1, dtype) if requested != "auto" else backend.peak(dtype)
 
 

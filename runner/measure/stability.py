@@ -1,12 +1,4 @@
-"""Is a run's step time a number one can compare? The verdict behind the tag `timing.stable`.
-
-One question: how far could this run's median be from the one the next run reads? The steps
-of each process (and repeat) are cut into `BLOCKS` blocks where a CPU worker moves its memory
-(runner.measure.loop.timed_steps), so the blocks differ by memory layout, by the host's drift
-and by process; the spread of their medians gives the median an interval. Over `MAX_UNCERTAINTY`
-the run is unstable. Slow single steps (a tail) move no block's median and flag nothing; a slow
-mode that holds for whole blocks, or processes that disagree, widen the interval and do.
-"""
+"""Is a run's step time comparable? `timing.stable`: the median's interval from its blocks' medians (docs/trust.md)."""
 
 from __future__ import annotations
 
@@ -37,10 +29,7 @@ def block_medians(step_ms: list[list[list[float]]]) -> list[float]:
 
 
 def median_uncertainty(step_ms: list[list[list[float]]]) -> float:
-    """About the 95% half-width of the run's median, relative: two standard errors of its blocks' log mean.
-
-    0 where there are fewer than two blocks (nothing to tell the spread from).
-    """
+    """About the 95% half-width of the run's median, relative: two standard errors of its blocks' log mean (or 0)."""
     logs = np.log(block_medians(step_ms))
     if len(logs) < 2:
         return 0.0

@@ -1,14 +1,11 @@
-"""Summary statistics of step times, from numpy and scipy (both come with MLflow).
-
-scipy is imported by the two tests that use it, not at module load: importing scipy.stats costs
-every process that measures about 2 s of start-up, and a run that compares nothing needs none of it.
-"""
+"""Summary statistics of step times, from numpy and scipy (scipy imported where used: it costs a process 2 s)."""
 
 from __future__ import annotations
 
 import statistics
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,12 +39,7 @@ def describe_steps(samples_ms: list[float]) -> dict[str, float]:
 
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test (scipy: exact for small samples without ties).
-
-    Needs no distribution assumption, which suits a handful of per-cycle timings. With n
-    samples per side the smallest possible p is 2 / C(2n, n): 0.1 for 3 cycles, 0.008 for 5.
-    An empty side gives 1 (no evidence of a change).
-    """
+    """Two-sided Mann-Whitney U p-value (no distribution assumed), 1 with an empty side; never under 2 / C(2n, n)."""
     if not a or not b:
         return 1.0
     from scipy import stats
@@ -78,21 +70,14 @@ class TimeRatio:
 
 
 def time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.0) -> TimeRatio | None:
-    """Welch's t-test on log per-process medians; None with fewer than two processes a side.
-
-    Logs make the test about ratios; Welch's form allows the two runs different spreads; and
-    with three to five processes a side a t interval keeps its coverage where a bootstrap
-    cannot (three values have only ten distinct resamples).
-    """
+    """Welch's t-test on log per-process medians (at 3-5 a side a bootstrap loses coverage); None under 2 a side."""
     if len(baseline_ms) < 2 or len(new_ms) < 2:
         return None
     base, new = np.log(baseline_ms), np.log(new_ms)
     diff = float(new.mean() - base.mean())
+    ratio = float(np.exp(diff))
     if base.var() == 0 and new.var() == 0:  # identical medians on each side: nothing to test against
-        same = float(diff == 0)
-        return TimeRatio(
-            float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff)), same, float(diff <= np.log1p(margin)), 0.0
-        )
+        return TimeRatio(ratio, ratio, ratio, float(diff == 0), float(diff <= np.log1p(margin)), 0.0)
     from scipy import stats
 
     with warnings.catch_warnings():  # one side's medians all equal: scipy warns, Welch's test still holds
@@ -101,24 +86,14 @@ def time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.
         slower = stats.ttest_ind(new - np.log1p(margin), base, equal_var=False, alternative="greater")
     low, high = test.confidence_interval(1 - SIGNIFICANCE)
     se = (high - low) / (2 * stats.t.ppf(1 - SIGNIFICANCE / 2, test.df))
-    detectable = (stats.t.ppf(1 - SIGNIFICANCE, test.df) + stats.t.ppf(POWER, test.df)) * se
-    return TimeRatio(
-        ratio=float(np.exp(diff)),
-        low=float(np.exp(low)),
-        high=float(np.exp(high)),
-        p_value=float(test.pvalue),
-        p_slower=float(slower.pvalue),
-        detectable=float(np.expm1(detectable)),
-    )
+    return _estimate(ratio, test, slower, test.df, se)
 
 
 def paired_time_ratio(baseline_ms: list[float], new_ms: list[float], margin: float = 0.0) -> TimeRatio | None:
-    """The ratio of two runs timed in the same rounds, round by round; None with fewer than two rounds.
+    """The median ratio of two runs' medians timed in the same rounds (index k: round k); None under two rounds.
 
-    `baseline_ms[k]` and `new_ms[k]` are the two runs' medians in round k. A slow stretch of the
-    host that a round shared moves both sides alike and cancels in that round's ratio, which an
-    unpaired test (`time_ratio`) counts as spread. The ratio is the median per-round ratio; the
-    interval and the p-values come from a t-test on the log per-round ratios.
+    A slow stretch a round shared cancels in its ratio, where `time_ratio` counts it as spread; the
+    interval and p-values come from a t-test on the log per-round ratios.
     """
     if len(baseline_ms) != len(new_ms):
         raise ValueError(f"paired rounds: {len(baseline_ms)} baseline and {len(new_ms)} new medians")
@@ -134,18 +109,17 @@ def paired_time_ratio(baseline_ms: list[float], new_ms: list[float], margin: flo
         warnings.simplefilter("ignore", RuntimeWarning)
         test = stats.ttest_1samp(log_ratios, 0.0)
         slower = stats.ttest_1samp(log_ratios, np.log1p(margin), alternative="greater")
-    low, high = test.confidence_interval(1 - SIGNIFICANCE)
-    df = len(log_ratios) - 1
     se = float(log_ratios.std(ddof=1) / np.sqrt(len(log_ratios)))
-    detectable = (stats.t.ppf(1 - SIGNIFICANCE, df) + stats.t.ppf(POWER, df)) * se
-    return TimeRatio(
-        ratio=ratio,
-        low=float(np.exp(low)),
-        high=float(np.exp(high)),
-        p_value=float(test.pvalue),
-        p_slower=float(slower.pvalue),
-        detectable=float(np.expm1(detectable)),
-    )
+    return _estimate(ratio, test, slower, len(log_ratios) - 1, se)
+
+
+def _estimate(ratio: float, test: Any, slower: Any, df: float, se: float) -> TimeRatio:
+    """A t-test on logs as a TimeRatio: its interval, both p-values, and the slowdown it would detect."""
+    from scipy import stats
+
+    low, high = (float(np.exp(bound)) for bound in test.confidence_interval(1 - SIGNIFICANCE))
+    detectable = float(np.expm1((stats.t.ppf(1 - SIGNIFICANCE, df) + stats.t.ppf(POWER, df)) * se))
+    return TimeRatio(ratio, low, high, float(test.pvalue), float(slower.pvalue), detectable)
 
 
 def geometric_interval(samples: list[float]) -> tuple[float, float] | None:

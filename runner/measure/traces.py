@@ -1,16 +1,8 @@
 """A run's profiler traces as trees of spans, one per recorded step, merged into one profile.
 
-Each Chrome trace (`trace/iteration_N/trace.pt.trace.json`, or a Neuron capture's framework trace) holds
-one recorded cycle. Inside each `ProfilerStep#N`, host spans nest by time on their thread;
-spans on other threads inside the step's window hang under the step; device spans (kernels,
-copies) hang under the runtime call that launched them (the trace's `correlation` id). The
-steps of a run are then merged by position: a span is known by the path of (label,
-occurrence) pairs from its step, and carries its time per step in every cycle, which is
-what a significance test between two runs needs.
-
-Holistic Trace Analysis parses these files too, but it installs JupyterLab and pytest
-at run time (about 70 packages into the environment torch-neuronx pins), and its TraceDiff
-matches ops by name only: reading the JSON and nesting spans by time is a few lines here.
+Inside each `ProfilerStep#N`, host spans nest by time, other threads' spans hang under the step and
+device spans under the call that launched them. Steps merge by a span's path of (label, occurrence)
+pairs, keeping its time in every cycle for significance tests. Not HTA: docs/comparing.md says why.
 """
 
 from __future__ import annotations
@@ -110,13 +102,11 @@ def read_steps(trace: dict[str, Any]) -> list[Span]:
         (root for spans in roots.values() for root in spans if STEP.match(root.name)), key=lambda s: s.start_us
     )
     step_threads = {step.thread for step in steps}
-    for thread, spans in roots.items():  # work on other threads (autograd, ...) inside a step's window
-        if thread in step_threads:
-            continue
-        for span in spans:
-            owner = next((s for s in steps if s.start_us <= span.start_us < s.end_us), None)
-            if owner is not None:
-                owner.children.append(span)
+    # work on other threads (autograd, ...) inside a step's window
+    for span in (span for thread, spans in roots.items() if thread not in step_threads for span in spans):
+        owner = next((s for s in steps if s.start_us <= span.start_us < s.end_us), None)
+        if owner is not None:
+            owner.children.append(span)
     for step in steps:
         step.children.sort(key=lambda s: s.start_us)
     return steps
@@ -153,42 +143,30 @@ class Profile:
     cycles: int
 
 
-def _keyed(span: Span, path: tuple[tuple[str, int], ...], out: dict[tuple[tuple[str, int], ...], Span]) -> None:
-    out[path] = span
+def _keyed(span: Span, path: tuple[tuple[str, int], ...] = ()) -> dict[tuple[tuple[str, int], ...], Span]:
+    out = {path: span}
     seen: dict[str, int] = defaultdict(int)
     for child in span.children:
-        key = (child.label, seen[child.label])
+        out |= _keyed(child, (*path, (child.label, seen[child.label])))
         seen[child.label] += 1
-        _keyed(child, (*path, key), out)
+    return out
 
 
-def merge_steps(cycles: list[list[Span]]) -> Profile:
-    """The steps of all cycles merged by position; children keep the order of their first appearance.
-
-    Raises:
-        ValueError: no cycle holds a ProfilerStep.
-    """
+def load_profile(paths: list[Path]) -> Profile:
+    """Chrome traces (one per recorded cycle) as a run's steps merged by position; ValueError without a step."""
+    cycles = [read_steps(read_chrome_trace(path) or {}) for path in paths]
+    cycles.sort(key=lambda steps: step_number(steps[0]) if steps else -1)
     steps = [step for cycle in cycles for step in cycle]
     if not steps:
         raise ValueError("the traces hold no ProfilerStep span")
-    keyed_steps = []
-    for step in steps:
-        keyed: dict[tuple[tuple[str, int], ...], Span] = {}
-        _keyed(step, (), keyed)
-        keyed_steps.append(keyed)
     nodes: dict[tuple[tuple[str, int], ...], ProfileNode] = {}
-    for keyed in keyed_steps:
-        for path, span in keyed.items():
+    for number, cycle in enumerate(cycles):
+        for path, span in ((path, span) for step in cycle for path, span in _keyed(step).items()):
             if path not in nodes:
                 nodes[path] = ProfileNode(span.label, span.device, [0.0] * len(cycles))
                 if path:
                     nodes[path[:-1]].children.append(nodes[path])
-    index = 0
-    for number, cycle in enumerate(cycles):
-        for _ in cycle:
-            for path, span in keyed_steps[index].items():
-                nodes[path].cycle_us[number] += span.dur_us / len(cycle)
-            index += 1
+            nodes[path].cycle_us[number] += span.dur_us / len(cycle)
     recorded = [number for number, cycle in enumerate(cycles) if cycle]
     for node in nodes.values():  # cycles that recorded no step are not samples
         node.cycle_us = [node.cycle_us[number] for number in recorded]
@@ -209,14 +187,3 @@ def steps_under(folder: Path) -> list[Span]:
     """The recorded steps of every Chrome trace under `folder` (a job's capture)."""
     traces = (read_chrome_trace(path) for path in sorted(folder.rglob("*.json")))
     return [step for trace in traces if trace is not None for step in read_steps(trace)]
-
-
-def load_profile(paths: list[Path]) -> Profile:
-    """Read Chrome trace files (one per recorded cycle) into a run's merged profile.
-
-    Raises:
-        ValueError: none of the files holds a ProfilerStep.
-    """
-    cycles = [read_steps(read_chrome_trace(path) or {}) for path in paths]
-    cycles.sort(key=lambda steps: step_number(steps[0]) if steps else -1)
-    return merge_steps(cycles)

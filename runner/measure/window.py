@@ -1,10 +1,4 @@
-"""Does the profiled window represent the steady state? The profiler's own cost, measured, and the verdict.
-
-The window is a few steps (one by default), so a step the host stalled becomes the op table. A
-profiled step is slower than a steady one for two reasons, the profiler's own work and the host;
-`profiler_cost` measures the first apart from the window, so `judge_window` can tell a stall
-from the profiler's cost.
-"""
+"""Does the profiled window represent the steady state? The profiler's own cost, measured apart, and the verdict."""
 
 from __future__ import annotations
 
@@ -14,6 +8,7 @@ import statistics
 from dataclasses import dataclass
 
 import torch
+from torch.profiler import ProfilerActivity
 
 from runner.backends.base import Backend
 from runner.config import ProfilerConfig, ScheduleConfig
@@ -25,6 +20,7 @@ log = logging.getLogger(__name__)
 MS_PER_S = 1000.0
 # short profiler sessions the cost is measured in: a stall must hit all of them to count
 COST_SESSIONS = 5
+SESSION = torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1)
 # unprofiled steps before each session's reference step: the end of a profiler session slows the
 # next step or two (0.1-0.3 ms, then 0.04, against 0.03 ms for a tiny RMSNorm on this project's CPU hosts)
 SETTLE_STEPS = 2
@@ -37,10 +33,9 @@ TOLERANCE = 2.0
 class ProfilerCost:
     """The profiler's own cost on one step of this workload, in ms."""
 
-    # a cycle's first recorded step: the profiler's start lands on it (0.11-0.17 ms for a tiny
-    # RMSNorm on this project's CPU hosts)
+    # a cycle's first recorded step, which the profiler's start lands on (docs/measurement.md)
     first_ms: float
-    # each later recorded step of the cycle: the cost of its recorded ops (0.03-0.05 ms for those 18)
+    # each later recorded step of the cycle: the cost of its recorded ops
     later_ms: float
 
     def per_recorded_step(self, schedule: ScheduleConfig) -> list[float]:
@@ -51,37 +46,25 @@ class ProfilerCost:
 def profiler_cost(workload: BuiltWorkload, backend: Backend, profiler: ProfilerConfig) -> ProfilerCost:
     """Measure what the profiler adds to this workload's step, apart from the window and before it.
 
-    Each of `COST_SESSIONS` sessions runs unprofiled steps to settle and one unprofiled reference
-    step, then under the profiler a warm-up step and two recorded ones. A stall only ever adds time,
-    so the fastest of each kind is the one stalls missed: the cost is the fastest first (and
-    second) recorded step less the fastest reference step. Not the window's own unprofiled steps
-    against its recorded one: with one recorded step, a stall of that step would pass for the
-    profiler's cost, while here it is left for the verdict to see. Run before the window, the
-    sessions also take the process's first profiler start (seconds, and a slower first recorded
-    step) out of it. Where most steps stall (`timing.stable=false` says so), all five first
-    recorded steps may have stalled and the cost reads high: 59 ms for a 0.2 ms step whose steady
-    state was 73% 60 ms steps, on this project's 2-core host under a load of 5.
-
-    The sessions record host activity only, with the window's options (shapes, memory, stacks,
-    FLOPs) and no trace: on CUDA, whose kernel tracing is left out, the cost is a lower bound.
-    Kineto's start and stop lines (two per session) stay off the console, logged at debug level.
+    A stall only adds time, so the fastest recorded step less the fastest unprofiled one is the
+    cost: with the window's own steps a stall of its one recorded step would pass for the cost.
+    Run first, the sessions also take the process's first profiler start out of the window. Where
+    most steps stall, every session may have, and the cost reads high (`timing.stable=false` then).
     """
     log.info("the profiler's own cost: %d short profiler sessions ...", COST_SESSIONS)
-    reference, first, later = [], [], []
+    reference: list[float] = []
+    first: list[float] = []
+    later: list[float] = []
+    options = host_options(profiler)
     with tee_fd(show=False) as printed:
         for _ in range(COST_SESSIONS):
             for _ in range(SETTLE_STEPS):
                 timed_step(workload, backend)
             reference.append(timed_step(workload, backend))
-            schedule = torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1)
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            with torch.profiler.profile(activities=activities, schedule=schedule, **host_options(profiler)) as prof:
-                timed_step(workload, backend)
-                prof.step()
-                first.append(timed_step(workload, backend))
-                prof.step()
-                later.append(timed_step(workload, backend))
-                prof.step()
+            with torch.profiler.profile(activities=[ProfilerActivity.CPU], schedule=SESSION, **options) as prof:
+                for kind in ([], first, later):  # a warm-up step (SESSION), then two recorded ones
+                    kind.append(timed_step(workload, backend))
+                    prof.step()
     log.debug("the profiler's cost sessions printed: %s", "".join(printed))
     unprofiled = min(reference)
     cost = ProfilerCost(max(0.0, min(first) - unprofiled) * MS_PER_S, max(0.0, min(later) - unprofiled) * MS_PER_S)
@@ -101,14 +84,8 @@ def judge_window(
 ) -> str | None:
     """Why the profiled steps, less the profiler's cost, are not what the steady state predicts; None if they are.
 
-    The reason says what was seen and how to widen the window. The op table sums the recorded
-    steps, so their mean is what it reads. It represents the steady state when that mean is at
-    most `TOLERANCE` times the steady median plus the mean cost, and at least the steady median
-    over `TOLERANCE`. Why 2: the stalls this is for are 10-100x (42x in a busy host's `make run`),
-    a quiet steady state's p90 is about 1.4x its median, and the cost, measured on other steps,
-    varies from session to session by about its own size. The lower bound keeps the cost in: the
-    profiler never makes a step faster, and subtracting a cost that dwarfs a tiny step would flag
-    its noise.
+    Their mean (what the op table reads) may be `TOLERANCE` times off (docs/measurement.md). The
+    lower bound keeps the cost in: subtracting a cost that dwarfs a tiny step would flag its noise.
     """
     costs = cost.per_recorded_step(schedule)
     mean_cost, mean_step = statistics.fmean(costs), statistics.fmean(profiled_ms)
@@ -128,14 +105,7 @@ def judge_window(
 def wider_window(
     excess_ms: float, cost: ProfilerCost, steady_ms: list[float], steady_median_ms: float, max_steps: int, recorded: int
 ) -> str:
-    """`schedule.active` and `schedule.repeat` for a window this far off to have read the steady state.
-
-    Recorded steps: enough that the window's excess over the steady state, in one of them, moves
-    their mean less than the tolerance (at most `measure.steps`, the steady state's own count). Per
-    cycle: few enough that a cycle misses the steady state's own slow steps (over `TOLERANCE` times
-    its median) at least half the time, so a stalled cycle stands out among the op table's
-    per-cycle samples (`cycle_self_ms`); the rest are cycles.
-    """
+    """`schedule.active` and `schedule.repeat` for a window this far off to read the steady state (see docs)."""
     typical = steady_median_ms + cost.later_ms
     steps = max(recorded + 1, min(math.ceil(excess_ms / ((TOLERANCE - 1) * typical)), max_steps))
     slow_share = sum(ms > TOLERANCE * steady_median_ms for ms in steady_ms) / len(steady_ms)
