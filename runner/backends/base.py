@@ -1,7 +1,4 @@
-"""The backend interface: every device decision, with defaults that suit a host CPU.
-
-The rest of the runner never branches on the device: it asks its backend.
-"""
+"""The backend interface: every device decision (the runner never branches on the device), defaults for a host CPU."""
 
 from __future__ import annotations
 
@@ -9,7 +6,6 @@ import json
 import os
 import shutil
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -53,8 +49,7 @@ class Placement:
 
 WHOLE_MACHINE = Slot("the whole machine")
 # what the console suggests when a run's timing is unstable: at least this many worker processes or repeats
-ADVISED_PROCESSES = 5
-ADVISED_REPEATS = 5
+ADVISED_PROCESSES = ADVISED_REPEATS = 5
 
 
 def more_repeats(spec: RunSpec) -> str:
@@ -72,17 +67,6 @@ class CaptureReport:
     texts: dict[str, str] = field(default_factory=dict)
     # the console's lines under the job's summary
     warnings: list[str] = field(default_factory=list)
-
-
-def chrome_trace_writer(trace_dir: Path) -> Callable[[torch.profiler.profile], None]:
-    """Return an on_trace_ready handler that writes each cycle's Chrome trace."""
-
-    def write(prof: torch.profiler.profile) -> None:
-        out = trace_dir / names.TRACE_ITER_FOLDER.format(step=prof.step_num)
-        out.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(out / names.TRACE_FILE))
-
-    return write
 
 
 @dataclass(frozen=True)
@@ -202,8 +186,7 @@ class Backend(ABC):
     def memory_layouts(cls, requested: int | None) -> int:
         """The stretches a process's timed steps run in, each in memory of its own (runner.measure.layouts).
 
-        Workers forked from one server share its heap's layout, which held a median 24% above a fresh
-        process's where 8 layouts read 1.01 (benchmarks/timing_factors.py, docs/trust.md).
+        Workers forked from one server share its heap's layout (benchmarks/timing_factors.py, docs/trust.md).
         """
         return cls.default_layouts if requested is None else requested
 
@@ -281,8 +264,14 @@ class Backend(ABC):
         return output_dir / names.TRACE_FOLDER
 
     def profiler_kwargs(self, profiler: ProfilerConfig, capture_dir: Path) -> dict[str, Any]:
-        """Extra torch.profiler.profile arguments: here, the Chrome trace exporter."""
-        return {"on_trace_ready": chrome_trace_writer(capture_dir)}
+        """Extra torch.profiler.profile arguments: here, an exporter of each cycle's Chrome trace."""
+
+        def write(prof: torch.profiler.profile) -> None:
+            out = capture_dir / names.TRACE_ITER_FOLDER.format(step=prof.step_num)
+            out.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(out / names.TRACE_FILE))
+
+        return {"on_trace_ready": write}
 
     def inspect_capture(
         self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str, framework_device_ms: float

@@ -116,13 +116,12 @@ class CpuBackend(Backend):
     def placement_facts(self, spec: RunSpec) -> dict[str, Any]:
         """backend.cpu_placement, and each worker's or copy's cores and threads (none for ranks)."""
         if spec.distributed.ranks > 1:
-            placements = []
+            slots = []
         elif spec.measure.copies is not None:
             slots = self.split_machine(self.config, spec.measure.copies, None, 1)  # copy_slots's, without its warning
-            placements = [self.worker_placement(self.config, number, slot) for number, slot in enumerate(slots, 1)]
         else:
-            count = self.worker_processes(spec.measure.processes)
-            placements = [self.worker_placement(self.config, number) for number in range(1, count + 1)]
+            slots = [WHOLE_MACHINE] * self.worker_processes(spec.measure.processes)
+        placements = [self.worker_placement(self.config, number, slot) for number, slot in enumerate(slots, 1)]
         return {
             names.MANIFEST_CPU_PLACEMENT: self.config.cpu_placement,
             names.MANIFEST_CPU_WORKERS: [placement.facts() for placement in placements],

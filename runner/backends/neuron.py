@@ -1,10 +1,8 @@
 """backend=neuron: AWS Trainium through TorchNeuron's documented profiling API (README, "On Trainium").
 
-The runtime's rules, from the Neuron documentation: `NEURON_RT_VISIBLE_CORES` must be one
-contiguous range, set before the runtime starts; the process that starts the runtime reserves
-every visible core, so concurrent jobs each need their own; `device_count()` caches what it first
-read. A job runs on one NeuronCore (device "neuron", the first visible core), and captures and
-counts that core alone.
+The runtime's rules (Neuron documentation): `NEURON_RT_VISIBLE_CORES` is one contiguous range, set before
+the runtime starts; the process that starts it reserves every visible core, so concurrent jobs each need
+their own; `device_count()` caches its first answer. A job runs, captures and counts one NeuronCore.
 """
 
 from __future__ import annotations
@@ -311,9 +309,8 @@ class NeuronBackend(Backend):
         """
         require_complete_traces(capture_dir)
         check = check_capture(capture_dir, profiler.modes, profiler_output)
-        report = CaptureReport(metrics=check.metrics(), tags=check.tags())
-        if check.problems:
-            report.warnings.append(f"Neuron capture looks wrong: {'; '.join(check.problems)}")
+        problems = [f"Neuron capture looks wrong: {'; '.join(check.problems)}"] if check.problems else []
+        report = CaptureReport(check.metrics(), check.tags(), warnings=problems)
         report.tags[names.TAG_NEURON_CORRELATE] = self.correlate_status
         if self.cores and len(self.cores) > EXECUTING_CORES:
             idle = (

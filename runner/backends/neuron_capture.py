@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import names
+from runner.backends.base import CaptureReport
 from runner.backends.neuron_system import add_system_metrics, parquet_tables, system_profile_metrics
 from runner.backends.neuron_tools import neuron_tool
 
@@ -203,13 +204,10 @@ def source_of(fmt: str, schema: str) -> str:
 
 
 @dataclass
-class ExplorerSummary:
-    """Device-side metrics from neuron-explorer, and how getting them went."""
+class ExplorerSummary(CaptureReport):
+    """Device-side metrics from neuron-explorer, how getting them went, and the summary as JSON."""
 
-    metrics: dict[str, float] = field(default_factory=dict)
-    tags: dict[str, Any] = field(default_factory=dict)
     raw: str = ""
-    warnings: list[str] = field(default_factory=list)
 
 
 # one session's summary: metrics by profile, the schema version, the summary as JSON, its system-profile metrics

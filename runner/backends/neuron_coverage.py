@@ -1,12 +1,9 @@
 """Device-time coverage: how much of the device time Explorer measured key_averages() accounts for.
 
-The denominator is the capture's sum of Explorer's `total_time`, on-device time between the NTFF's
-start and stop, idle gaps included (the Parquet schema reference, Summary); in session mode one NTFF
-covers every NEFF the session ran (troubleshooting.rst), so it may span more than the profiled step.
-key_averages() gets no Neuron device time: Kineto defines PrivateUse1 driver events as host-side
-(libkineto ActivityType.h; pytorch issue 166205, PR 186433 closed), and TorchNeuron feeds no device
-event back (its source, Feb 2026). Counting the trace's `privateuse1_driver` events tells a build that
-sends them from one that sends nothing.
+The denominator sums Explorer's `total_time` (on-device, idle gaps included: the Parquet schema reference); in
+session mode one NTFF covers every NEFF the session ran (troubleshooting.rst), more than the profiled step.
+key_averages() gets no Neuron device time: Kineto defines PrivateUse1 driver events as host-side (libkineto
+ActivityType.h; pytorch issue 166205) and TorchNeuron feeds no device event back (its source, Feb 2026).
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from runner.measure.traces import read_chrome_trace
 
 # below this fraction the run warns: the op table misses device time
 COVERAGE_WARN = 0.95
+# their count tells a build that sends driver events from one that sends nothing
 DRIVER_CATEGORY = "privateuse1_driver"
 MS_PER_S = 1000.0
 

@@ -1,12 +1,8 @@
 """Ops of a Neuron job that ran on the CPU instead of the NeuronCore (TorchNeuron's CPU fallback).
 
-TorchNeuron's supported-operators page (DOCS-latest torch/reference/api/supported-operators):
-an op marked CPU_FALLBACK "works, but the named ATen operator runs on the CPU and the result
-is copied back to the Neuron device"; its best-practices page: unsupported ops fall back to
-the CPU by default and cost performance. torch.profiler records every ATen op as a host event
-whichever device computes it, so the profile cannot tell a fallback: the runner asks
-torch-neuronx, whose `get_fallback_ops()` lists "operations that fell back to CPU" and
-`clear_op_tracking()` resets that list (SRC torch_neuronx/__init__.py; the reference's §5).
+A CPU_FALLBACK op "runs on the CPU and the result is copied back" (DOCS-latest torch/reference/api/
+supported-operators). torch.profiler records every ATen op as a host event, so the profile cannot tell
+a fallback: the runner asks torch-neuronx's `get_fallback_ops()` and `clear_op_tracking()` (the reference's §5).
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ from __future__ import annotations
 from runner import names
 from runner.backends.base import CaptureReport
 
-# the two calls the count needs; a torch-neuronx without them is said so in the tag
 TRACKING_CALLS = ("get_fallback_ops", "clear_op_tracking")
 
 
