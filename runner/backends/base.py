@@ -118,8 +118,7 @@ class Backend(ABC):
 
     name: ClassVar[str]
     compile_backend: ClassVar[str] = "inductor"
-    # measure.processes when null: three fresh processes give the comparison a spread to test at a
-    # few seconds each (README, "Numbers you can trust")
+    # measure.processes when null: three fresh processes give a spread to test (README, "Numbers you can trust")
     default_processes: ClassVar[int] = 3
     # whether a round's workers may be alive at once, taking turns (runner.measure.turns): a Neuron
     # worker holds its NeuronCores for life, a GPU one a context and the workload; measured on the CPU only
@@ -142,8 +141,7 @@ class Backend(ABC):
     measures_profiler_cost: ClassVar[bool] = True
     # what the workers' fork server imports for workers that torch.compile, so that each need not (seconds)
     compiler_preload: ClassVar[tuple[str, ...]] = ("torch._dynamo", "torch._inductor.compile_fx")
-    # Config keys this device reads once per process, each with what reads it: a later job in that
-    # process runs on the first job's values, whatever its config says
+    # Config keys this device reads once per process, with what reads them: a later job runs on the first's values
     process_keys: ClassVar[dict[str, str]] = {}
     # Config keys that need a process no job has measured in unless they hold the value given, with why
     fresh_process_keys: ClassVar[dict[str, tuple[object, str]]] = {

@@ -38,8 +38,7 @@ class CpuBackend(Backend):
     """Host CPU: CPU activity only, a Chrome trace per profiler cycle."""
 
     name = "cpu"
-    # where a process's tensors land held its median about 11% from its neighbours' on the 2-core
-    # host; 8 layouts a process took that to 0-5% (docs/trust.md)
+    # where a process's tensors land moved its median about 11% on the 2-core host; 8 layouts: 0-5% (docs/trust.md)
     default_layouts = 8
     workers_take_turns = True
     manifest_env_prefixes = ("OMP_NUM_THREADS", CORES_VARIABLE)

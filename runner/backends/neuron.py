@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,9 @@ def torch_neuron() -> Any:
 
 def instance_type() -> str | None:
     """The EC2 instance type (e.g. trn1.32xlarge) from DMI, without touching the network."""
-    try:
+    with suppress(OSError):
         return DMI_PRODUCT.read_text().strip() or None
-    except OSError:
-        return None
+    return None
 
 
 def trainium_generation() -> str:
@@ -385,10 +385,9 @@ class NeuronBackend(Backend):
 
     def manifest(self) -> dict[str, Any]:
         """NeuronCores owned (counted from the pin, not the cached device_count()), instance, driver."""
-        try:
+        driver = None
+        with suppress(OSError):
             driver = DRIVER_VERSION.read_text().strip()
-        except OSError:
-            driver = None
         return {
             names.MANIFEST_NEURON_CORE_COUNT: len(self.cores) if self.cores else torch_neuron().device_count(),
             names.MANIFEST_NEURON_VISIBLE_CORES: os.environ.get(VISIBLE_CORES_ENV),
