@@ -1,10 +1,4 @@
-"""The backend interface: every device decision, with defaults that suit a host CPU.
-
-The rest of the runner never branches on the device. It asks its backend for the torch
-device, how to synchronise, the profiler's activities and arguments, where the capture
-goes and what it says, the roofline peak, memory, the manifest, the compiled-artifact
-count, and, in the launchers, how to share the machine between concurrent jobs.
-"""
+"""The backend interface: every device decision (the runner never branches on the device), defaults for a host CPU."""
 
 from __future__ import annotations
 
@@ -12,7 +6,6 @@ import json
 import os
 import shutil
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,9 +36,7 @@ class Placement:
     def take(self) -> None:
         """Pin this process and set torch's thread count, from inside it.
 
-        A worker started from a server process inherits that server's cores and thread pool,
-        not its job's, and environment variables reach it too late; so the worker takes its
-        placement itself, first.
+        A worker forked from a server inherits its cores and threads; environment variables reach it too late.
         """
         if self.cores is not None:
             os.sched_setaffinity(0, self.cores)
@@ -56,11 +47,9 @@ class Placement:
         return {"cores": None if self.cores is None else list(self.cores), "threads": self.threads}
 
 
-# what one job gets when jobs run one at a time: the machine as a single run would see it
 WHOLE_MACHINE = Slot("the whole machine")
 # what the console suggests when a run's timing is unstable: at least this many worker processes or repeats
-ADVISED_PROCESSES = 5
-ADVISED_REPEATS = 5
+ADVISED_PROCESSES = ADVISED_REPEATS = 5
 
 
 def more_repeats(spec: RunSpec) -> str:
@@ -74,33 +63,20 @@ class CaptureReport:
 
     metrics: dict[str, float] = field(default_factory=dict)
     tags: dict[str, Any] = field(default_factory=dict)
-    # extra text artifacts: artifact file name -> content
+    # extra text artifacts: file name -> content
     texts: dict[str, str] = field(default_factory=dict)
-    # lines the console shows under the job's summary
+    # the console's lines under the job's summary
     warnings: list[str] = field(default_factory=list)
-
-
-def chrome_trace_writer(trace_dir: Path) -> Callable[[torch.profiler.profile], None]:
-    """Return an on_trace_ready handler that writes each cycle's Chrome trace."""
-
-    def write(prof: torch.profiler.profile) -> None:
-        out = trace_dir / names.TRACE_ITER_FOLDER.format(step=prof.step_num)
-        out.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(out / names.TRACE_FILE))
-
-    return write
 
 
 @dataclass(frozen=True)
 class MemoryHistory:
     """A device's allocation history in torch.cuda.memory's form, which PyTorch's memory_viz opens.
 
-    `module` has `_record_memory_history(enabled=None | "all", **options)` and
-    `_dump_snapshot(filename)`, which writes the history as a pickle.
+    `module` has `_record_memory_history(enabled=None | "all", **options)` and `_dump_snapshot(filename)`.
     """
 
     module: Any
-    # arguments to _record_memory_history besides `enabled`
     options: dict[str, Any]
     # what the console and the `memory.source` tag call it
     source: str
@@ -113,8 +89,7 @@ class CaptureIncomplete(RuntimeError):
 def require_complete_traces(capture_dir: Path) -> None:
     """Refuse leftovers of an export cut short: `*.tmp` files, or `*.json` traces that do not parse.
 
-    torch's exporter prints "Failed to write to log file!" and leaves `trace.json.tmp` when the
-    disk fills up; nothing raises, so the runner looks.
+    On a full disk torch's exporter prints "Failed to write to log file!", leaves `trace.json.tmp` and raises nothing.
 
     Raises:
         CaptureIncomplete: naming the first broken file and the free space left.
@@ -142,43 +117,33 @@ class Backend(ABC):
     """One device kind. Subclasses override what differs from a host CPU."""
 
     name: ClassVar[str]
-    # the torch.compile backend for this device; inductor is PyTorch's default
     compile_backend: ClassVar[str] = "inductor"
-    # measure.processes when the config leaves it null: three fresh processes give the
-    # comparison a spread to test at a few seconds each (README, "Numbers you can trust")
+    # measure.processes when null: three fresh processes give a spread to test (README, "Numbers you can trust")
     default_processes: ClassVar[int] = 3
-    # whether a round's workers may be alive at once, taking turns (runner.measure.turns): on
-    # Neuron a worker holds its NeuronCores for its life, so the next could not start; with a GPU
-    # each would hold a context and a copy of the workload; measured on the CPU only
+    # whether a round's workers may be alive at once, taking turns (runner.measure.turns): a Neuron
+    # worker holds its NeuronCores for life, a GPU one a context and the workload; measured on the CPU only
     workers_take_turns: ClassVar[bool] = False
-    # measure.layouts when the config leaves it null and the worker takes turns: one, the memory
-    # the workload was built in, where moving it was not measured to matter (runner.measure.layouts)
+    # measure.layouts when null: one, where moving the workload's memory was not measured to matter
     default_layouts: ClassVar[int] = 1
-    # the torch.distributed process-group backend ranks join on this device
+    # the torch.distributed process-group backend
     collective_backend: ClassVar[str] = "gloo"
     # the compile caches this device's compilations fill: folder name -> the variable that moves it
     compile_caches: ClassVar[dict[str, str]] = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
-    # how a cache job counts its hits and misses: "torch" (inductor's and AOT autograd's lookup
-    # counters) or "neff" (the NEFF cache folder before and after, and the NEFFs the capture holds)
+    # how a cache job counts hits and misses: "torch" (inductor's and AOT autograd's counters) or "neff" (NEFF files)
     compile_cache_counting: ClassVar[str] = "torch"
-    # what samples this device's system series for monitor.period_s (runner.execute.monitor):
-    # "host" (the host's CPU and memory only), "nvml" (and the GPU's) or "neuron-monitor" (and the runtime's)
+    # the system series' sampler (runner.execute.monitor): "host", "nvml" or "neuron-monitor"
     system_monitor: ClassVar[str] = "host"
     # what the environment manifest records for this device: variables (by prefix), Python and system packages
     manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
     manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)
     manifest_system_packages: ClassVar[tuple[str, ...]] = ()
-    # whether host-only profiler sessions may measure the profiler's own cost (runner.measure.window):
-    # they must start no device capture
+    # whether host-only profiler sessions may measure the profiler's own cost: they must start no device capture
     measures_profiler_cost: ClassVar[bool] = True
-    # what the workers' fork server (runner.execute.processes) imports for workers that
-    # torch.compile, so that each need not: torch's compiler (seconds of imports)
+    # what the workers' fork server imports for workers that torch.compile, so that each need not (seconds)
     compiler_preload: ClassVar[tuple[str, ...]] = ("torch._dynamo", "torch._inductor.compile_fx")
-    # Config keys this device reads once per process, each with what reads it: a later job in a
-    # process that already measured one runs on the first job's values, whatever its config says
+    # Config keys this device reads once per process, with what reads them: a later job runs on the first's values
     process_keys: ClassVar[dict[str, str]] = {}
-    # Config keys that need a process no job has measured in unless they hold the value given,
-    # each with that value and why
+    # Config keys that need a process no job has measured in unless they hold the value given, with why
     fresh_process_keys: ClassVar[dict[str, tuple[object, str]]] = {
         "measure.compile_cache": (None, "torch's in-memory compile caches answer before the cache folders"),
     }
@@ -206,8 +171,7 @@ class Backend(ABC):
         """How many fresh processes time the steady state (0: the job's own process).
 
         Raises:
-            ConfigError: this device cannot serve that many processes, or the job runs as
-                several ranks, each of which times its steps in its own process.
+            ConfigError: this device cannot serve that many, or the job runs as several ranks (each times its own).
         """
         if requested and ranks > 1:
             raise ConfigError(
@@ -220,9 +184,7 @@ class Backend(ABC):
     def memory_layouts(cls, requested: int | None) -> int:
         """The stretches a process's timed steps run in, each in memory of its own (runner.measure.layouts).
 
-        Every worker moves its memory, whether it takes turns or times alone: workers forked from
-        one server share its heap's layout, which held a single run's median 24% above a fresh
-        process's Timer where 8 layouts read 1.01 (benchmarks/timing_factors.py, docs/trust.md).
+        Workers forked from one server share its heap's layout (benchmarks/timing_factors.py, docs/trust.md).
         """
         return cls.default_layouts if requested is None else requested
 
@@ -230,17 +192,12 @@ class Backend(ABC):
     def round_workers(cls, requested: int | None) -> int:
         """The workers a sweep's rounds time a job's steady state in (0: the job times its own).
 
-        The rounds run before any of the sweep's jobs touches the device, so a backend whose
-        job process holds the device has worker rounds there all the same.
+        The rounds run before any job holds the device, so even a device whose job process holds it has worker rounds.
         """
-        return cls.worker_processes(requested)
+        return cls.default_processes if requested is None else cls.worker_processes(requested)
 
     def steadier_measurement(self, spec: RunSpec) -> str:
-        """What to rerun an unstable job with: more worker processes where they time its steady state.
-
-        Several ranks time their steps in their own processes, and copies time their own, so
-        those jobs get more repeats instead (the rule `worker_processes` enforces).
-        """
+        """What to rerun an unstable job with: more worker processes (for ranks or copies, more repeats)."""
         if spec.distributed.ranks > 1 or spec.measure.copies is not None:
             return more_repeats(spec)
         processes = max(ADVISED_PROCESSES, 2 * (spec.measure.processes or 0))
@@ -261,11 +218,7 @@ class Backend(ABC):
         return slots[:count]
 
     def take_slot(self, slot: Slot) -> None:
-        """Pin this running process to `slot`, before it touches the device.
-
-        For processes the runner does not start itself (Slurm's tasks): those it starts get the
-        slot's environment at birth.
-        """
+        """Pin a process the runner did not start (a Slurm task) to `slot`, before it touches the device."""
         os.environ.update(dict(slot.env))
 
     def copy_slots(self, copies: int) -> list[Slot]:
@@ -274,10 +227,7 @@ class Backend(ABC):
 
     @classmethod
     def worker_placement(cls, config: BackendConfig, number: int, slot: Slot = WHOLE_MACHINE) -> Placement | None:
-        """Where steady-state worker `number` (from 1), or the copy on `slot`, runs; None: as it starts.
-
-        Decided in the job's process, before the device is touched, and taken by the worker.
-        """
+        """Where steady-state worker `number` (from 1), or the copy on `slot`, runs; None: as it starts."""
         return None
 
     def match_workers(self) -> None:  # noqa: B027  (a no-op default, by design)
@@ -312,16 +262,19 @@ class Backend(ABC):
         return output_dir / names.TRACE_FOLDER
 
     def profiler_kwargs(self, profiler: ProfilerConfig, capture_dir: Path) -> dict[str, Any]:
-        """Extra torch.profiler.profile arguments: here, the Chrome trace exporter."""
-        return {"on_trace_ready": chrome_trace_writer(capture_dir)}
+        """Extra torch.profiler.profile arguments: here, an exporter of each cycle's Chrome trace."""
+
+        def write(prof: torch.profiler.profile) -> None:
+            out = capture_dir / names.TRACE_ITER_FOLDER.format(step=prof.step_num)
+            out.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(out / names.TRACE_FILE))
+
+        return {"on_trace_ready": write}
 
     def inspect_capture(
         self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str, framework_device_ms: float
     ) -> CaptureReport:
-        """Check that every trace was written whole; a Chrome trace has no device-side metrics.
-
-        `framework_device_ms` is the window's device time in key_averages(), for a backend whose
-        own tools measure the device to compare against.
+        """Check that every trace was written whole; `framework_device_ms` is key_averages()'s device time.
 
         Raises:
             CaptureIncomplete: a trace is truncated or was never moved into place.
@@ -349,10 +302,7 @@ class Backend(ABC):
         return None
 
     def ranks_cores(self) -> list[int]:
-        """The cores of this node's ranks, where one chip holds several (NeuronCores); else none.
-
-        One device per rank elsewhere: ranks on one node then cross the chip-to-chip link.
-        """
+        """The cores of this node's ranks where one chip holds several (NeuronCores); else none: one device per rank."""
         return []
 
     def compiled_artifact_count(self) -> int | None:

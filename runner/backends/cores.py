@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from itertools import groupby
 
 from runner.errors import ConfigError
 
 CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
-# physical NeuronCores per logical one, "1 or 2", read by the runtime; LNC "applies only to Trn2 and
-# Trn3", 2 is Trn2's default, and no Trn3 default is given
-# (SDK:about-neuron/arch/neuron-features/logical-neuroncore-config.rst)
+# physical NeuronCores per logical one, "1 or 2"; LNC "applies only to Trn2 and Trn3", and no Trn3
+# default is given (SDK:about-neuron/arch/neuron-features/logical-neuroncore-config.rst)
 LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
 DEFAULT_LNC = {"trn1": 1, "trn2": 2}
 
@@ -52,24 +52,18 @@ def parse_core_range(spec: str, key: str) -> list[int]:
     return cores
 
 
+def consecutive_runs(cores: list[int]) -> list[list[int]]:
+    """Split cores into runs of consecutive cores (each one more than the last), keeping their order."""
+    return [[core for _, core in run] for _, run in groupby(enumerate(cores), lambda pair: pair[1] - pair[0])]
+
+
 def format_cores(cores: list[int]) -> str:
     """Write cores in the runtime's syntax: '0-3' for a run, '0,2-3' otherwise."""
-    parts: list[str] = []
-    start = prev = cores[0]
-    for core in [*cores[1:], None]:
-        if core is not None and core == prev + 1:
-            prev = core
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if core is not None:
-            start = prev = core
-    return ",".join(parts)
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in consecutive_runs(cores))
 
 
 def logical_nc_config(generation: str, environ: Mapping[str, str] = os.environ) -> tuple[int | None, str]:
-    """Physical NeuronCores per logical one on this Trainium generation, and where that came from.
-
-    None where neither the variable nor a documented default says (Trn3 unset).
+    """Physical NeuronCores per logical one on this Trainium generation (None: unknown), and where that came from.
 
     Raises:
         ConfigError: the variable is set to anything but 1 or 2 on Trn2 or Trn3.

@@ -1,9 +1,8 @@
 """backend=cpu: the host CPU. Nothing to synchronise; peaks come from a calibration.
 
-Each steady-state worker and copy is placed as `backend.cpu_placement` says: on a busy 2-core
-host a worker with torch's default two threads sat in a stall mode (steps over 10x the median)
-while another process held a core; with one thread pinned to one core no worker did, and a
-third as many steps stalled (benchmarks/cpu_placement.py, docs/trust.md).
+Workers and copies are placed as `backend.cpu_placement` says: on a busy 2-core host a worker with
+torch's two threads stalled (steps over 10x the median) while another process held a core; pinned to
+one core with one thread, none did (benchmarks/cpu_placement.py, docs/trust.md).
 """
 
 from __future__ import annotations
@@ -39,13 +38,11 @@ class CpuBackend(Backend):
     """Host CPU: CPU activity only, a Chrome trace per profiler cycle."""
 
     name = "cpu"
-    # where a process's tensors land held its median about 11% from its neighbours' on the
-    # project's 2-core host, and 8 layouts a process took that to 0-5% (docs/trust.md)
+    # where a process's tensors land moved its median about 11% on the 2-core host; 8 layouts: 0-5% (docs/trust.md)
     default_layouts = 8
     workers_take_turns = True
     manifest_env_prefixes = ("OMP_NUM_THREADS", CORES_VARIABLE)
-    # a job's process takes its workers' torch threads (`match_workers`), which a later job in it
-    # starts from; OMP_NUM_THREADS, read once when torch loads, no config key sets (a launcher's slot does)
+    # a job's process takes its workers' torch threads (`match_workers`), which a later job in it starts from
     process_keys: ClassVar[dict[str, str]] = {
         "backend.cpu_placement": "torch's threads in this process are that job's workers'",
     }
@@ -59,10 +56,7 @@ class CpuBackend(Backend):
 
     @classmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
-        """`cores / jobs` cores per job, each job's its own, and as many threads (one job per core when jobs=0).
-
-        More jobs than cores share them in turn.
-        """
+        """`cores / jobs` cores per job, its own, and as many threads (jobs=0: one per core; more jobs share cores)."""
         cores = own_cores()
         count = jobs or len(cores)
         per = max(1, len(cores) // count)
@@ -101,10 +95,9 @@ class CpuBackend(Backend):
 
     @classmethod
     def worker_placement(cls, config: BackendConfig, number: int, slot: Slot = WHOLE_MACHINE) -> Placement:
-        """`backend.cpu_placement` on the slot's cores (the job's own without one).
+        """`backend.cpu_placement` on the slot's cores (the job's own without one); unpinned where the OS pins nothing.
 
-        one_core: worker k on the k-th core in turn, so the workers of one round share a core
-        and a busy core shows as a round that disagrees; unpinned where the OS pins nothing.
+        one_core: worker k on the k-th core in turn, so a busy core shows as a round that disagrees.
         """
         env = dict(slot.env)
         cores = parse_cores(env[CORES_VARIABLE], CORES_VARIABLE) if CORES_VARIABLE in env else own_cores()
@@ -122,13 +115,12 @@ class CpuBackend(Backend):
     def placement_facts(self, spec: RunSpec) -> dict[str, Any]:
         """backend.cpu_placement, and each worker's or copy's cores and threads (none for ranks)."""
         if spec.distributed.ranks > 1:
-            placements = []
+            slots = []
         elif spec.measure.copies is not None:
             slots = self.split_machine(self.config, spec.measure.copies, None, 1)  # copy_slots's, without its warning
-            placements = [self.worker_placement(self.config, number, slot) for number, slot in enumerate(slots, 1)]
         else:
-            count = self.worker_processes(spec.measure.processes)
-            placements = [self.worker_placement(self.config, number) for number in range(1, count + 1)]
+            slots = [WHOLE_MACHINE] * self.worker_processes(spec.measure.processes)
+        placements = [self.worker_placement(self.config, number, slot) for number, slot in enumerate(slots, 1)]
         return {
             names.MANIFEST_CPU_PLACEMENT: self.config.cpu_placement,
             names.MANIFEST_CPU_WORKERS: [placement.facts() for placement in placements],

@@ -1,11 +1,8 @@
 """Imported by a fork server whose workers torch.compile for the CPU: inductor's probe of this CPU, run once for all.
 
-Before its first CPU kernel, inductor finds the vector instruction sets (AVX2, AVX-512, ...) this
-CPU and compiler can use by building a small library for each and loading it in a new
-interpreter: 2.2-2.6 s of a cached recompile's 2.5-3 s in a fresh process, measured on this
-project's 2-core host. It caches the answer for the process's life, so the workers forked from
-the server inherit it and start compiling at once. The probe builds and loads libraries only; it
-touches no device.
+Inductor finds the CPU's vector instruction sets by building and loading a small library for each:
+2.2-2.6 s of a cached recompile's 2.5-3 s in a fresh process on the 2-core host. It caches the answer
+for the process's life, so forked workers inherit it. The probe touches no device.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity
@@ -15,8 +15,7 @@ from runner.config import BackendConfig
 # GPU name fragment -> conf/peaks.yaml entry
 GPU_PEAKS = {"H200": "h200_sxm", "H100": "h100_sxm"}
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
-# Python frames only: C++ frames ("all", the default) are symbolised when the snapshot is dumped,
-# which is slow; a bound on the entries keeps a long window's history from growing without end
+# Python frames only: C++ frames ("all") are symbolised slowly at the dump; the bound keeps long histories finite
 CUDA_HISTORY_OPTIONS = {"stacks": "python", "max_entries": 1_000_000}
 
 
@@ -33,9 +32,8 @@ class CudaBackend(Backend):
     collective_backend = "nccl"
     # NVML (nvidia-ml-py): the GPU's utilisation, memory and power
     system_monitor = "nvml"
+    # no process_keys: CUDA reads CUDA_VISIBLE_DEVICES once per process, but a launcher's slot sets it, no config key
     manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
-    # CUDA reads CUDA_VISIBLE_DEVICES once per process, but no config key sets it (a launcher's slot does)
-    process_keys: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def available(cls) -> bool:

@@ -1,21 +1,15 @@
-"""backend=neuron: AWS Trainium through TorchNeuron's documented profiling API.
+"""backend=neuron: AWS Trainium through TorchNeuron's documented profiling API (README, "On Trainium").
 
-Written against the documented surface (README, "On Trainium"): `torch.profiler.profile`
-with CPU + PrivateUse1 activities, `experimental_config=NeuronConfig(...)` and
-`on_trace_ready=NeuronProfiler(config).export_trace`; `torch.neuron.synchronize()` before
-every profiler step and clock read; `torch.compile(backend="neuron")`.
-
-The runtime's rules, from the Neuron documentation: `NEURON_RT_VISIBLE_CORES` must be one
-contiguous range, set before the runtime starts; the process that starts the runtime
-reserves every visible core, so concurrent jobs each need their own; `device_count()`
-caches what it first read. A job runs on one NeuronCore (device "neuron", the first
-visible core): it captures that core and its roofline counts that core alone.
+The runtime's rules (Neuron documentation): `NEURON_RT_VISIBLE_CORES` is one contiguous range, set before
+the runtime starts; the process that starts it reserves every visible core, so concurrent jobs each need
+their own; `device_count()` caches its first answer. A job runs, captures and counts one NeuronCore.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +17,8 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
-from runner.backends.base import (
-    Backend,
-    CaptureReport,
-    MemoryHistory,
-    Slot,
-    more_repeats,
-    require_complete_traces,
-)
-from runner.backends.cores import format_cores, logical_nc_config, parse_core_range, parse_cores
+from runner.backends.base import Backend, CaptureReport, MemoryHistory, Slot, more_repeats, require_complete_traces
+from runner.backends.cores import consecutive_runs, format_cores, logical_nc_config, parse_core_range, parse_cores
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.neuron_coverage import device_time_coverage, driver_events
 from runner.backends.neuron_fallback import count_fallbacks_from_now, note_cpu_fallbacks
@@ -41,15 +28,14 @@ from runner.config import BackendConfig, ConfigError, NeuronBackendConfig, Profi
 
 log = logging.getLogger(__name__)
 
-# Env-var capture; it conflicts with torch.profiler capture, so the runner refuses to run with it.
+# env-var capture, which conflicts with torch.profiler's: the runner refuses to run with it
 INSPECT_ENV = "NEURON_RT_INSPECT_ENABLE"
 # the runtime's implicit async mode, gone since Neuron SDK 2.31: setting it only draws the runtime's warning
 INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 # TorchNeuron's NEFF cache (SDK:tools/neuron-explorer/environment-variables.rst; default /tmp/neff_cache, SRC)
 NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
-# the Neuron Persistent Cache, keyed by the XLA (HLO) graph and the compiler flags, default
-# /var/tmp/neuron-compile-cache; NEURON_CC_FLAGS' --cache_dir wins over it
+# the Neuron Persistent Cache, unless NEURON_CC_FLAGS sets --cache_dir
 # (SDK:about-neuron/arch/neuron-features/neuron-caching.rst)
 COMPILE_CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
@@ -70,10 +56,9 @@ def torch_neuron() -> Any:
 
 def instance_type() -> str | None:
     """The EC2 instance type (e.g. trn1.32xlarge) from DMI, without touching the network."""
-    try:
+    with suppress(OSError):
         return DMI_PRODUCT.read_text().strip() or None
-    except OSError:
-        return None
+    return None
 
 
 def trainium_generation() -> str:
@@ -81,15 +66,15 @@ def trainium_generation() -> str:
     return (instance_type() or "trn2").split(".")[0].rstrip("nu")
 
 
+def visible_cores() -> list[int]:
+    """The NeuronCores NEURON_RT_VISIBLE_CORES lets this process use, else every one (a cached device_count())."""
+    visible = os.environ.get(VISIBLE_CORES_ENV)
+    return parse_cores(visible, VISIBLE_CORES_ENV) if visible else list(range(torch_neuron().device_count()))
+
+
 def contiguous_groups(cores: list[int], size: int) -> list[list[int]]:
     """Split sorted cores into groups of `size` consecutive cores, never across a gap."""
-    runs: list[list[int]] = []
-    for core in cores:
-        if runs and core == runs[-1][-1] + 1:
-            runs[-1].append(core)
-        else:
-            runs.append([core])
-    return [run[i : i + size] for run in runs for i in range(0, len(run) - size + 1, size)]
+    return [run[i : i + size] for run in consecutive_runs(cores) for i in range(0, len(run) - size + 1, size)]
 
 
 class NeuronBackend(Backend):
@@ -110,14 +95,10 @@ class NeuronBackend(Backend):
     # Debian/RPM packages of the Neuron runtime, tools and driver
     manifest_system_packages = ("aws-neuronx-runtime-lib", "aws-neuronx-tools", "aws-neuronx-dkms",
                                 "aws-neuronx-collectives")  # fmt: skip
-    # the job's own process holds its NeuronCores, and the runtime lends a core to one
-    # process at a time: fresh worker processes could not run on them
-    default_processes = 0
-    # a host-only profiler session would start a runtime capture too: the Neuron profiler maps
-    # Kineto's CPU_OP to the runtime's cpu_util (neuron-profiling.md §1.5), written to ./output
+    # a host-only session would start a runtime capture too: the Neuron profiler maps Kineto's CPU_OP to
+    # the runtime's cpu_util (neuron-profiling.md §1.5), written to ./output
     measures_profiler_cost = False
-    # NRT is "controlled through environment variables at the process level" (the runtime's
-    # configuration guide): it and torch-neuronx read these once per process
+    # NRT is "controlled through environment variables at the process level" (its configuration guide)
     process_keys = {
         "backend.cores": f"the Neuron runtime reads {VISIBLE_CORES_ENV} once and holds those NeuronCores",
         "backend.async_runtime": f"torch-neuronx reads {ASYNC_NRT_ENV} once per process",
@@ -141,10 +122,7 @@ class NeuronBackend(Backend):
 
     @classmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
-        """`cores_per_job` contiguous NeuronCores per job out of the pool, pinned through the environment.
-
-        The runtime reserves every visible core for the process that starts it, so two
-        concurrent jobs must never share one.
+        """`cores_per_job` contiguous NeuronCores per job out of the pool: no two jobs' runtimes may share one.
 
         Raises:
             ConfigError: backend.cores is set (it pins one job), or the pool is too small.
@@ -155,13 +133,7 @@ class NeuronBackend(Backend):
                 f"backend.cores={pinned} pins a single job; with several jobs at once give the cores to share "
                 "as hydra.launcher.cores (each job gets hydra.launcher.cores_per_job of them)"
             )
-        visible = os.environ.get(VISIBLE_CORES_ENV)
-        if pool is not None:
-            cores = parse_cores(pool, "hydra.launcher.cores")
-        elif visible:
-            cores = parse_cores(visible, VISIBLE_CORES_ENV)
-        else:
-            cores = list(range(torch_neuron().device_count()))
+        cores = parse_cores(pool, "hydra.launcher.cores") if pool is not None else visible_cores()
         groups = contiguous_groups(cores, cores_per_job)
         if not groups:
             raise ConfigError(
@@ -174,8 +146,7 @@ class NeuronBackend(Backend):
         ]
 
     def __init__(self, config: BackendConfig) -> None:
-        super().__init__(config)
-        self.config = NeuronBackendConfig.of(config)
+        super().__init__(NeuronBackendConfig.of(config))
         if os.environ.get(INSPECT_ENV, "0") not in ("", "0"):
             raise ConfigError(
                 f"{INSPECT_ENV}={os.environ[INSPECT_ENV]} is set: env-var capture conflicts with torch.profiler; "
@@ -205,29 +176,27 @@ class NeuronBackend(Backend):
 
     @staticmethod
     def _set_async_runtime(async_runtime: bool | None) -> dict[str, str]:
-        """backend.async_runtime into the environment before the runtime starts, and who set the value in force.
+        """Put backend.async_runtime in the environment before the runtime starts; return each source, for the manifest.
 
-        torch-neuronx sets its own default when it loads, at `import torch` (PyTorch's backend
-        autoload), which is before this: the runner's entry noted what the user had set.
-        Returns each variable's value and where it came from, for the manifest.
+        torch-neuronx sets its own default at `import torch` (backend autoload), before this: the
+        runner's entry noted what the user had set.
         """
         if async_runtime is not None:
             os.environ[ASYNC_NRT_ENV] = str(int(async_runtime))
-            settings = {ASYNC_NRT_ENV: f"{int(async_runtime)} (backend config)"}
+            source = "backend config"
         elif set_by_user(ASYNC_NRT_ENV):
-            settings = {ASYNC_NRT_ENV: f"{os.environ[ASYNC_NRT_ENV]} (environment)"}
-        elif ASYNC_NRT_ENV in os.environ:
-            value = os.environ[ASYNC_NRT_ENV]
-            settings = {ASYNC_NRT_ENV: f"{value} (set by torch-neuronx at import; documented default 0)"}
+            source = "environment"
         else:
-            settings = {ASYNC_NRT_ENV: "unset"}
+            source = "set by torch-neuronx at import; documented default 0"
+        value = os.environ.get(ASYNC_NRT_ENV)
+        settings = {ASYNC_NRT_ENV: "unset" if value is None else f"{value} ({source})"}
         if INFLIGHT_ENV in os.environ:
             settings[INFLIGHT_ENV] = f"{os.environ[INFLIGHT_ENV]} (environment; enables nothing since Neuron SDK 2.31)"
         return settings
 
     @classmethod
     def worker_processes(cls, requested: int | None, ranks: int = 1) -> int:
-        """Always the job's own process (or each rank's own): it holds the NeuronCores.
+        """Always the job's own process (or each rank's own): it holds the NeuronCores, lent to one process at a time.
 
         Raises:
             ConfigError: measure.processes asks for worker processes.
@@ -239,36 +208,22 @@ class NeuronBackend(Backend):
             )
         return 0
 
-    @classmethod
-    def round_workers(cls, requested: int | None) -> int:
-        """A sweep's rounds run before any job starts the runtime: each worker has the cores to itself in turn."""
-        return Backend.default_processes if requested is None else cls.worker_processes(requested)
-
     def steadier_measurement(self, spec: RunSpec) -> str:
         """More repeats: the job's process holds its NeuronCores, so there are no worker processes to add."""
         return more_repeats(spec)
 
     def copy_slots(self, copies: int) -> list[Slot]:
-        """One NeuronCore per copy, out of the job's own (backend.cores, else every visible core).
-
-        The copies run before the job's process starts the runtime (`experiment.prepare`), so
-        its cores are free for them.
-        """
+        """One NeuronCore per copy, out of the job's own: they run before its process starts the runtime."""
         pool = format_cores(self.cores) if self.cores else None
         return self.split_machine(self.config.unpinned(), copies, pool, EXECUTING_CORES)
 
     def _pin_cores(self, spec: str | None) -> list[int] | None:
-        """The cores this job owns, or None for every visible core.
-
-        backend.cores is pinned here, before the runtime starts; without it, the cores a
-        launcher pinned through the environment are the job's.
-        """
+        """The cores this job owns (backend.cores, pinned here, else a launcher's pin); None: every visible core."""
         visible = os.environ.get(VISIBLE_CORES_ENV)
         if spec is None:
             return parse_core_range(visible, VISIBLE_CORES_ENV) if visible else None
         cores = parse_core_range(spec, "backend.cores")
-        # device_count() caches its first answer, so it is read only where nothing is pinned yet
-        existing = parse_cores(visible, VISIBLE_CORES_ENV) if visible else list(range(torch_neuron().device_count()))
+        existing = visible_cores()
         missing = [c for c in cores if c not in existing]
         if missing:
             absent = f"are not in {VISIBLE_CORES_ENV}={visible}" if visible else "do not exist here"
@@ -309,8 +264,7 @@ class NeuronBackend(Backend):
     def capture_cores(self, profiler: ProfilerConfig) -> str:
         """profiler.capture_enabled_for_nc, defaulting to the core the job executes on.
 
-        Indices are the process's own (0 = its first visible core); whether NeuronConfig
-        numbers cores that way or absolutely is one of the unconfirmed points.
+        Indices are the process's own (0: its first visible core); that NeuronConfig numbers them so is unconfirmed.
         """
         if profiler.capture_enabled_for_nc is not None:
             return format_cores(parse_cores(profiler.capture_enabled_for_nc, "profiler.capture_enabled_for_nc"))
@@ -348,19 +302,15 @@ class NeuronBackend(Backend):
     def inspect_capture(
         self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str, framework_device_ms: float
     ) -> CaptureReport:
-        """Check the capture against the documented failure signs, summarise it, note idle cores.
-
-        Then compare `framework_device_ms` (key_averages()'s device time) with Explorer's
-        on-device total, and warn when the op table covers less than 95% of it.
+        """Check the capture, summarise it, note idle cores, and compare key_averages()'s device time with Explorer's.
 
         Raises:
             CaptureIncomplete: the framework trace is truncated (device files only warn).
         """
         require_complete_traces(capture_dir)
         check = check_capture(capture_dir, profiler.modes, profiler_output)
-        report = CaptureReport(metrics=check.metrics(), tags=check.tags())
-        if check.problems:
-            report.warnings.append(f"Neuron capture looks wrong: {'; '.join(check.problems)}")
+        problems = [f"Neuron capture looks wrong: {'; '.join(check.problems)}"] if check.problems else []
+        report = CaptureReport(check.metrics(), check.tags(), warnings=problems)
         report.tags[names.TAG_NEURON_CORRELATE] = self.correlate_status
         if self.cores and len(self.cores) > EXECUTING_CORES:
             idle = (
@@ -400,11 +350,9 @@ class NeuronBackend(Backend):
     def memory_history(self) -> MemoryHistory | None:
         """torch.neuron.memory's allocation history, where this torch-neuronx has one.
 
-        torch-neuronx's memory guide (torch/guides/memory-profiling-guide) records allocation
-        snapshots that open in PyTorch's memory_viz; the calls are taken to be torch.cuda.memory's
-        (`_record_memory_history`, `_dump_snapshot`), which is inferred: no document names them
-        (the guide's text as read does not, nor the SDK sources up to 2.32), and the doctor's
-        `memory_snapshot` probe checks them. Without them the profiler's memory events serve, as on the CPU.
+        torch-neuronx's memory guide (torch/guides/memory-profiling-guide) records snapshots for
+        memory_viz; that the calls are torch.cuda.memory's is inferred (no document names them; the
+        doctor's `memory_snapshot` probe checks them).
         """
         memory = getattr(torch_neuron(), "memory", None)
         if not all(hasattr(memory, call) for call in SNAPSHOT_CALLS):
@@ -412,10 +360,9 @@ class NeuronBackend(Backend):
         return MemoryHistory(memory, {}, "torch.neuron.memory snapshot")
 
     def peak(self, dtype: str) -> Peak | None:
-        """One logical NeuronCore's share of this instance's Trainium chip, for the core the work runs on.
+        """One logical NeuronCore's share of this instance's Trainium chip; None at an unknown LNC (Trn3 unset).
 
-        An unreadable instance type counts as Trn2: TorchNeuron runs on Trn2 and Trn3 (its docs'
-        "Applies to"). None at an LNC that nobody set and that has no documented default (Trn3).
+        An unreadable instance type counts as Trn2: TorchNeuron runs on Trn2 and Trn3 (its docs' "Applies to").
         """
         generation = trainium_generation()
         if generation not in ("trn1", "trn2", "trn3") or logical_nc_config(generation)[0] is None:
@@ -423,10 +370,7 @@ class NeuronBackend(Backend):
         return datasheet_peak(f"{generation}_core", EXECUTING_CORES, dtype)
 
     def ranks_cores(self) -> list[int]:
-        """The NeuronCores of this node's ranks: one each, consecutive from local rank 0's (the slot plan).
-
-        A rank owns the one core its slot pinned; the others' follow from its local rank.
-        """
+        """The NeuronCores of this node's ranks: one each, consecutive from local rank 0's (the slot plan)."""
         # unset, the `neuron` process group pins each rank to the core of its local rank
         own_spec = os.environ.get(VISIBLE_CORES_ENV) or os.environ.get("LOCAL_RANK", "0")
         own = parse_cores(own_spec, VISIBLE_CORES_ENV)[0]
@@ -441,10 +385,9 @@ class NeuronBackend(Backend):
 
     def manifest(self) -> dict[str, Any]:
         """NeuronCores owned (counted from the pin, not the cached device_count()), instance, driver."""
-        try:
+        driver = None
+        with suppress(OSError):
             driver = DRIVER_VERSION.read_text().strip()
-        except OSError:
-            driver = None
         return {
             names.MANIFEST_NEURON_CORE_COUNT: len(self.cores) if self.cores else torch_neuron().device_count(),
             names.MANIFEST_NEURON_VISIBLE_CORES: os.environ.get(VISIBLE_CORES_ENV),

@@ -1,8 +1,7 @@
 """Reading a Neuron capture: the documented failure signs, and neuron-explorer's summary (Parquet or summary-json).
 
-Pure functions over a directory and some text, so they are tested without Neuron hardware.
-The layout is searched recursively: the documented `<instance>_pid_<pid>/<timestamp>/` levels
-may or may not be there, and older builds wrote `*_instid_*_vnc_*.ntff` without a timestamp.
+The layout is searched recursively: the documented `<instance>_pid_<pid>/<timestamp>/` levels may
+be missing, and older builds wrote `*_instid_*_vnc_*.ntff` without a timestamp.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import names
+from runner.backends.base import CaptureReport
 from runner.backends.neuron_system import add_system_metrics, parquet_tables, system_profile_metrics
 from runner.backends.neuron_tools import neuron_tool
 
@@ -27,23 +27,19 @@ log = logging.getLogger(__name__)
 DROPPED_EVENTS = re.compile(r"(\d[\d,]*) trace events were dropped")
 # neuron-explorer replaced neuron-profile (SDK 2.30) with the same `view` interface.
 EXPLORERS = ("neuron-explorer", "neuron-profile")
-# Explorer's summary formats, in the order asked for: Parquet is its default and programmatic output
-# (the full-profile JSON ends after Neuron SDK 2.33); summary-json stays, and is all an Explorer
-# without Parquet (the legacy neuron-profile) writes
+# Explorer's summary formats, in the order asked for: Parquet is its default and programmatic output;
+# summary-json stays, and is all the legacy neuron-profile writes
 PARQUET = "parquet"
 SUMMARY_JSON = "summary-json"
 EXPLORER_FORMATS = (PARQUET, SUMMARY_JSON)
-# Parquet profile schemas the runner reads, by MAJOR version (a MAJOR change removes or renames
-# tables or fields; MINOR and PATCH changes are compatible: profile-schema-reference.rst). 12.0.1 is
-# the schema of the SDK 2.33 reference (v2.33.0 profile-schema-reference.rst); that its Summary keeps
-# 7.4.0's total_time (seconds) is inferred, so a Summary without it is read as an unknown schema
+# Parquet profile schemas the runner reads, by MAJOR version (only a MAJOR change removes or renames
+# fields: profile-schema-reference.rst). That 12.0.1's Summary keeps 7.4.0's total_time (seconds) is
+# inferred, so a Summary without it is read as an unknown schema
 KNOWN_SCHEMAS = {"7": "7.x (7.4.0: Neuron SDK 2.31)", "12": "12.x (12.0.1: Neuron SDK 2.33)"}
-# the Summary column of on-device time (profile-schema-reference.rst, Summary): device-time coverage needs it
+# the Summary column of on-device time: device-time coverage needs it
 TOTAL_TIME = "total_time"
 UNVERSIONED = "unversioned (summary-json carries no schema version)"
-# the neuron.explorer_source tag when no summary was read
 NO_SOURCE = "none"
-# the neuron.explorer tag of a capture without a device profile
 NOT_RUN = "not run: the capture holds no device profile (no NTFF beside its NEFF)"
 SUMMARY_JSON_SHAPES = "{profile: {metric: value}} or one flat object of metrics"
 
@@ -115,8 +111,7 @@ def check_capture(capture_dir: Path, modes: list[str], profiler_output: str) -> 
 def session_dirs(capture_dir: Path) -> list[Path]:
     """Folders holding a device profile, a non-empty NTFF beside a NEFF: what Explorer's Summary comes from.
 
-    An NTFF cannot be processed without the NEFF it was captured from (profile-artifacts, docs site);
-    a system-only capture has no device profile, so no Summary to read.
+    An NTFF cannot be processed without the NEFF it was captured from (profile-artifacts, docs site).
     """
     ntffs = capture_dir.rglob("*.ntff") if capture_dir.is_dir() else iter(())
     return sorted({p.parent for p in ntffs if p.stat().st_size and any(p.parent.glob("*.neff"))})
@@ -149,10 +144,7 @@ class UnknownSchema(ValueError):
 
 
 def parse_summary_json(stdout: str, source: str = "summary-json") -> dict[str, dict[str, float]]:
-    """Parse `view --output-format summary-json`: log lines, then one object per profile.
-
-    The shape is undocumented ({profile name: {metric: value}} in public parsers); a flat
-    object of metrics is accepted too. Non-numeric values are dropped.
+    """Parse `view --output-format summary-json`: log lines, then one object per profile, in an undocumented shape.
 
     Raises:
         ValueError: no JSON object in the output.
@@ -175,7 +167,7 @@ def parquet_available() -> bool:
 
 
 def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str]:
-    """The `Summary` rows of a processed profile (one entry per row) and its `profile_schema_version`.
+    """The `Summary` rows of a processed profile and its `profile_schema_version`.
 
     Raises:
         ValueError: the folder holds no Summary or no Metadata table.
@@ -212,27 +204,18 @@ def source_of(fmt: str, schema: str) -> str:
 
 
 @dataclass
-class ExplorerSummary:
-    """Device-side metrics from neuron-explorer, and how getting them went."""
+class ExplorerSummary(CaptureReport):
+    """Device-side metrics from neuron-explorer, how getting them went, and the summary as JSON."""
 
-    metrics: dict[str, float] = field(default_factory=dict)
-    tags: dict[str, Any] = field(default_factory=dict)
     raw: str = ""
-    # lines for the console: a schema the runner does not read
-    warnings: list[str] = field(default_factory=list)
 
 
-# one session's summary: metrics by profile, the schema version, and the summary as Explorer wrote it (JSON)
-# ... and the metrics of its system-profile tables (Parquet only)
+# one session's summary: metrics by profile, the schema version, the summary as JSON, its system-profile metrics
 Summary = tuple[dict[str, dict[str, float]], str, str, dict[str, float]]
 
 
 def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
-    """One session's summary in one format.
-
-    Raises:
-        OSError, subprocess.SubprocessError, ValueError: the tool failed or wrote nothing readable.
-    """
+    """One session's summary in one format; raises OSError, SubprocessError or ValueError where there is none."""
     cmd = [tool, "view", "-d", str(session), "--output-format", fmt]
     if fmt == SUMMARY_JSON:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
@@ -245,9 +228,7 @@ def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
 
 
 def _summarise(tool: str, session: Path, formats: tuple[str, ...], timeout_s: int) -> tuple[str, Summary, list[str]]:
-    """The format, the session's summary in it, and why earlier formats were not read (an unknown schema).
-
-    The first of `formats` that the installed Explorer produces in a schema the runner reads.
+    """The first of `formats` read, the session's summary in it, and why earlier formats were not (unknown schemas).
 
     Raises:
         UnknownSchema: the last format's output is in a schema the runner does not read.
@@ -272,10 +253,9 @@ def explorer_summary(
 ) -> ExplorerSummary:
     """Summarise each device profile with neuron-explorer, Parquet first where pyarrow can read it; never raise.
 
-    Parquet in a schema the runner does not read falls back to summary-json, which Explorer
-    still writes (troubleshooting.rst: "Is summary-json still supported? Yes"). With several
-    profiles (one per NEFF in eager mode), `neuron/<metric>` comes from the one with the largest
-    total_time, and `neuron/total_time_sum` adds them all up.
+    Parquet in an unknown schema falls back to summary-json (troubleshooting.rst: "Is summary-json still
+    supported? Yes"). With several profiles (one per NEFF in eager mode), `neuron/<metric>` comes from
+    the one with the largest total_time, and `neuron/total_time_sum` adds them all up.
     """
     tags: dict[str, Any] = {names.TAG_NEURON_EXPLORER_SOURCE: NO_SOURCE}
     if not sessions:

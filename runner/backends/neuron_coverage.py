@@ -1,28 +1,22 @@
 """Device-time coverage: how much of the device time Explorer measured key_averages() accounts for.
 
-Device time comes from Explorer's output: each device profile's `total_time`, the on-device time
-between the NTFF's start and stop notifications, idle gaps included, host overhead excluded (the
-Parquet schema reference, Summary). The ratio's denominator is their sum over the capture; in
-session mode, PyTorch's default, one NTFF covers every NEFF the capture session ran
-(troubleshooting.rst), so it may span the whole session, not only the profiled step.
-key_averages() gets no Neuron device time: Kineto defines PrivateUse1 driver events as host-side
-(libkineto ActivityType.h, PRIVATEUSE1_DRIVER; pytorch issue 166205, and PR 186433, which would
-have typed them as device events, was closed), and TorchNeuron feeds no device-side event back
-(its source, Feb 2026). The framework trace still holds driver events under the category
-`privateuse1_driver`, which tells a build that sends them from one that sends nothing.
+The denominator sums Explorer's `total_time` (on-device, idle gaps included: the Parquet schema reference); in
+session mode one NTFF covers every NEFF the session ran (troubleshooting.rst), more than the profiled step.
+key_averages() gets no Neuron device time: Kineto defines PrivateUse1 driver events as host-side (libkineto
+ActivityType.h; pytorch issue 166205) and TorchNeuron feeds no device event back (its source, Feb 2026).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from runner import names
+from runner.backends.base import CaptureReport
 from runner.measure.traces import read_chrome_trace
 
 # below this fraction the run warns: the op table misses device time
 COVERAGE_WARN = 0.95
+# their count tells a build that sends driver events from one that sends nothing
 DRIVER_CATEGORY = "privateuse1_driver"
 MS_PER_S = 1000.0
 
@@ -32,15 +26,6 @@ def driver_events(capture_dir: Path) -> int:
     paths = sorted(capture_dir.rglob("*.json")) if capture_dir.is_dir() else []
     traces = [trace for trace in map(read_chrome_trace, paths) if trace is not None]
     return sum(1 for trace in traces for event in trace["traceEvents"] if event.get("cat") == DRIVER_CATEGORY)
-
-
-@dataclass
-class Coverage:
-    """The coverage metrics, its tag, and the console's warning when it is low."""
-
-    metrics: dict[str, float] = field(default_factory=dict)
-    tags: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
 
 
 def missing_device_time(framework_ms: float, drivers: int) -> str:
@@ -58,16 +43,15 @@ def missing_device_time(framework_ms: float, drivers: int) -> str:
     )
 
 
-def device_time_coverage(framework_ms: float, explorer_s: float | None, drivers: int, explorer: str) -> Coverage:
-    """Compare key_averages()'s device time (ms) with Explorer's on-device total (s), if it gave one.
+def device_time_coverage(framework_ms: float, explorer_s: float | None, drivers: int, explorer: str) -> CaptureReport:
+    """Compare key_averages()'s device time (ms) with Explorer's on-device total (s): metrics, tag, a low one's warning.
 
-    `drivers` counts the framework trace's privateuse1_driver events; `explorer` says how
-    Explorer's summary went, for the tag when there is no total to compare with.
+    `drivers` counts privateuse1_driver events; `explorer` says how Explorer went, for the tag without a total.
     """
     metrics = {names.NEURON_FRAMEWORK_DEVICE_MS: framework_ms}
     if not explorer_s:
         tag = f"unknown: neuron-explorer gave no on-device total_time ({explorer})"
-        return Coverage(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: tag})
+        return CaptureReport(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: tag})
     explorer_ms = explorer_s * MS_PER_S
     fraction = framework_ms / explorer_ms
     metrics[names.NEURON_DEVICE_TIME_COVERAGE] = fraction
@@ -76,10 +60,10 @@ def device_time_coverage(framework_ms: float, explorer_s: float | None, drivers:
         f"total_time, idle gaps included ({fraction:.0%})"
     )
     if fraction >= COVERAGE_WARN:
-        return Coverage(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"ok: {found}"})
+        return CaptureReport(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"ok: {found}"})
     missing = f"missing {explorer_ms - framework_ms:.3f} ms, {missing_device_time(framework_ms, drivers)}"
-    return Coverage(
+    return CaptureReport(
         metrics,
         {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"warning: {found}; {missing}"},
-        [f"device time below {COVERAGE_WARN:.0%} covered: {found}; {missing}"],
+        warnings=[f"device time below {COVERAGE_WARN:.0%} covered: {found}; {missing}"],
     )

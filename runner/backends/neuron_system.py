@@ -1,10 +1,8 @@
 """Explorer's system-profile tables as metrics: each event source's events and time, and the HBM peak.
 
-Tables and columns of the profile schema reference (`SDK:tools/neuron-explorer/profile-schema-reference.rst`,
-schema 7.4.0): `SystemProfileEvents` rows have `duration_ns` and `trace_event_source` ("neuron_rt" the
-Neuron Runtime on the CPU, "neuron_hw" a Neuron device, "framework" the application or its framework);
-`SystemProfileHbmUsage` rows have `total_bytes`, the HBM in use at their `timestamp`. That schema 12.0.1
-keeps these names is inferred: its page could not be read whole where this was written.
+Tables and columns of `SDK:tools/neuron-explorer/profile-schema-reference.rst` (schema 7.4.0; that 12.0.1
+keeps them is inferred): `SystemProfileEvents` (`duration_ns`, `trace_event_source`: "neuron_rt" the
+runtime, "neuron_hw" a device, "framework") and `SystemProfileHbmUsage` (`total_bytes` in use).
 """
 
 from __future__ import annotations
@@ -24,19 +22,15 @@ def parquet_tables(folder: Path, table: str) -> list[Path]:
 
 
 def system_profile_metrics(folder: Path) -> dict[str, float]:
-    """Each source's event count and summed event time in ms (nested events each count), and the HBM peak.
-
-    Empty where Explorer wrote no system-profile table (a capture without `RUNTIME`).
-    """
+    """Each source's event count and summed ms (nested events each count), and the HBM peak; empty without RUNTIME."""
     import pyarrow.parquet as pq
 
     metrics: dict[str, float] = {}
     for path in parquet_tables(folder, "SystemProfileEvents"):
         for row in pq.read_table(path, columns=["duration_ns", "trace_event_source"]).to_pylist():
             if (source := row["trace_event_source"]) in EVENT_SOURCES:
-                events, ms = (
-                    name.format(source=source) for name in (names.NEURON_SYSTEM_EVENTS, names.NEURON_SYSTEM_MS)
-                )
+                events = names.NEURON_SYSTEM_EVENTS.format(source=source)
+                ms = names.NEURON_SYSTEM_MS.format(source=source)
                 metrics[events] = metrics.get(events, 0.0) + 1
                 metrics[ms] = metrics.get(ms, 0.0) + row["duration_ns"] / 1e6
     hbm = [

@@ -1,8 +1,6 @@
-"""Device ceilings for the roofline: datasheet figures, or a calibration of the host CPU.
+"""Device ceilings for the roofline: datasheet figures (`conf/peaks.yaml`), or the host CPU's calibration.
 
-Accelerators take their figures from `conf/peaks.yaml`; the CPU is measured once per
-machine (best copy bandwidth, best matmul rate) and cached. Every run tags which it used,
-so nobody mistakes a datasheet figure for a measurement.
+Every run tags which it used, so nobody mistakes a datasheet figure for a measurement.
 """
 
 from __future__ import annotations
@@ -51,9 +49,7 @@ class Peak:
 
 
 def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
-    """Look up `entry` in conf/peaks.yaml, scaled to `multiplier` units (logical NeuronCores).
-
-    `<generation>_core` is one logical NeuronCore's share of `<generation>_chip`, at the LNC in force.
+    """Look up `entry` in conf/peaks.yaml, scaled to `multiplier` units; `<generation>_core` is a logical core's share.
 
     Raises:
         ConfigError: no such entry, no figure for the dtype, or a core's share at an unknown LNC.
@@ -88,10 +84,7 @@ def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
 
 
 def link_between(cores: list[int], cores_per_chip: int | None, nodes: int) -> str:
-    """The link a collective among ranks on these cores (one per rank, of one node) crosses.
-
-    Ranks on several nodes cross the network; ranks on cores of one chip never leave it.
-    """
+    """The link a collective among ranks on these cores (one per rank, of one node) or on several nodes crosses."""
     if nodes > 1:
         return NODE_TO_NODE
     if cores_per_chip is not None and len({core // cores_per_chip for core in cores}) == 1:
@@ -143,12 +136,8 @@ def _this_machine() -> str:
 def cached_here() -> list[tuple[int, str]]:
     """The calibrations cached for this machine, as (threads, dtype): each thread count jobs ran with has its own."""
     here = f"{_this_machine()}|threads="
-    entries = []
-    for key in _cached_calibrations():
-        threads, _, dtype = key.removeprefix(here).partition("|")
-        if key.startswith(here) and threads.isdigit():
-            entries.append((int(threads), dtype))
-    return sorted(entries)
+    keys = [key.removeprefix(here).partition("|") for key in _cached_calibrations() if key.startswith(here)]
+    return sorted((int(threads), dtype) for threads, _, dtype in keys if threads.isdigit())
 
 
 def _cached_calibrations() -> dict[str, list[float]]:
@@ -163,7 +152,7 @@ def cpu_peak(dtype: str) -> Peak:
     """The CPU calibration for this machine and thread count, measured on first use; its source names the entry."""
     figures = _cached_calibrations().get(_calibration_key(dtype))
     if figures is None:
-        # on stderr whatever the logging setup (the doctor has none): it can take ten seconds or more
+        # on stderr whatever the logging setup (the doctor has none): it can take ten seconds
         print(
             f"calibrating this machine's CPU peaks for the roofline (once per machine and thread count; "
             f"cached in {cache_file()}) ...",

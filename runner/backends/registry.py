@@ -31,7 +31,7 @@ COMPILE_CACHES = {folder: variable for cls in BACKEND_CLASSES for folder, variab
 
 
 def backend_class(name: str) -> type[Backend]:
-    """The class `backend.name` selects, resolving `auto` to the first available device.
+    """The class `backend.name` selects, `auto` resolved to the first available device.
 
     Raises:
         ConfigError: the named device is not available on this machine.
@@ -58,9 +58,7 @@ def make_backend(config: BackendConfig) -> Backend:
 
 
 def launcher_slots(backend: Any, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
-    """The shares of the machine the parallel launcher runs `jobs` jobs in, planned by the sweep's backend.
-
-    `backend` is the sweep's composed backend config (auto resolved as a job would resolve it).
+    """The shares of the machine the parallel launcher runs `jobs` jobs in, planned by the sweep's backend config.
 
     Raises:
         ConfigError: the machine cannot be shared so; the message names the key.

@@ -1,17 +1,13 @@
-"""The user's environment as the runner started, before `import torch` loads a device extension.
+"""The user's environment as the runner started, before `import torch` loads a device extension (torch-free).
 
-PyTorch autoloads out-of-tree backends at `import torch` (the `torch.backends` entry points);
-torch-neuronx's import then sets `TORCH_NEURONX_ENABLE_ASYNC_NRT=1` when it is unset. Read
-afterwards, the environment cannot tell the user's value from the package's, so the runner's
-entry records which of these variables the user left unset, in a variable of its own that the
-processes it starts (launchers' jobs, ranks, copies) inherit. Torch-free: it runs before torch loads.
+PyTorch autoloads torch-neuronx at `import torch`, which sets `TORCH_NEURONX_ENABLE_ASYNC_NRT=1` when
+unset; so the runner's entry records which variables the user left unset, for the processes it starts.
 """
 
 from __future__ import annotations
 
 import os
 
-# torch-neuronx's asynchronous runtime
 ASYNC_NRT_ENV = "TORCH_NEURONX_ENABLE_ASYNC_NRT"
 # variables an autoloaded device extension sets at `import torch` when unset
 SET_AT_TORCH_IMPORT = (ASYNC_NRT_ENV,)
@@ -25,9 +21,6 @@ def record_user_environment() -> None:
 
 
 def set_by_user(name: str) -> bool:
-    """Whether the user's environment set `name`, rather than a package at `import torch`.
-
-    Without a record (the runner used as a library), the environment as it is now counts.
-    """
+    """Whether the user's environment set `name`, rather than a package at `import torch` (no record: as it is now)."""
     recorded = os.environ.get(UNSET_BY_USER_ENV)
     return name in os.environ and (recorded is None or name not in recorded.split(","))
