@@ -42,8 +42,7 @@ class Pair:
     # per-process medians in ms: the test's data (a paired test's: the rounds both runs have)
     job_ms: list[float] = field(default_factory=list)
     baseline_ms: list[float] = field(default_factory=list)
-    # which test: "paired, 5 rounds" or "unpaired, 3+3 workers"
-    test: str = "-"
+    test: str = "-"  # which test: "paired, 5 rounds" or "unpaired, 3+3 workers"
 
 
 def baseline_runs(client: MlflowClient, experiment_id: str, ref: str) -> list[Run]:

@@ -37,8 +37,7 @@ OTHER_COLOR = "#bbbbbb"
 FRONTIER_COLOR = "#e45756"
 # run labels are override lists: wrapped at this many characters, a legend or tick label stays narrower than the figure
 WRAP_CHARS = 50
-# with the ten colours C0-C9, up to 110 runs get a marker and colour pair of their own
-MARKERS = "osD^vP*Xh<>"
+MARKERS = "osD^vP*Xh<>"  # with the ten colours C0-C9, up to 110 runs get a marker and colour pair of their own
 # offsets in points tried for a label at a point: above, right, below, left, then the diagonals
 AROUND = [(0.0, 5.0), (5.0, 0.0), (0.0, -5.0), (-5.0, 0.0), (4.0, 4.0), (4.0, -4.0), (-4.0, 4.0), (-4.0, -4.0)]
 # for a label on a line: just above or below it, then further out
@@ -70,10 +69,7 @@ def _run_style(index: int) -> dict[str, Any]:
 
 
 def op_label(name: str) -> str:
-    """How plots name an op: as the trace diff does, without the profiler's `## Call ... ##` wrapper.
-
-    So the compiled graphs of several runs (`CompiledFxGraph <hash>`) share one colour, not crowd the top ops apart.
-    """
+    """An op without the profiler's `## Call ... ##` wrapper: the runs' `CompiledFxGraph <hash>` share one colour."""
     return label_of(name).removeprefix("## Call ").removesuffix(" ##")
 
 
@@ -104,12 +100,8 @@ def keep_apart(fig: Figure, placements: list[tuple[Annotation, Artist]], offsets
         text.set_in_layout(False)  # moving or hiding a label must not move the axes it was measured in
     fig.draw_without_rendering()  # runs constrained layout, so the boxes below are the saved file's
     moving = {id(text) for text, _ in placements}
-    taken = [
-        other.get_window_extent().padded(1)
-        for axes in fig.axes
-        for other in axes.texts
-        if other.get_visible() and other.get_text() and id(other) not in moving
-    ]
+    others = [other for axes in fig.axes for other in axes.texts if id(other) not in moving]
+    taken = [other.get_window_extent().padded(1) for other in others if other.get_visible() and other.get_text()]
     for text, area in placements:
         bounds = area.get_window_extent().padded(-1)
         for dx, dy in offsets:
@@ -143,8 +135,7 @@ def step_time_figure(runs: list[Run]) -> Figure:
     bars = ax.barh(labels, medians, xerr=[low, high], color="#4c78a8", capsize=4)
     ax.bar_label(bars, labels=[f"{m:.4f} ms" for m in medians], padding=6)
     ax.invert_yaxis()
-    ax.set_xlabel("steady-state step time, ms (bar: median; whiskers: p10 to p90)")
-    ax.set_title("Step time per run")
+    ax.set(xlabel="steady-state step time, ms (bar: median; whiskers: p10 to p90)", title="Step time per run")
     ax.set_xlim(0, max([m + h for m, h in zip(medians, high, strict=True)] or [1]) * 1.35)
     return fig
 
@@ -188,20 +179,14 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
 
 
 def roof(bandwidth: float, gflops: float, x_low: float, x_high: float) -> tuple[list[float], list[float]]:
-    """The ceiling min(intensity x bandwidth, peak) between two intensities, as a polyline.
-
-    The ridge is clamped into the range, so a range past the ridge (compute-bound) draws the flat roof only.
-    """
+    """The ceiling min(intensity x bandwidth, peak) between two intensities, as a polyline (the ridge clamped in)."""
     ridge = min(max(gflops / bandwidth, x_low), x_high)
     xs = [x_low, ridge, x_high]
     return xs, [min(x * bandwidth, gflops) for x in xs]
 
 
 def roofline_figure(runs: list[Run]) -> Figure:
-    """Each run as a point (FLOP/byte, GFLOP/s) under its device's ceilings; the legend names the points.
-
-    Runs of one workload share an intensity and often a speed, so a name beside its point would sit on another's.
-    """
+    """Each run as a point under its device's ceilings, named in the legend: runs of one workload share a place."""
     done = [r for r in runs if metric(r, names.ROOFLINE_INTENSITY) is not None]
     fig, (ax,) = _figure(9, 6)
     ceilings = {
@@ -222,9 +207,8 @@ def roofline_figure(runs: list[Run]) -> Figure:
         x, y = metric(run, names.ROOFLINE_INTENSITY) or 0.0, metric(run, names.ROOFLINE_ACHIEVED_GFLOPS) or 0.0
         point = ax.scatter([x], [y], s=40, zorder=3, **_run_style(index))
         entries.append((point, f"{label(run)} ({y:.3g}\N{NO-BREAK SPACE}GFLOP/s)"))  # the value wraps with its unit
-    ax.set(xscale="log", yscale="log")
+    ax.set(xscale="log", yscale="log", ylabel="achieved GFLOP/s (steady-state median)")
     ax.set_xlabel("arithmetic intensity, FLOP/byte (workload cost model)")
-    ax.set_ylabel("achieved GFLOP/s (steady-state median)")
     ax.set_title("Roofline: each run against its device's ceilings")
     _legend_below(fig, entries)
     keep_apart(fig, notes, ALONG)
@@ -298,11 +282,9 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
         style: dict[str, Any] = {"color": colors.get(crossover.after, "#888888"), "linestyle": dashes}
         entries.append((speed.axvline(middle, linewidth=1.2, **style), f"crossover: {crossover.line()}"))
         share.axvline(middle, linewidth=1.2, **style)
-    speed.set_xscale("log")
-    speed.set_ylabel("achieved GB/s (steady-state median)")
+    speed.set(xscale="log", ylabel="achieved GB/s (steady-state median)")
     speed.set_title("Shape curves: where each variant's bandwidth goes as the size grows")
-    share.set_xlabel("bytes moved per step (workload cost model)")
-    share.set_ylabel("% of the device's bandwidth peak")
+    share.set(xlabel="bytes moved per step (workload cost model)", ylabel="% of the device's bandwidth peak")
     _legend_below(fig, entries)
     return fig
 
@@ -333,8 +315,7 @@ def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
     speed.set_xscale("log", base=2)
     speed.set_ylabel("steps/s, all copies together (dashed: linear)")
     speed.set_title("Core scaling: copies side by side, each on its own share of the machine")
-    share.set_xlabel("copies (measure.copies)")
-    share.set_ylabel("efficiency against linear, %")
+    share.set(xlabel="copies (measure.copies)", ylabel="efficiency against linear, %")
     _legend_below(fig, entries)
     keep_apart(fig, notes, BESIDE)
     return fig
@@ -350,8 +331,7 @@ def rank_steps_figure(step_ms: list[list[float]]) -> Figure:
         (line,) = ax.plot(range(1, len(samples) + 1), samples, color=color, linewidth=0.8)
         entries.append((line, f"rank {rank}"))
         ax.axhline(median, color=color, linestyle="--", linewidth=0.8)
-    ax.set_xlabel("timed step (steady state, in order)")
-    ax.set_ylabel("step time, ms (dashed: median)")
+    ax.set(xlabel="timed step (steady state, in order)", ylabel="step time, ms (dashed: median)")
     ax.set_title("Step time per rank")
     _legend_below(fig, entries)
     return fig
@@ -383,10 +363,8 @@ def queue_depth_figure(curves: dict[str, list[Run]]) -> Figure:
         for run, x, y in zip(found, latency, rate, strict=True):
             depth = metric(run, names.THROUGHPUT_INFLIGHT) or 0
             notes.append(_label_at(ax, f"{depth:.0f}", (x, y), color=line.get_color()))
-    ax.set_xscale("log")
+    ax.set(xscale="log", ylabel="steps per second", title="Queue depth: throughput against latency")
     ax.set_xlabel("wait for a block's results, ms (steps queued per synchronize at each point)")
-    ax.set_ylabel("steps per second")
-    ax.set_title("Queue depth: throughput against latency")
     _legend_below(fig, entries)
     keep_apart(fig, notes, AROUND)
     return fig
@@ -404,8 +382,7 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     # upright names: their boxes, unlike slanted ones, do not reach over their neighbours'
     ax.set_xticks(range(0, len(errors), step), [table["layer"][i] for i in range(0, len(errors), step)],
                   rotation=90, fontsize=7)  # fmt: skip
-    ax.set_yscale("log")
-    ax.set_ylabel("max |out - ref| / max |ref|")
+    ax.set(yscale="log", ylabel="max |out - ref| / max |ref|")
     ax.set_title("Error through the layers (float64 CPU reference, same weights and inputs)")
     _legend_below(fig, [(tolerance, "tolerance")])
     failing = next((i for i, ok in enumerate(passed) if not ok), None)
@@ -444,8 +421,7 @@ def history_figure(series: Series, key: str) -> Figure:
         notes.append(_label_at(ax, f"{step.after.commit[:8]} {step.change.change:+.1%}", (at, 0.03), **where))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one run: one integer in view
     ax.set_xlabel("run, oldest first (dashed: a change point, labelled with the first commit after it)")
-    ax.set_ylabel(key)
-    ax.set_title(_wrap(f"{series.label} ({series.config_hash[:8]}): {len(series.steps)} change point(s)"))
+    ax.set(ylabel=key, title=_wrap(f"{series.label} ({series.config_hash[:8]}): {len(series.steps)} change point(s)"))
     _legend_below(fig, entries)
     keep_apart(fig, notes, BESIDE)
     return fig

@@ -23,7 +23,6 @@ from runner.report.reader import (
     OpStats,
     Rounds,
     dollars_per_million_steps,
-    is_reused,
     label,
     metric,
     op_table,
@@ -36,8 +35,7 @@ from runner.report.selection import require_op_table
 
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
-# which test the speedup comes from: paired by round, or unpaired
-TEST = "test"
+TEST = "test"  # which test the speedup comes from: paired by round, or unpaired
 
 
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
@@ -158,7 +156,7 @@ def comparison_rows(
         median = metric(run, names.STEP_MEDIAN_MS)
         row = {"rank": str(medians.index(median) + 1) if median is not None else "-"}
         row.update({header: str(value(run)) for header, value in COLUMNS.items()})
-        if is_reused(run, parent):
+        if parent is not None and run.data.tags.get("mlflow.parentRunId") != parent.info.run_id:  # resume reused it
             row["status"] += " (reused)"
         row[SPEEDUP], row[TEST] = speedup(run, baseline, samples)
         row["run id"] = run.info.run_id

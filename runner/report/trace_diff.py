@@ -22,8 +22,7 @@ from runner.measure.traces import Profile, ProfileNode, Span
 
 MATCHED, REPLACED, REMOVED, ADDED = "matched", "replaced", "removed", "added"
 MARKS = {MATCHED: "=", REPLACED: "~", REMOVED: "-", ADDED: "+"}
-# the Perfetto file's track of block slices, drawn over the spans they group
-BLOCKS_TRACK = "diff blocks"
+BLOCKS_TRACK = "diff blocks"  # the Perfetto file's track of block slices, drawn over the spans they group
 
 
 @dataclass
@@ -38,8 +37,7 @@ class DiffNode:
     children: list[DiffNode] = field(default_factory=list)
     p_value: float | None = None
     q_value: float | None = None
-    # this node's number in the Perfetto file's labels
-    number: int = 0
+    number: int = 0  # this node's number in the Perfetto file's labels
 
     @property
     def title(self) -> str:
