@@ -126,11 +126,8 @@ def trace_files(client: MlflowClient, run: Run, dest: Path) -> list[Path]:
     """
     found = []
     other_ranks = re.compile(names.RANK_FOLDER.format(rank=r"\d+"))
-    folders = [
-        info.path
-        for info in client.list_artifacts(run.info.run_id)
-        if info.is_dir and info.path != names.TRACE_DIFF_FOLDER and not other_ranks.fullmatch(info.path)
-    ]
+    top = [info.path for info in client.list_artifacts(run.info.run_id) if info.is_dir]
+    folders = [path for path in top if path != names.TRACE_DIFF_FOLDER and not other_ranks.fullmatch(path)]
     while folders:
         for info in client.list_artifacts(run.info.run_id, folders.pop()):
             if info.is_dir:
