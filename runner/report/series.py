@@ -88,15 +88,8 @@ def point(client: MlflowClient, run: Run, key: str) -> Point:
     value = metric(run, key)
     assert value is not None  # job_runs keeps runs that logged it
     interval = geometric_interval(rounds(client, run).in_order()) if key == names.STEP_MEDIAN_MS else None
-    return Point(
-        run_id=run.info.run_id,
-        name=label(run),
-        commit=run.data.tags.get(names.TAG_GIT_COMMIT, "-"),
-        start_time=run.info.start_time,
-        value=value,
-        interval=interval,
-        stable=run.data.tags.get(names.TAG_TIMING_STABLE) != "false",
-    )
+    commit, stable = run.data.tags.get(names.TAG_GIT_COMMIT, "-"), run.data.tags.get(names.TAG_TIMING_STABLE) != "false"
+    return Point(run.info.run_id, label(run), commit, run.info.start_time, value, interval, stable)
 
 
 def by_configuration(runs: list[Run]) -> dict[str, list[Run]]:
