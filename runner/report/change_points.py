@@ -1,12 +1,9 @@
 """Where a performance series stepped: change points in a run-by-run series, with their sizes and p-values.
 
-`ruptures` (PELT, squared-error cost) segments the log values, so a step is a ratio whatever the
-series' scale; its penalty grows with the series' noise, estimated from neighbouring points
-(their differences' median absolute value is barely moved by a few steps). Each change point
-is then tested: a Welch t-test on the log values of the segments on either side. The weakest
-change point that fails the test is dropped and its neighbours tested again on the wider
-segments, until every one left passes. The p-value is the test's on segments the detector
-chose, so it reads low; the threshold is strict (`MAX_P`) for that reason.
+`ruptures` (PELT, squared error) segments the log values, so a step is a ratio whatever the scale; its penalty
+grows with the noise, estimated from neighbouring points' differences (a few steps barely move their median).
+Each change point is Welch-tested on the segments either side; the weakest failing one is dropped and its
+neighbours retested, until all pass. The p-value is on segments chosen to differ, so it reads low: hence `MAX_P`.
 docs/history.md#performance-over-time says how this was chosen and what it finds.
 """
 
@@ -18,31 +15,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# the fewest points a segment may have: a single odd run is noise, not a step
-MIN_SEGMENT = 3
-# the fewest points a series needs for a change point between two segments
-MIN_POINTS = 2 * MIN_SEGMENT
+MIN_SEGMENT = 3  # the fewest points a segment may have: a single odd run is noise, not a step
+MIN_POINTS = 2 * MIN_SEGMENT  # the fewest points a series needs for a change point between two segments
 # PELT's penalty per change point, in units of the noise's variance times log(points): higher
 # finds fewer steps (docs/history.md#performance-over-time has the figures that chose it)
 PENALTY = 2.0
 # the largest p-value a change point keeps (the test is on segments chosen to differ): at 0.01,
 # series of 24 points without a step had 0.46 false change points per 100 points, at 0.001 0.08
 MAX_P = 0.001
-# the median absolute deviation of a normal sample over its standard deviation
-MAD_PER_SD = 0.6745
+MAD_PER_SD = 0.6745  # the median absolute deviation of a normal sample over its standard deviation
 
 
 @dataclass(frozen=True)
 class ChangePoint:
     """A step between two segments: the first point after it, the typical values either side, its test."""
 
-    # index of the first point of the newer segment
-    index: int
-    # geometric means of the segments before and after
-    before: float
-    after: float
-    # Welch's t-test on the log values of the two segments (two-sided)
-    p_value: float
+    index: int  # index of the first point of the newer segment
+    before: float  # geometric mean of the older segment
+    after: float  # geometric mean of the newer segment
+    p_value: float  # Welch's t-test on the log values of the two segments (two-sided)
 
     @property
     def change(self) -> float:

@@ -27,11 +27,9 @@ def _collectives(m: dict[str, float], tags: dict[str, object]) -> str:
 def _layers(m: dict[str, float], tags: dict[str, object], tables: dict[str, dict[str, list[object]]]) -> str:
     """measure.layer_accuracy in one line: how many layer outputs were compared, and the first over tolerance."""
     compared, failing = len(tables[names.LAYER_TABLE_FILE]["layer"]), int(m[names.LAYERS_FAILING])
-    verdict = (
-        f"{failing} over tolerance; {tags[names.TAG_FIRST_FAILING_LAYER]} is the first layer over tolerance"
-        if failing
-        else "none over tolerance"
-    )
+    verdict = "none over tolerance"
+    if failing:
+        verdict = f"{failing} over tolerance; {tags[names.TAG_FIRST_FAILING_LAYER]} is the first layer over tolerance"
     compared_with = f"{compared} layer output(s) compared with float64 on the CPU"
     return f"layer accuracy: {compared_with}, {verdict} (see {names.LAYER_TABLE_FILE})"
 
@@ -110,13 +108,11 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
     if result.memory_dir is not None:
         lines.append(_memory(tags, result, result.memory_dir))
     by_op = self_time_by_op(table)
-    total = sum(by_op.values())
+    total = sum(by_op.values()) or 1.0  # all zero: every share 0
     if by_op:
         clock = "device" if table.has_device_time else "CPU"
         lines.append(f"top ops by self {clock} time over {table.active_steps} active step(s):")
-        for name, ms in list(by_op.items())[:TOP_OPS]:
-            share = ms / total if total else 0.0
-            lines.append(f"  {ms:10.3f} ms  {share:6.1%}  {name}")
+        lines += [f"  {ms:10.3f} ms  {ms / total:6.1%}  {name}" for name, ms in list(by_op.items())[:TOP_OPS]]
     if tags.get(names.TAG_WINDOW_REPRESENTATIVE) == "false":
         lines.append(f"profiled window not representative of the steady state: {tags[names.TAG_WINDOW_REASON]}")
     traces = sorted(trace_dir.rglob("*.json")) if trace_dir.is_dir() else []

@@ -1,10 +1,8 @@
 """Shape curves: each variant's runs by bytes moved, and where one variant overtakes another.
 
-A sweep whose runs cover at least three sizes of a workload (`+experiment=rmsnorm_shapes`)
-gets `plots/shape_curves.png` and `crossovers.md` on its parent run. A crossover is claimed
-only between two sizes where each winner is significant by the comparison's own test
-(paired by round where the two runs share rounds, else Welch on log per-process medians;
-both runs' timing stable): a flip inside the noise is not one.
+A sweep over three sizes or more (`+experiment=rmsnorm_shapes`) gets `plots/shape_curves.png` and
+`crossovers.md`. A crossover is claimed only where each winner is significant by the comparison's own
+test, both runs' timing stable: a flip inside the noise is not one.
 """
 
 from __future__ import annotations
@@ -48,10 +46,7 @@ def _size(count: float) -> str:
 
 
 def same_shape(run: Run) -> str:
-    """What pairs runs of different variants: their overrides without the workload option.
-
-    Bytes moved alone cannot: two shapes can move the same bytes (1024x4096 and 8192x512).
-    """
+    """What pairs runs of different variants: their overrides less the workload (not bytes: two shapes move as many)."""
     overrides = run.data.tags.get(names.TAG_OVERRIDES, "").split()
     return " ".join(sorted(o for o in overrides if not o.lstrip("+").startswith("workload=")))
 
@@ -59,12 +54,8 @@ def same_shape(run: Run) -> str:
 def _by_variant(runs: list[Run]) -> dict[str, list[Run]]:
     """Finished runs with a roofline and a step time, per variant."""
     curves: dict[str, list[Run]] = {}
-    for run in runs:
-        if (
-            run.info.status == JobStatus.FINISHED
-            and metric(run, names.ROOFLINE_BYTES)
-            and metric(run, names.STEP_MEDIAN_MS)
-        ):
+    for run in (r for r in runs if r.info.status == JobStatus.FINISHED):
+        if metric(run, names.ROOFLINE_BYTES) and metric(run, names.STEP_MEDIAN_MS):
             curves.setdefault(variant(run), []).append(run)
     return curves
 

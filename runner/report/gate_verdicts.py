@@ -1,11 +1,8 @@
 """The regression gate's verdicts: a job against its baseline, tested, corrected across jobs, said in a row.
 
-The gate (`python -m runner.gate`) compares stored runs (`--baseline`: each job paired with
-the FINISHED baseline run of its configuration, `pair_up`, tested with `compare_times` and
-corrected with Holm's method across the jobs, `judge`) or both sides it measured itself
-(`--against`, `runner.execute.against`). Either way a job fails only on evidence: slower than
-the margin with significance (`judged`); an interval reaching past the margin without it is
-"could not judge", and `catchable` says what the spread lets the gate catch.
+The gate compares stored runs (`--baseline`: `pair_up`, then `judge`, Holm across the jobs) or both sides it
+measured itself (`--against`). A job fails only on evidence: slower than the margin with significance; an
+interval reaching past the margin without it is "could not judge".
 """
 
 from __future__ import annotations
@@ -45,8 +42,7 @@ class Pair:
     # per-process medians in ms: the test's data (a paired test's: the rounds both runs have)
     job_ms: list[float] = field(default_factory=list)
     baseline_ms: list[float] = field(default_factory=list)
-    # which test: "paired, 5 rounds" or "unpaired, 3+3 workers"
-    test: str = "-"
+    test: str = "-"  # which test: "paired, 5 rounds" or "unpaired, 3+3 workers"
 
 
 def baseline_runs(client: MlflowClient, experiment_id: str, ref: str) -> list[Run]:
@@ -69,9 +65,8 @@ def pair_up(jobs: list[Run], baselines: list[Run]) -> list[Pair]:
     """Each job with the newest FINISHED baseline run of its configuration (not itself)."""
     if len(jobs) == 1 and len(baselines) == 1:
         return [Pair(jobs[0], baselines[0])]
-    by_hash: dict[str, Run] = {}
-    for run in sorted((r for r in baselines if r.info.status == JobStatus.FINISHED), key=lambda r: r.info.start_time):
-        by_hash[run.data.tags.get(names.TAG_CONFIG_HASH, "")] = run
+    finished = sorted((r for r in baselines if r.info.status == JobStatus.FINISHED), key=lambda r: r.info.start_time)
+    by_hash = {run.data.tags.get(names.TAG_CONFIG_HASH, ""): run for run in finished}  # the newest wins
     job_ids = {job.info.run_id for job in jobs}
     pairs = []
     for job in jobs:
@@ -160,25 +155,19 @@ def rows(pairs: list[Pair], margin: float) -> list[dict[str, str]]:
 
 
 def measured(
-    baseline_ms: list[float],
-    job_ms: list[float],
-    est: TimeRatio | None,
-    p: float,
-    margin: float,
-    test: str,
-    correction: str,
+    base_ms: list[float], job_ms: list[float], est: TimeRatio | None, p: float, margin: float, test: str, corrected: str
 ) -> dict[str, str]:
-    """A row's times, change, the `test` that gave it, its p (with its `correction`), what the gate can catch."""
+    """A row's times, change, the `test` that gave it, its p (`corrected` by which method), what the gate can catch."""
 
     def typical(samples: list[float]) -> str:
         return f"{float(gmean(samples)):.4f}" if samples else "-"
 
     return {
-        "baseline ms": typical(baseline_ms),
+        "baseline ms": typical(base_ms),
         "job ms": typical(job_ms),
         "change (95% CI)": "-" if est is None else f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
         "test": test,
-        f"p (> +{margin:.0%}, {correction})": "-" if est is None else f"{p:.3f}",
+        f"p (> +{margin:.0%}, {corrected})": "-" if est is None else f"{p:.3f}",
         "caught from": "-" if est is None else f"+{catchable(est, margin):.1%}",
     }
 
@@ -195,9 +184,6 @@ def summary(tested: list[tuple[TimeRatio, float]], untested: int, fail_above: fl
         )
     regressions = sum(p < SIGNIFICANCE for _, p in tested)
     unjudged = sum(not_judged(estimate, p, margin) for estimate, p in tested)
-    lines.append(
-        f"gate: {regressions} regression(s) above +{fail_above:g}% in {len(tested)} tested job(s)"
-        + (f", {unjudged} of them not judged" if unjudged else "")
-        + f"; {untested} not tested"
-    )
+    counts = f"gate: {regressions} regression(s) above +{fail_above:g}% in {len(tested)} tested job(s)"
+    lines.append(counts + (f", {unjudged} of them not judged" if unjudged else "") + f"; {untested} not tested")
     return "\n".join(lines)

@@ -1,9 +1,7 @@
 """Which allocation sites account for the difference in memory peak between two runs.
 
-`python -m runner.compare --memory BEFORE AFTER` reads the table each run logged with
-`measure.memory_snapshot=true` (the allocations live at its window's peak, by site; they sum to
-the peak), so the sites' changes sum to the change in peak, whatever each run read its peak
-from (a device's allocation history, or on the CPU the profiler's memory events).
+`python -m runner.compare --memory BEFORE AFTER` reads the table each run logged with `measure.memory_snapshot`
+(the allocations live at its window's peak, by site): they sum to the peak, so the changes sum to its change.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """How two runs' step times compare: round by round where they share rounds, else unpaired.
 
-Runs timed in the same rounds (one sweep's, one gate's) saw the same stretches of the host:
-a slow stretch that a round shared cancels in that round's ratio, so they are compared on the
-rounds both have (`paired_time_ratio`). Runs from different rounds, or older runs without
-rounds, have nothing to pair on: their per-process medians go to Welch's test (`time_ratio`).
+Runs timed in the same rounds saw the same stretches of the host: a slow stretch cancels in that round's ratio.
+Runs from different rounds, or older runs without rounds, go to Welch's test on their per-process medians.
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ class TimeComparison:
 
     # None when a side has fewer than two medians (or the runs fewer than two rounds in common)
     estimate: TimeRatio | None
-    # for the tables' `test` column: "paired, 5 rounds" or "unpaired, 3+3 workers"
-    test: str
+    test: str  # for the tables' `test` column: "paired, 5 rounds" or "unpaired, 3+3 workers"
     baseline_ms: list[float]
     new_ms: list[float]
 

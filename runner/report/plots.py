@@ -1,15 +1,15 @@
 """The comparison's PNGs: step times, op breakdown, roofline, and the studies' plots.
 
-Each plot is a function that returns a `Figure` (tests read its texts), and `save` writes one.
-No text may sit on another or leave the image: runs, ops, compilations and crossovers are
-named in a legend that constrained layout keeps inside the figure, and every label drawn on
-the data goes through `keep_apart`, which moves it until it fits or hides it.
+Each plot returns a `Figure` (tests read its texts); `save` writes one. No text may sit on another or leave
+the image: names go in a legend kept inside the figure, labels on the data through `keep_apart`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import textwrap
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,7 @@ OTHER_COLOR = "#bbbbbb"
 FRONTIER_COLOR = "#e45756"
 # run labels are override lists: wrapped at this many characters, a legend or tick label stays narrower than the figure
 WRAP_CHARS = 50
-# with the ten colours C0-C9, up to 110 runs get a marker and colour pair of their own
-MARKERS = "osD^vP*Xh<>"
+MARKERS = "osD^vP*Xh<>"  # with the ten colours C0-C9, up to 110 runs get a marker and colour pair of their own
 # offsets in points tried for a label at a point: above, right, below, left, then the diagonals
 AROUND = [(0.0, 5.0), (5.0, 0.0), (0.0, -5.0), (-5.0, 0.0), (4.0, 4.0), (4.0, -4.0), (-4.0, 4.0), (-4.0, -4.0)]
 # for a label on a line: just above or below it, then further out
@@ -70,19 +69,12 @@ def _run_style(index: int) -> dict[str, Any]:
 
 
 def op_label(name: str) -> str:
-    """How plots name an op: as the trace diff does, without the profiler's `## Call ... ##` wrapper.
-
-    `## Call CompiledFxGraph <50-character hash> ##` becomes `CompiledFxGraph <hash>`, so the
-    compiled graphs of several runs share one colour instead of crowding the top ops apart.
-    """
+    """An op without the profiler's `## Call ... ##` wrapper: the runs' `CompiledFxGraph <hash>` share one colour."""
     return label_of(name).removeprefix("## Call ").removesuffix(" ##")
 
 
 def _legend_below(fig: Figure, entries: list[tuple[Artist, str]]) -> None:
-    """Name each entry's handle under the plots, in as many columns as the figure's width holds.
-
-    The figure grows by the legend's height, so the plots keep theirs.
-    """
+    """Name each entry's handle under the plots, in as many columns as fit; the figure grows by the legend's height."""
     if not entries:
         return
     handles = [handle for handle, _ in entries]
@@ -99,22 +91,17 @@ def _legend_below(fig: Figure, entries: list[tuple[Artist, str]]) -> None:
 
 
 def keep_apart(fig: Figure, placements: list[tuple[Annotation, Artist]], offsets: list[tuple[float, float]]) -> None:
-    """Move each annotation to the first offset where it lies inside its area and clear of other text.
+    """Move each annotation to the first offset (points) where it lies inside its area and clear of other text.
 
-    An offset, in points from the annotated point, also picks the side: (5, 0) puts the text
-    right of the point, (0, -5) under it, (0, 0) centred on it. The area is the axes or the
-    bar the text belongs in. Annotations no offset fits are hidden; earlier ones win a spot.
+    An offset's signs pick the side ((5, 0): right of the point). Annotations no offset fits are hidden;
+    earlier ones win a spot.
     """
     for text, _ in placements:
         text.set_in_layout(False)  # moving or hiding a label must not move the axes it was measured in
     fig.draw_without_rendering()  # runs constrained layout, so the boxes below are the saved file's
     moving = {id(text) for text, _ in placements}
-    taken = [
-        other.get_window_extent().padded(1)
-        for axes in fig.axes
-        for other in axes.texts
-        if other.get_visible() and other.get_text() and id(other) not in moving
-    ]
+    others = [other for axes in fig.axes for other in axes.texts if id(other) not in moving]
+    taken = [other.get_window_extent().padded(1) for other in others if other.get_visible() and other.get_text()]
     for text, area in placements:
         bounds = area.get_window_extent().padded(-1)
         for dx, dy in offsets:
@@ -148,31 +135,26 @@ def step_time_figure(runs: list[Run]) -> Figure:
     bars = ax.barh(labels, medians, xerr=[low, high], color="#4c78a8", capsize=4)
     ax.bar_label(bars, labels=[f"{m:.4f} ms" for m in medians], padding=6)
     ax.invert_yaxis()
-    ax.set_xlabel("steady-state step time, ms (bar: median; whiskers: p10 to p90)")
-    ax.set_title("Step time per run")
+    ax.set(xlabel="steady-state step time, ms (bar: median; whiskers: p10 to p90)", title="Step time per run")
     ax.set_xlim(0, max([m + h for m, h in zip(medians, high, strict=True)] or [1]) * 1.35)
     return fig
 
 
 def _self_ms_by_op(client: MlflowClient, run: Run) -> dict[str, float]:
     """The run's self time per profiled step by op label (ops the labels cannot tell apart merged)."""
-    merged: dict[str, float] = {}
+    merged: defaultdict[str, float] = defaultdict(float)
     for name, stats in per_op(op_table(client, run), metric(run, names.PROFILER_ACTIVE_STEPS) or 1).items():
-        merged[op_label(name)] = merged.get(op_label(name), 0.0) + stats.self_ms_per_step
-    return merged
+        merged[op_label(name)] += stats.self_ms_per_step
+    return dict(merged)
 
 
 def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
-    """Self time per step, stacked by op; the ops that matter most across runs, the rest as 'other'.
-
-    The legend names every op; a bar segment carries its op's name only where the name fits.
-    """
+    """Self time per step, stacked by op (the top ops across runs, the rest as 'other'); all named in the legend."""
     done = [r for r in runs if r.info.status == JobStatus.FINISHED]
     tables = [_self_ms_by_op(client, r) for r in done]
-    totals: dict[str, float] = {}
-    for ops in tables:
-        for name, ms in ops.items():
-            totals[name] = totals.get(name, 0.0) + ms
+    totals: defaultdict[str, float] = defaultdict(float)
+    for name, ms in (item for ops in tables for item in ops.items()):
+        totals[name] += ms
     top = sorted(totals, key=lambda n: totals[n], reverse=True)[:TOP_OPS]
     colors = [f"C{index}" for index in range(len(top))] + [OTHER_COLOR]
     labels = [_wrap(label(r)) for r in done]
@@ -197,22 +179,14 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
 
 
 def roof(bandwidth: float, gflops: float, x_low: float, x_high: float) -> tuple[list[float], list[float]]:
-    """The ceiling min(intensity x bandwidth, peak) between two intensities, as a polyline.
-
-    The ridge is clamped into the plotted range, so a range that starts past the ridge
-    (compute-bound workloads) draws the flat compute roof only.
-    """
+    """The ceiling min(intensity x bandwidth, peak) between two intensities, as a polyline (the ridge clamped in)."""
     ridge = min(max(gflops / bandwidth, x_low), x_high)
     xs = [x_low, ridge, x_high]
     return xs, [min(x * bandwidth, gflops) for x in xs]
 
 
 def roofline_figure(runs: list[Run]) -> Figure:
-    """Each run as a point (FLOP/byte, GFLOP/s) under its device's ceilings; the legend names the points.
-
-    Runs of one workload share an intensity and often a speed, so a point's name sits in the
-    legend (its marker and colour), never beside the point where another point's would be.
-    """
+    """Each run as a point under its device's ceilings, named in the legend: runs of one workload share a place."""
     done = [r for r in runs if metric(r, names.ROOFLINE_INTENSITY) is not None]
     fig, (ax,) = _figure(9, 6)
     ceilings = {
@@ -233,9 +207,8 @@ def roofline_figure(runs: list[Run]) -> Figure:
         x, y = metric(run, names.ROOFLINE_INTENSITY) or 0.0, metric(run, names.ROOFLINE_ACHIEVED_GFLOPS) or 0.0
         point = ax.scatter([x], [y], s=40, zorder=3, **_run_style(index))
         entries.append((point, f"{label(run)} ({y:.3g}\N{NO-BREAK SPACE}GFLOP/s)"))  # the value wraps with its unit
-    ax.set(xscale="log", yscale="log")
+    ax.set(xscale="log", yscale="log", ylabel="achieved GFLOP/s (steady-state median)")
     ax.set_xlabel("arithmetic intensity, FLOP/byte (workload cost model)")
-    ax.set_ylabel("achieved GFLOP/s (steady-state median)")
     ax.set_title("Roofline: each run against its device's ceilings")
     _legend_below(fig, entries)
     keep_apart(fig, notes, ALONG)
@@ -252,11 +225,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
 
 
 def cost_frontier_figure(runs: list[Run]) -> Figure:
-    """$/1M steps against median step time for runs with a price; the Pareto frontier joined.
-
-    Whiskers span p10 to p90 of the step distribution on both axes (cost is step time times
-    price); a run is on the frontier when no other run is both faster and cheaper.
-    """
+    """$/1M steps against median step time for runs with a price (whiskers p10 to p90); the Pareto frontier joined."""
     priced = [
         (run, price, median)
         for run in runs
@@ -271,15 +240,8 @@ def cost_frontier_figure(runs: list[Run]) -> Figure:
         x, y = points[index]
         style = _run_style(index)
         (point,) = ax.plot([x], [y], linestyle="none", **style)
-        ax.errorbar(
-            [x],
-            [y],
-            xerr=[[x - low], [high - x]],
-            yerr=[[y - dollars_per_million_steps(price, low)], [dollars_per_million_steps(price, high) - y]],
-            fmt="none",
-            ecolor=style["color"],
-            capsize=3,
-        )
+        yerr = [[y - dollars_per_million_steps(price, low)], [dollars_per_million_steps(price, high) - y]]
+        ax.errorbar([x], [y], xerr=[[x - low], [high - x]], yerr=yerr, fmt="none", ecolor=style["color"], capsize=3)
         where = ", on the frontier" if index in front else ""
         entries.append((point, f"{label(run)} (${price:g}/h: ${y:.3g} per 1M steps{where})"))
     (frontier,) = ax.plot(
@@ -296,10 +258,7 @@ def cost_frontier_figure(runs: list[Run]) -> Figure:
 
 
 def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) -> Figure:
-    """Achieved GB/s and fraction of peak against bytes moved per variant; compilations and crossovers marked.
-
-    Compilations are one kind of marker and each crossover one line, all named in the legend.
-    """
+    """Achieved GB/s and fraction of peak against bytes moved per variant; compilations and crossovers marked."""
     fig, (speed, share) = _figure(9, 8, rows=2)
     entries: list[tuple[Artist, str]] = []
     colors = {}
@@ -318,19 +277,14 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
     if compiled_at:
         xs, ys = zip(*compiled_at, strict=True)
         entries.append((speed.scatter(xs, ys, marker="x", s=90, color="black", zorder=4), "x: the job compiled graphs"))
-    for index, crossover in enumerate(found):
+    for crossover, dashes in zip(found, itertools.cycle(DASHES), strict=False):
         middle = math.sqrt(crossover.bytes_low * crossover.bytes_high)
-        style: dict[str, Any] = {
-            "color": colors.get(crossover.after, "#888888"),
-            "linestyle": DASHES[index % len(DASHES)],
-        }
+        style: dict[str, Any] = {"color": colors.get(crossover.after, "#888888"), "linestyle": dashes}
         entries.append((speed.axvline(middle, linewidth=1.2, **style), f"crossover: {crossover.line()}"))
         share.axvline(middle, linewidth=1.2, **style)
-    speed.set_xscale("log")
-    speed.set_ylabel("achieved GB/s (steady-state median)")
+    speed.set(xscale="log", ylabel="achieved GB/s (steady-state median)")
     speed.set_title("Shape curves: where each variant's bandwidth goes as the size grows")
-    share.set_xlabel("bytes moved per step (workload cost model)")
-    share.set_ylabel("% of the device's bandwidth peak")
+    share.set(xlabel="bytes moved per step (workload cost model)", ylabel="% of the device's bandwidth peak")
     _legend_below(fig, entries)
     return fig
 
@@ -361,8 +315,7 @@ def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
     speed.set_xscale("log", base=2)
     speed.set_ylabel("steps/s, all copies together (dashed: linear)")
     speed.set_title("Core scaling: copies side by side, each on its own share of the machine")
-    share.set_xlabel("copies (measure.copies)")
-    share.set_ylabel("efficiency against linear, %")
+    share.set(xlabel="copies (measure.copies)", ylabel="efficiency against linear, %")
     _legend_below(fig, entries)
     keep_apart(fig, notes, BESIDE)
     return fig
@@ -378,8 +331,7 @@ def rank_steps_figure(step_ms: list[list[float]]) -> Figure:
         (line,) = ax.plot(range(1, len(samples) + 1), samples, color=color, linewidth=0.8)
         entries.append((line, f"rank {rank}"))
         ax.axhline(median, color=color, linestyle="--", linewidth=0.8)
-    ax.set_xlabel("timed step (steady state, in order)")
-    ax.set_ylabel("step time, ms (dashed: median)")
+    ax.set(xlabel="timed step (steady state, in order)", ylabel="step time, ms (dashed: median)")
     ax.set_title("Step time per rank")
     _legend_below(fig, entries)
     return fig
@@ -399,10 +351,7 @@ def queue_curves(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 def queue_depth_figure(curves: dict[str, list[Run]]) -> Figure:
-    """Steps per second against the wait for a block's results, each point labelled with its queue depth.
-
-    Where variants' points crowd together, a depth that cannot be placed clear of the others is left out.
-    """
+    """Steps per second against the wait for a block's results, each point labelled with its queue depth."""
     fig, (ax,) = _figure(9, 5.5)
     entries: list[tuple[Artist, str]] = []
     notes: list[tuple[Annotation, Artist]] = []
@@ -414,10 +363,8 @@ def queue_depth_figure(curves: dict[str, list[Run]]) -> Figure:
         for run, x, y in zip(found, latency, rate, strict=True):
             depth = metric(run, names.THROUGHPUT_INFLIGHT) or 0
             notes.append(_label_at(ax, f"{depth:.0f}", (x, y), color=line.get_color()))
-    ax.set_xscale("log")
+    ax.set(xscale="log", ylabel="steps per second", title="Queue depth: throughput against latency")
     ax.set_xlabel("wait for a block's results, ms (steps queued per synchronize at each point)")
-    ax.set_ylabel("steps per second")
-    ax.set_title("Queue depth: throughput against latency")
     _legend_below(fig, entries)
     keep_apart(fig, notes, AROUND)
     return fig
@@ -435,8 +382,7 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     # upright names: their boxes, unlike slanted ones, do not reach over their neighbours'
     ax.set_xticks(range(0, len(errors), step), [table["layer"][i] for i in range(0, len(errors), step)],
                   rotation=90, fontsize=7)  # fmt: skip
-    ax.set_yscale("log")
-    ax.set_ylabel("max |out - ref| / max |ref|")
+    ax.set(yscale="log", ylabel="max |out - ref| / max |ref|")
     ax.set_title("Error through the layers (float64 CPU reference, same weights and inputs)")
     _legend_below(fig, [(tolerance, "tolerance")])
     failing = next((i for i, ok in enumerate(passed) if not ok), None)
@@ -447,11 +393,7 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
 
 
 def history_figure(series: Series, key: str) -> Figure:
-    """A configuration's runs in order with their intervals, each segment's level, and the commit at each step.
-
-    Runs left out of the change points are hollow; each step is a dashed line labelled with the
-    first commit after it and the change.
-    """
+    """A configuration's runs in order with their intervals, each segment's level, and the commit at each step."""
     fig, (ax,) = _figure(10, 4.8)
     entries: list[tuple[Artist, str]] = []
     kinds = (("run", "#4c78a8", series.used), ("left out of the change points", "white", series.left_out_positions()))
@@ -479,8 +421,7 @@ def history_figure(series: Series, key: str) -> Figure:
         notes.append(_label_at(ax, f"{step.after.commit[:8]} {step.change.change:+.1%}", (at, 0.03), **where))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one run: one integer in view
     ax.set_xlabel("run, oldest first (dashed: a change point, labelled with the first commit after it)")
-    ax.set_ylabel(key)
-    ax.set_title(_wrap(f"{series.label} ({series.config_hash[:8]}): {len(series.steps)} change point(s)"))
+    ax.set(ylabel=key, title=_wrap(f"{series.label} ({series.config_hash[:8]}): {len(series.steps)} change point(s)"))
     _legend_below(fig, entries)
     keep_apart(fig, notes, BESIDE)
     return fig
@@ -496,13 +437,9 @@ def save(fig: Figure, path: Path) -> Path:
 def write_plots(
     client: MlflowClient, runs: list[Run], out_dir: str | Path, found: list[Crossover] | None = None
 ) -> list[Path]:
-    """Write step_time.png, op_breakdown.png, roofline.png, and the study plots where they apply.
+    """Write step_time.png, op_breakdown.png, roofline.png, and the study plots where their runs are there.
 
-    cost_frontier.png needs runs with backend.price_per_hour, shape_curves.png a variant run at
-    three sizes or more, core_scaling.png a variant run with measure.copies 1 and more,
-    queue_depth.png a variant run in throughput mode at two queue depths or more.
-    `found`: the shape curves' crossovers, when the caller has them already (they read every
-    run's per-process medians from the store).
+    `found`: the shape curves' crossovers, when the caller has them already (they read every run's rounds).
     """
     out = Path(out_dir)
     written = [

@@ -1,7 +1,4 @@
-"""Reading runs back from MLflow: names, metrics, op tables and a sweep's jobs.
-
-The comparison and its plots both read through here, so neither depends on the other.
-"""
+"""Reading runs back from MLflow: names, metrics, op tables and a sweep's jobs (shared by the comparison and plots)."""
 
 from __future__ import annotations
 
@@ -51,10 +48,8 @@ def dollars_per_million_steps(price: float, step_ms: float) -> float:
 class Rounds:
     """A run's steady-state medians by round, and the id of the rounds they were timed in."""
 
-    # round number (from 1) -> the run's median step time in ms that round
-    medians: dict[int, float]
-    # runs with the same id had their workers interleaved round by round; None for older runs
-    rounds_id: str | None
+    medians: dict[int, float]  # round number (from 1) -> the run's median step time in ms that round
+    rounds_id: str | None  # runs with the same id had their workers interleaved round by round; None for older runs
 
     def in_order(self) -> list[float]:
         """The per-process medians in process order (a run's workers are its rounds); empty for older runs."""
@@ -72,11 +67,9 @@ def share_rounds(a: Rounds, b: Rounds) -> bool:
     return a.rounds_id is not None and a.rounds_id == b.rounds_id and bool(a.medians) and bool(b.medians)
 
 
-def check_op_table_version(run: Run) -> None:
-    """Refuse, in one line, an op table whose layout this runner cannot read (a newer runner logged it).
-
-    A run without the version tag was logged before the tag existed, in version 1's layout.
-    """
+def op_table(client: MlflowClient, run: Run) -> dict[str, Any]:
+    """The run's op table artifact ({"columns": [...], "data": [...]}) or empty; refused if a newer runner logged it."""
+    # a run without the version tag was logged before the tag existed, in version 1's layout
     version = run.data.tags.get(names.TAG_OP_TABLE_VERSION, str(names.OP_TABLE_UNTAGGED_VERSION))
     readable = [str(known) for known in names.OP_TABLE_READABLE_VERSIONS]
     if version not in readable:
@@ -84,11 +77,6 @@ def check_op_table_version(run: Run) -> None:
             f"error: run {run.info.run_id}: {names.TAG_OP_TABLE_VERSION}={version} is an op table layout this "
             f"runner cannot read (it reads {', '.join(readable)}); read it with the runner that logged it"
         )
-
-
-def op_table(client: MlflowClient, run: Run) -> dict[str, Any]:
-    """The run's op table artifact ({"columns": [...], "data": [...]}) in a layout this runner reads, or empty."""
-    check_op_table_version(run)
     return logged_table(client, run, names.OP_TABLE_FILE) or {"columns": [], "data": []}
 
 
@@ -133,18 +121,13 @@ def per_op(table: dict[str, Any], active_steps: float) -> dict[str, OpStats]:
 def trace_files(client: MlflowClient, run: Run, dest: Path) -> list[Path]:
     """The run's profiler traces (Chrome JSON, one per recorded cycle), downloaded under `dest`.
 
-    Any `*.json` artifact in a folder that holds `traceEvents` counts (the CPU and CUDA
-    exporters write `trace/iteration_N/trace.pt.trace.json`, older runs `trace.json`; the name
-    Neuron's exporter gives its framework trace is not settled), except the diffs `runner.compare
-    --diff` logged and the traces of ranks other than 0 (`rank1/`, ...), whose steps are their own.
+    Any `*.json` artifact in a folder that holds `traceEvents` counts (file names differ by exporter and age),
+    except the diffs `runner.compare --diff` logged and the traces of ranks other than 0 (their steps differ).
     """
     found = []
     other_ranks = re.compile(names.RANK_FOLDER.format(rank=r"\d+"))
-    folders = [
-        info.path
-        for info in client.list_artifacts(run.info.run_id)
-        if info.is_dir and info.path != names.TRACE_DIFF_FOLDER and not other_ranks.fullmatch(info.path)
-    ]
+    top = [info.path for info in client.list_artifacts(run.info.run_id) if info.is_dir]
+    folders = [path for path in top if path != names.TRACE_DIFF_FOLDER and not other_ranks.fullmatch(path)]
     while folders:
         for info in client.list_artifacts(run.info.run_id, folders.pop()):
             if info.is_dir:
@@ -173,11 +156,6 @@ def sweep_children(client: MlflowClient, experiment_id: str, parent: Run) -> lis
     reused = parent.data.tags.get(names.TAG_REUSED_RUNS, "")
     runs += [client.get_run(run_id) for run_id in reused.split(",") if run_id]
     return sorted(runs, key=lambda run: run.info.start_time)
-
-
-def is_reused(run: Run, parent: Run | None) -> bool:
-    """True for a run a sweep showed without running it (resume found it FINISHED)."""
-    return parent is not None and run.data.tags.get("mlflow.parentRunId") != parent.info.run_id
 
 
 def find_sweep(client: MlflowClient, experiment_id: str, key: str) -> Run:

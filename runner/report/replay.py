@@ -1,11 +1,8 @@
 """Commands that replay a run's top ops alone: `python -m runner.compare --replay RUN --top N`.
 
-Each op-table row names an ATen op and the shapes of its inputs; `+workload=aten_op` runs
-exactly that, so the top op of a Neuron run can be timed alone on CPU or GPU, and back.
-The op table records tensor shapes only: trailing arguments it shows as `[]` (scalars,
-dims, flags) are left at the op's defaults when the call needs that, and the command says so.
-An in-place op (`aten::div_`) is replayed out of place (`aten::div`): repeated in place, its
-steps would compound on the same inputs.
+Each op-table row names an ATen op and its input shapes; `+workload=aten_op` runs exactly that, on any backend.
+Trailing arguments the table shows as `[]` (scalars, dims, flags) are left at the op's defaults, and the command
+says so. An in-place op (`aten::div_`) is replayed out of place: repeated in place, its steps would compound.
 """
 
 from __future__ import annotations
@@ -52,17 +49,8 @@ def replayable_shapes(op: str, shapes: list[list[int]]) -> tuple[list[list[int]]
 def replay_command(op: str, shapes: list[list[int]], dtype: str) -> str:
     """The runner command line for one op at these shapes."""
     listed = "[" + ",".join("[" + ",".join(str(s) for s in shape) + "]" for shape in shapes) + "]"
-    return shlex.join(
-        [
-            "python",
-            "-m",
-            "runner",
-            "+workload=aten_op",
-            f"workload.op={op}",
-            f"workload.shapes={listed}",
-            f"workload.dtype={dtype}",
-        ]
-    )
+    overrides = [f"workload.op={op}", f"workload.shapes={listed}", f"workload.dtype={dtype}"]
+    return shlex.join(["python", "-m", "runner", "+workload=aten_op", *overrides])
 
 
 def top_replays(client: MlflowClient, run: Run, top: int) -> tuple[list[Replay], str]:

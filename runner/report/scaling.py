@@ -1,9 +1,8 @@
 """Core scaling: aggregate throughput of 1, 2, 4, ... copies against linear, and where contention sets in.
 
-A sweep over `measure.copies` (`+experiment=core_scaling`) gets `plots/core_scaling.png` and
-`scaling.md` on its parent run. Efficiency at k copies is their steps per second together
-(over the wall-clock window of their timed steps) over k times one copy's; contention sets
-in where a copy's own rate falls below 90% of the best per-copy rate at fewer copies.
+A sweep over `measure.copies` (`+experiment=core_scaling`) gets `plots/core_scaling.png` and `scaling.md`.
+Efficiency at k copies is their steps per second together (over the wall-clock window of their timed steps)
+over k times one copy's.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ class ScalingPoint:
     throughput: float
     per_copy_ms: float
     efficiency: float
-    # both this run's and the one-copy run's timing stable: only then is the efficiency a finding
-    stable: bool = True
+    stable: bool = True  # both this run's and the one-copy run's timing stable: only then is the efficiency a finding
 
     def efficiency_text(self) -> str:
         """The efficiency as the report states it: not stated from unstable timing."""
@@ -43,32 +41,28 @@ def copies(run: Run) -> int | None:
 
 def scaling_curves(runs: list[Run]) -> dict[str, list[ScalingPoint]]:
     """Per variant with a one-copy run (measure.copies=1) and at least one more, its points by copies."""
-    by_variant: dict[str, dict[int, float]] = {}
-    medians: dict[tuple[str, int], float] = {}
-    stable: dict[tuple[str, int], bool] = {}
+    by_variant: dict[str, dict[int, Run]] = {}
     for run in runs:
-        k, total = copies(run), metric(run, names.SCALING_THROUGHPUT)
-        if run.info.status == JobStatus.FINISHED and k is not None and total:
-            by_variant.setdefault(variant(run), {})[k] = total
-            medians[variant(run), k] = metric(run, names.STEP_MEDIAN_MS) or 0.0
-            stable[variant(run), k] = run.data.tags.get(names.TAG_TIMING_STABLE) != "false"
-    curves = {}
-    for name, by_copies in sorted(by_variant.items()):
-        if 1 not in by_copies or len(by_copies) < 2:
-            continue
-        single = by_copies[1]
-        curves[name] = [
-            ScalingPoint(k, total, medians[name, k], total / (k * single), stable[name, k] and stable[name, 1])
-            for k, total in sorted(by_copies.items())
-        ]
-    return curves
+        k = copies(run)
+        if run.info.status == JobStatus.FINISHED and k is not None and metric(run, names.SCALING_THROUGHPUT):
+            by_variant.setdefault(variant(run), {})[k] = run
+
+    def point(k: int, run: Run, single: Run) -> ScalingPoint:
+        total, median = metric(run, names.SCALING_THROUGHPUT) or 0.0, metric(run, names.STEP_MEDIAN_MS) or 0.0
+        stable = all(r.data.tags.get(names.TAG_TIMING_STABLE) != "false" for r in (run, single))
+        return ScalingPoint(k, total, median, total / (k * (metric(single, names.SCALING_THROUGHPUT) or 0.0)), stable)
+
+    return {
+        name: [point(k, run, by_copies[1]) for k, run in sorted(by_copies.items())]
+        for name, by_copies in sorted(by_variant.items())
+        if 1 in by_copies and len(by_copies) >= 2
+    }
 
 
 def contention_onset(points: list[ScalingPoint]) -> int | None:
     """The fewest copies at which each copy gets under 90% of the best per-copy rate at fewer copies.
 
-    Against the best rate so far rather than one copy's: where a copy with fewer threads does
-    better per copy than one with all of them, contention is judged from that better rate.
+    The best so far, not one copy's: a copy with fewer threads can do better per copy than one with all of them.
     """
     best = 0.0
     for point in points:

@@ -1,7 +1,6 @@
 """Which runs a command reads: the store and experiment, a sweep's jobs or runs by id, the baseline, and the refusals.
 
-The options that name them (`--uri`, `--experiment`, `--sweep`, `--runs`) are shared by
-`python -m runner.compare`, `runner.gate` and `runner.history`.
+Their options (`--uri`, `--experiment`, `--sweep`, `--runs`) are shared by `runner.compare`, `gate` and `history`.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ from runner.tracking.store import check_usable, sqlite_path
 # the same store and experiment a job logs to by default (tracking=local)
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
 DEFAULT_URI = TrackingConfig.uri
-# a whole MLflow run id (uuid4 hex), as opposed to a prefix of one
-WHOLE_RUN_ID = re.compile(r"[0-9a-f]{32}")
+WHOLE_RUN_ID = re.compile(r"[0-9a-f]{32}")  # a whole MLflow run id (uuid4 hex), as opposed to a prefix of one
 
 
 def find_run(client: MlflowClient, experiment_id: str, key: str, option: str = "--runs") -> Run:
@@ -34,11 +32,8 @@ def find_run(client: MlflowClient, experiment_id: str, key: str, option: str = "
         return client.get_run(key)
     except MlflowException:  # not a whole id: look for a prefix
         pass
-    matches = [
-        run.info.run_id
-        for run in client.search_runs([experiment_id], max_results=50000)
-        if run.info.run_id.startswith(key)
-    ]
+    every = client.search_runs([experiment_id], max_results=50000)
+    matches = [run.info.run_id for run in every if run.info.run_id.startswith(key)]
     if len(matches) > 1:
         raise SystemExit(f"error: {option} {key!r}: {len(matches)} runs in this experiment have an id starting so; "
                          "give more of it")  # fmt: skip
@@ -62,10 +57,7 @@ def require_finished(run: Run, option: str, refusal: str) -> None:
 
 
 def require_op_table(client: MlflowClient, run: Run) -> None:
-    """Exit in one line, naming the run, when its op table is gone from its artifacts: every op would read as gone.
-
-    A finished job always logs one (empty without the profiler).
-    """
+    """Exit in one line, naming the run, when its op table is gone from its artifacts: every op would read as gone."""
     if names.OP_TABLE_FILE not in {info.path for info in client.list_artifacts(run.info.run_id)}:
         raise SystemExit(
             f"error: run {run.info.run_id} ({label(run)}): its op table {names.OP_TABLE_FILE} is missing from its "
@@ -92,11 +84,8 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that say which store and experiment (shared with runner.history)."""
-    parser.add_argument(
-        "--uri",
-        default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI),
-        help=f"MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})",
-    )
+    uri_help = f"MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})"
+    parser.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI), help=uri_help)
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: runner)")
 
 

@@ -26,13 +26,11 @@ class Point:
 
     run_id: str
     name: str
-    # the run's runner.git_commit ('-dirty' when the tree had changes), '-' when not tagged
-    commit: str
+    commit: str  # the run's runner.git_commit ('-dirty' when the tree had changes), '-' when not tagged
     start_time: int
     value: float
     interval: tuple[float, float] | None
-    # False only for runs tagged timing.stable=false
-    stable: bool
+    stable: bool  # False only for runs tagged timing.stable=false
 
 
 @dataclass(frozen=True)
@@ -51,8 +49,7 @@ class Series:
     config_hash: str
     label: str
     points: list[Point]
-    # positions in `points` of the points the change points were found on
-    used: list[int] = field(default_factory=list)
+    used: list[int] = field(default_factory=list)  # positions in `points` of the points the change points were found on
     steps: list[Step] = field(default_factory=list)
     # why points were left out of the change points, and the ids of their runs
     left_out: dict[str, list[str]] = field(default_factory=dict)
@@ -68,14 +65,9 @@ class Series:
         return [self.used[start:end] for start, end in zip(cuts, cuts[1:], strict=False) if end > start]
 
 
-def higher_is_better(key: str) -> bool:
-    """A rate or a share of a peak: a fall is the regression."""
-    return key.endswith(HIGHER_IS_BETTER)
-
-
 def worse_by(step: Step, key: str) -> float:
     """How much worse the newer segment is than the older, as a fraction (negative: better)."""
-    return -step.change.change if higher_is_better(key) else step.change.change
+    return -step.change.change if key.endswith(HIGHER_IS_BETTER) else step.change.change
 
 
 def job_runs(client: MlflowClient, experiment_id: str, key: str) -> list[Run]:
@@ -96,15 +88,8 @@ def point(client: MlflowClient, run: Run, key: str) -> Point:
     value = metric(run, key)
     assert value is not None  # job_runs keeps runs that logged it
     interval = geometric_interval(rounds(client, run).in_order()) if key == names.STEP_MEDIAN_MS else None
-    return Point(
-        run_id=run.info.run_id,
-        name=label(run),
-        commit=run.data.tags.get(names.TAG_GIT_COMMIT, "-"),
-        start_time=run.info.start_time,
-        value=value,
-        interval=interval,
-        stable=run.data.tags.get(names.TAG_TIMING_STABLE) != "false",
-    )
+    commit, stable = run.data.tags.get(names.TAG_GIT_COMMIT, "-"), run.data.tags.get(names.TAG_TIMING_STABLE) != "false"
+    return Point(run.info.run_id, label(run), commit, run.info.start_time, value, interval, stable)
 
 
 def by_configuration(runs: list[Run]) -> dict[str, list[Run]]:
@@ -132,10 +117,7 @@ def find_steps(series: Series, include_unstable: bool) -> None:
 
 
 def in_order(points: list[Point], commits: list[str] | None) -> tuple[list[Point], int]:
-    """The points by start time, or by commit (`commits`: oldest first) then start time; and how many were left out.
-
-    In commit order a run of a commit that is not in `commits` (another branch, an untagged run) is left out.
-    """
+    """The points by start time, or by commit (`commits`: oldest first; others are left out) then start time."""
     if commits is None:
         return sorted(points, key=lambda p: p.start_time), 0
     position = {commit: index for index, commit in enumerate(commits)}

@@ -18,9 +18,7 @@ from runner.tracking.links import comparison_links, describe_links, swept_column
 def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     """Log the comparison of a sweep's jobs to its parent run; return the terminal table and UI links.
 
-    The parent gets `comparison.json` (an MLflow table), `comparison.md`, `plots/*.png` and the
-    links as tags; each job gets its speedup and baseline as tags, for the runs table's columns
-    (a job that a later sweep reuses carries that sweep's).
+    Each job gets its speedup and baseline as tags, for the runs table (a job a later sweep reuses gets that sweep's).
     """
     runs = sweep_children(client, parent.info.experiment_id, parent)
     if not runs:
@@ -54,10 +52,7 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
 
 
 def ui_links(client: MlflowClient, runs: list[Run], parent: Run | None) -> str:
-    """Links to the runs in MLflow's runs table (a sweep's swept keys first) and compare view.
-
-    They are tagged on the sweep's parent, if any.
-    """
+    """Links to the runs in MLflow's runs table (a sweep's swept keys first) and compare view, tagged on `parent`."""
     ui = ui_for(client.tracking_uri)
     swept = parent.data.tags.get(names.TAG_SWEPT_KEYS, "").split(",") if parent is not None else []
     first = swept_columns([key for key in swept if key], runs)

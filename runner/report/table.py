@@ -10,7 +10,6 @@ import csv
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from mlflow import MlflowClient
@@ -21,9 +20,9 @@ from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
 from runner.report.pairing import compare_times
 from runner.report.reader import (
+    OpStats,
     Rounds,
     dollars_per_million_steps,
-    is_reused,
     label,
     metric,
     op_table,
@@ -36,8 +35,7 @@ from runner.report.selection import require_op_table
 
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
-# which test the speedup comes from: paired by round, or unpaired
-TEST = "test"
+TEST = "test"  # which test the speedup comes from: paired by round, or unpaired
 
 
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
@@ -55,14 +53,9 @@ def _device_per_step(run: Run) -> float | None:
 
 
 def _lowering(run: Run) -> str:
-    kernels = metric(run, names.OPS_DEVICE_KERNELS)
-    neffs = metric(run, names.NEURON_NEFF_FILES)
-    parts = [f"{_fmt(metric(run, names.OPS_ATEN), 0)} aten"]
-    if kernels is not None:
-        parts.append(f"{kernels:.0f} kernels")
-    if neffs is not None:
-        parts.append(f"{neffs:.0f} NEFFs")
-    return ", ".join(parts)
+    counts = ((names.OPS_DEVICE_KERNELS, "kernels"), (names.NEURON_NEFF_FILES, "NEFFs"))
+    found = [f"{count:.0f} {what}" for key, what in counts if (count := metric(run, key)) is not None]
+    return ", ".join([f"{_fmt(metric(run, names.OPS_ATEN), 0)} aten", *found])
 
 
 def _memory(run: Run) -> str:
@@ -84,62 +77,48 @@ def _ranks(run: Run) -> str:
 
 
 def _cost(run: Run) -> str:
-    price = price_per_hour(run)
-    median = metric(run, names.STEP_MEDIAN_MS)
-    if price is None or median is None:
-        return "-"
-    return f"${dollars_per_million_steps(price, median):.4f}"
+    price, median = price_per_hour(run), metric(run, names.STEP_MEDIAN_MS)
+    return "-" if price is None or median is None else f"${dollars_per_million_steps(price, median):.4f}"
 
 
-@dataclass
-class Column:
-    """One column of the comparison: its header and how to read it off a run."""
-
-    header: str
-    value: Callable[[Run], Any]
-
-
-COLUMNS = [
-    Column("run", label),
-    Column("status", lambda r: r.info.status),
-    Column(
-        "backend", lambda r: f"{r.data.tags.get(names.TAG_BACKEND, '-')} ({r.data.tags.get(names.TAG_DEVICE, '-')})"
-    ),
-    Column("median ms ± IQR", _median),
-    Column("stable", lambda r: {"true": "yes", "false": "NO"}.get(r.data.tags.get(names.TAG_TIMING_STABLE, ""), "-")),
-    Column("device ms/step", lambda r: _fmt(_device_per_step(r), 4)),
-    Column("lowering", _lowering),
-    Column("top op", lambda r: _short(r.data.tags.get(names.TAG_TOP_OP, "-"))),
-    Column("first call s", lambda r: _fmt(metric(r, names.FIRST_CALL_S))),
-    Column("graphs", lambda r: _fmt(metric(r, names.COMPILE_GRAPHS), 0)),
-    Column("peak MB", _memory),
-    Column("GB/s", lambda r: _fmt(metric(r, names.ROOFLINE_ACHIEVED_GBPS), 2)),
-    Column("roofline", lambda r: _fmt(_percent(metric(r, names.ROOFLINE_BANDWIDTH_FRACTION)), 1, "%")),
-    Column("accuracy", lambda r: r.data.tags.get(names.TAG_ACCURACY, "-")),
-    Column("overhead", lambda r: _fmt(metric(r, names.PROFILER_OVERHEAD_PCT), 1, "%")),
-    Column("ranks", _ranks),
-    Column("busbw GB/s", lambda r: _fmt(metric(r, names.COLLECTIVE_BUSBW_GBPS), 3)),
-    Column("of link", lambda r: _fmt(_percent(metric(r, names.COLLECTIVE_BUSBW_LINK_FRACTION)), 1, "%")),
-    Column("$/1M steps", _cost),
-]
+# each column's header and how to read it off a run
+COLUMNS: dict[str, Callable[[Run], Any]] = {
+    "run": label,
+    "status": lambda r: r.info.status,
+    "backend": lambda r: f"{r.data.tags.get(names.TAG_BACKEND, '-')} ({r.data.tags.get(names.TAG_DEVICE, '-')})",
+    "median ms ± IQR": _median,
+    "stable": lambda r: {"true": "yes", "false": "NO"}.get(r.data.tags.get(names.TAG_TIMING_STABLE, ""), "-"),
+    "device ms/step": lambda r: _fmt(_device_per_step(r), 4),
+    "lowering": _lowering,
+    "top op": lambda r: _short(r.data.tags.get(names.TAG_TOP_OP, "-")),
+    "first call s": lambda r: _fmt(metric(r, names.FIRST_CALL_S)),
+    "graphs": lambda r: _fmt(metric(r, names.COMPILE_GRAPHS), 0),
+    "peak MB": _memory,
+    "GB/s": lambda r: _fmt(metric(r, names.ROOFLINE_ACHIEVED_GBPS), 2),
+    "roofline": lambda r: _percent(metric(r, names.ROOFLINE_BANDWIDTH_FRACTION)),
+    "accuracy": lambda r: r.data.tags.get(names.TAG_ACCURACY, "-"),
+    "overhead": lambda r: _fmt(metric(r, names.PROFILER_OVERHEAD_PCT), 1, "%"),
+    "ranks": _ranks,
+    "busbw GB/s": lambda r: _fmt(metric(r, names.COLLECTIVE_BUSBW_GBPS), 3),
+    "of link": lambda r: _percent(metric(r, names.COLLECTIVE_BUSBW_LINK_FRACTION)),
+    "$/1M steps": _cost,
+}
 
 
 def _short(text: str, width: int = 32) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _percent(fraction: float | None) -> float | None:
-    return None if fraction is None else fraction * 100
+def _percent(fraction: float | None) -> str:
+    return _fmt(None if fraction is None else fraction * 100, 1, "%")
 
 
 def speedup(run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple[str, str]:
     """The baseline's step time over the run's, with its 95% interval, or why there is none; and its test.
 
-    A speedup is printed only with an interval that excludes no change, and never between
-    unpaired runs whose timing is unstable: a bare ratio of two medians can be a mode flip.
-    Runs that share rounds are compared round by round (`runner.report.pairing`), unstable or
-    not: a slow stretch that made a round disagree fell on both runs and cancels in its ratio,
-    and the row says the timing was unstable.
+    Printed only with an interval that excludes no change, never between unpaired unstable runs (a bare ratio
+    of two medians can be a mode flip). Runs sharing rounds pair round by round even when unstable: a slow
+    stretch fell on both and cancels in that round's ratio.
     """
     if baseline is None:
         return "-", "-"
@@ -169,18 +148,15 @@ def speedup(run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple
 def comparison_rows(
     client: MlflowClient, runs: list[Run], baseline: Run | None, parent: Run | None = None
 ) -> list[dict[str, str]]:
-    """One row per run: its rank by median (1 = fastest) and its speedup against `baseline`.
-
-    With the sweep's `parent`, runs the sweep reused instead of running are marked so.
-    """
+    """One row per run: its rank by median (1 = fastest), its speedup against `baseline`, reused by `parent`'s sweep."""
     samples = {run.info.run_id: rounds(client, run) for run in runs}
     medians = sorted(m for m in (metric(r, names.STEP_MEDIAN_MS) for r in runs) if m is not None)
     rows = []
     for run in runs:
         median = metric(run, names.STEP_MEDIAN_MS)
         row = {"rank": str(medians.index(median) + 1) if median is not None else "-"}
-        row.update({c.header: str(c.value(run)) for c in COLUMNS})
-        if is_reused(run, parent):
+        row.update({header: str(value(run)) for header, value in COLUMNS.items()})
+        if parent is not None and run.data.tags.get("mlflow.parentRunId") != parent.info.run_id:  # resume reused it
             row["status"] += " (reused)"
         row[SPEEDUP], row[TEST] = speedup(run, baseline, samples)
         row["run id"] = run.info.run_id
@@ -192,7 +168,7 @@ def render(rows: list[dict[str, str]], fmt: str) -> str:
     """The rows as an aligned table, markdown, CSV or JSON."""
     if fmt == "json":
         return json.dumps(rows, indent=2)
-    headers = list(rows[0]) if rows else [c.header for c in COLUMNS]
+    headers = list(rows[0]) if rows else list(COLUMNS)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=headers)
@@ -210,11 +186,7 @@ def render(rows: list[dict[str, str]], fmt: str) -> str:
 
 
 def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
-    """Per-op differences from run a to run b, largest change in self time first.
-
-    Ops that appear or disappear are marked; where both runs have per-cycle samples
-    (schedule.repeat > 1) a Mann-Whitney U test says whether the change is significant.
-    """
+    """Per-op differences from run a to run b, largest change in self time first; tested where both have cycles."""
     for run in (a, b):
         require_op_table(client, run)
     ops_a = per_op(op_table(client, a), metric(a, names.PROFILER_ACTIVE_STEPS) or 1)
@@ -222,18 +194,17 @@ def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:
     rows = []
     for name in ops_a.keys() | ops_b.keys():
         before, after = ops_a.get(name), ops_b.get(name)
-        change = "gone" if after is None else "new" if before is None else ""
-        ms_a = before.self_ms_per_step if before else 0.0
-        ms_b = after.self_ms_per_step if after else 0.0
-        if before and after and before.cycle_samples and after.cycle_samples:
-            p = mann_whitney_p(before.cycle_samples, after.cycle_samples)
+        old, new = before or OpStats(), after or OpStats()
+        ms_a, ms_b = old.self_ms_per_step, new.self_ms_per_step
+        if old.cycle_samples and new.cycle_samples:
+            p = mann_whitney_p(old.cycle_samples, new.cycle_samples)
             verdict = f"{'significant' if p < SIGNIFICANCE else 'n.s.'} (p={p:.3f})"
         else:
             verdict = "n/a (needs schedule.repeat > 1 in both runs)" if before and after else "-"
         rows.append({
             "op": name,
-            "change": change,
-            "calls/step": f"{before.calls_per_step if before else 0:g} -> {after.calls_per_step if after else 0:g}",
+            "change": "gone" if after is None else "new" if before is None else "",
+            "calls/step": f"{old.calls_per_step:g} -> {new.calls_per_step:g}",
             "self ms/step": f"{ms_a:.4f} -> {ms_b:.4f}",
             "delta ms": f"{ms_b - ms_a:+.4f}",
             "delta %": f"{(ms_b - ms_a) / ms_a * 100:+.0f}%" if ms_a else "-",

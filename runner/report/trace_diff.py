@@ -1,12 +1,9 @@
 """A structural diff of two runs' traces: `python -m runner.compare --diff BEFORE AFTER`.
 
-The two runs' merged step trees are aligned level by level: under each matched pair, the
-children are aligned as sequences of labels (difflib's longest matching blocks), so a span
-is matched by its place among its siblings, not by its name alone. What does not align is a
-block: spans replaced by others (naive ops -> `aten::rms_norm`, or -> a compiled region),
-removed, or added (backward and optimizer in `train_step`). Every matched pair and block
-gets its time per step before and after, the change, and a Mann-Whitney test over the
-recorded cycles, with Benjamini-Hochberg q-values across the whole tree.
+The merged step trees are aligned level by level, each matched pair's children as sequences of labels
+(difflib), so a span is matched by its place among its siblings, not by its name alone. What does not align
+is a block: spans replaced (naive ops -> `aten::rms_norm`), removed, or added. Every node is tested
+(Mann-Whitney over the recorded cycles, Benjamini-Hochberg q-values across the tree).
 """
 
 from __future__ import annotations
@@ -25,8 +22,7 @@ from runner.measure.traces import Profile, ProfileNode, Span
 
 MATCHED, REPLACED, REMOVED, ADDED = "matched", "replaced", "removed", "added"
 MARKS = {MATCHED: "=", REPLACED: "~", REMOVED: "-", ADDED: "+"}
-# the Perfetto file's track of block slices, drawn over the spans they group
-BLOCKS_TRACK = "diff blocks"
+BLOCKS_TRACK = "diff blocks"  # the Perfetto file's track of block slices, drawn over the spans they group
 
 
 @dataclass
@@ -41,8 +37,7 @@ class DiffNode:
     children: list[DiffNode] = field(default_factory=list)
     p_value: float | None = None
     q_value: float | None = None
-    # this node's number in the Perfetto file's labels
-    number: int = 0
+    number: int = 0  # this node's number in the Perfetto file's labels
 
     @property
     def title(self) -> str:
@@ -94,10 +89,8 @@ def _one_sided(node: ProfileNode, kind: str, cycles_before: int, cycles_after: i
 def align(before: ProfileNode, after: ProfileNode, cycles_before: int, cycles_after: int) -> DiffNode:
     """The matched pair `before`/`after` with their children aligned below it."""
     node = DiffNode(MATCHED, [before], [after], before.cycle_us, after.cycle_us)
-    labels_before = [child.label for child in before.children]
-    labels_after = [child.label for child in after.children]
-    matcher = SequenceMatcher(None, labels_before, labels_after, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    old_labels, new_labels = ([child.label for child in side.children] for side in (before, after))
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, old_labels, new_labels, autojunk=False).get_opcodes():
         old, new = before.children[i1:i2], after.children[j1:j2]
         if tag == "equal":
             node.children += [align(a, b, cycles_before, cycles_after) for a, b in zip(old, new, strict=True)]
@@ -105,11 +98,8 @@ def align(before: ProfileNode, after: ProfileNode, cycles_before: int, cycles_af
         kind = REPLACED if old and new else REMOVED if old else ADDED
         members = [_one_sided(n, REMOVED, cycles_before, cycles_after) for n in old]
         members += [_one_sided(n, ADDED, cycles_before, cycles_after) for n in new]
-        if len(members) == 1:
-            node.children.append(members[0])
-            continue
         block = DiffNode(kind, old, new, _summed(old, cycles_before), _summed(new, cycles_after), members)
-        node.children.append(block)
+        node.children.append(members[0] if len(members) == 1 else block)
     return node
 
 
@@ -129,9 +119,8 @@ def diff_profiles(before: Profile, after: Profile) -> DiffNode:
 
 
 def _significance(node: DiffNode) -> str:
-    if node.q_value is None:
-        return "n/a"
-    return f"{node.q_value:.3f}{' *' if node.q_value < SIGNIFICANCE else ''}"
+    q = node.q_value
+    return "n/a" if q is None else f"{q:.3f}{' *' if q < SIGNIFICANCE else ''}"
 
 
 def _by_impact(nodes: list[DiffNode]) -> list[DiffNode]:
@@ -140,8 +129,7 @@ def _by_impact(nodes: list[DiffNode]) -> list[DiffNode]:
 
 def render_tree(root: DiffNode, depth: int) -> str:
     """The aligned tree, largest change first among siblings, `depth` levels below the step."""
-    header = f"{'before us':>11} {'after us':>11} {'delta us':>11} {'change':>8} {'q':>8}  subtree"
-    lines = [header]
+    lines = [f"{'before us':>11} {'after us':>11} {'delta us':>11} {'change':>8} {'q':>8}  subtree"]
 
     def add(node: DiffNode, level: int) -> None:
         change = f"{node.delta / node.median_before:+.0%}" if node.before and node.median_before else ""
@@ -191,12 +179,6 @@ def to_json(node: DiffNode) -> dict[str, Any]:
     }
 
 
-def _typical_step(profile: Profile) -> Span:
-    """The step whose duration is the median of the run's steps: the one drawn."""
-    ranked = sorted(profile.steps, key=lambda s: s.dur_us)
-    return ranked[(len(ranked) - 1) // 2]
-
-
 @dataclass
 class _Drawing:
     """What drawing one run's step needs: which diff node holds each profile node, and the output."""
@@ -232,9 +214,8 @@ class _Drawing:
 def perfetto_trace(root: DiffNode, before: Profile, after: Profile, names: tuple[str, str]) -> dict[str, Any]:
     """A Chrome/Perfetto JSON trace: one typical step of each run, one process above the other.
 
-    Every span carries its diff in its args (`diff`: matched #k, a block's kind and number,
-    only before/after; `delta_us`, `q`); a block of several spans gets an enclosing slice
-    named for the block; a flow arrow joins each matched pair and each block, before to after.
+    Every span carries its diff in its args; a block of several spans gets an enclosing slice named for it;
+    a flow arrow joins each matched pair and each block, before to after.
     """
     own: dict[int, DiffNode] = {}
     block: dict[int, DiffNode] = {}
@@ -247,7 +228,7 @@ def perfetto_trace(root: DiffNode, before: Profile, after: Profile, names: tuple
     for pid, (profile, name) in enumerate(((before, names[0]), (after, names[1])), 1):
         events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}})
         events.append({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
-        step = _typical_step(profile)
+        step = sorted(profile.steps, key=lambda s: s.dur_us)[(len(profile.steps) - 1) // 2]  # the median: drawn
         _draw(step, profile.root, _Drawing(pid, step.start_us, own, block, events, anchors))
     for node in root.walk():
         start, end = anchors.get((node.number, 1)), anchors.get((node.number, 2))
@@ -273,12 +254,9 @@ def _draw(span: Span, node: ProfileNode, drawing: _Drawing) -> None:
     by_label: dict[str, list[ProfileNode]] = {}
     for child in node.children:
         by_label.setdefault(child.label, []).append(child)
-    seen: Counter[str] = Counter()
     blocks: dict[int, tuple[DiffNode, list[Span]]] = {}
     for child_span in span.children:
-        index = seen[child_span.label]
-        seen[child_span.label] += 1
-        child = by_label[child_span.label][index]
+        child = by_label[child_span.label].pop(0)
         _draw(child_span, child, drawing)
         if (owner := drawing.block.get(id(child))) is not None:
             blocks.setdefault(owner.number, (owner, []))[1].append(child_span)
