@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def as_json(host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[st
     return {
         "host": dict(host),
         "notes": notes,
-        "verdicts": [v.as_dict() for v in verdicts],
+        "verdicts": [asdict(v) for v in verdicts],
         "exit_status": exit_status(verdicts),
     }
 
