@@ -18,8 +18,6 @@ from runner.doctor.probe import FAIL, PASS, UNKNOWN, Verdict
 from runner.files import write_whole
 from runner.tracking.run import NullRun
 
-STATUSES = (PASS, FAIL, UNKNOWN)
-
 
 def exit_status(verdicts: list[Verdict]) -> int:
     """1 when an assumption the runner relies on failed, else 0."""
@@ -28,7 +26,7 @@ def exit_status(verdicts: list[Verdict]) -> int:
 
 def counts(verdicts: list[Verdict]) -> dict[str, int]:
     """Verdicts per status."""
-    return {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+    return {status: sum(v.status == status for v in verdicts) for status in (PASS, FAIL, UNKNOWN)}
 
 
 def _cell(text: str) -> str:
