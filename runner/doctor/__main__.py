@@ -1,9 +1,8 @@
 """python -m runner.doctor: the host table, then every probe this host can run; a report to send back.
 
-Prints the report (Markdown) once, on stdout, and only progress on stderr (which probe is done,
-in how long); writes doctor.md and doctor.json to --out, and logs an MLflow run tagged
-runner.kind=doctor. Exit status: 0, or 1 when an assumption the runner relies on failed (the
-report says which config key to set).
+The report (Markdown) goes once to stdout, progress only to stderr; doctor.md and doctor.json go
+to --out, and an MLflow run is tagged runner.kind=doctor. Exit status 1 when an assumption the
+runner relies on failed (the report says which config key to set), else 0.
 """
 
 from __future__ import annotations

@@ -68,10 +68,9 @@ def _slurm() -> str:
 
 
 def _calibrations() -> list[tuple[str, str]]:
-    """A row per CPU calibration this host has cached, and one for the doctor's own thread count.
+    """A row per CPU calibration cached here, and one for the doctor's own thread count.
 
-    Each thread count has its own entry: jobs' one-thread workers read the one-thread entry,
-    which the doctor's own two threads never measured again.
+    Each thread count has its own entry: jobs' one-thread workers read one the doctor's own threads never measure.
     """
     own = torch.get_num_threads()
     try:

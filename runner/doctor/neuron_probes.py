@@ -1,10 +1,7 @@
-"""One probe per Neuron assumption, each through the runner's own backend code in a fresh process.
+"""One probe per Neuron assumption (docs/trainium.md lists them), each through the runner's own backend code.
 
-The assumptions are the points README "On Trainium" lists as coded from the documentation
-alone, the runtime rules of the second audit, and those of a current SDK (the async default,
-the removed inflight variable, the NEFF cache folder, the `neuron` process group). The doctor's
-own process never touches the runtime: every device use happens in a spawned process, so each
-probe starts from a runtime that is not running, as a job does.
+Every device use happens in a spawned process, so each probe starts, as a job does, from a runtime
+that is not running; the doctor's own process never touches the runtime.
 """
 
 from __future__ import annotations
@@ -194,23 +191,13 @@ def _rank_joins(timeout_s: float) -> dict[str, Any]:
         dist.destroy_process_group()
 
 
-def tiny_spec(
-    profiler: ProfilerConfig | None = None,
-    schedule: ScheduleConfig | None = None,
-    cores: str | None = None,
-    hidden: int = 64,
-) -> RunSpec:
-    """A small naive RMSNorm job; a new `hidden` means new shapes, so new NEFFs."""
-    return RunSpec(
-        workload=WorkloadSpec(
-            target="workloads.rmsnorm.NaiveRMSNorm", kwargs={"hidden": hidden, "batch": 1, "seq_len": 8}
-        ),
-        backend=NeuronBackendConfig(cores=cores),
-        profiler=profiler or ProfilerConfig(),
-        schedule=schedule or ScheduleConfig(),
-        measure=MeasureConfig(),
-        tracking=TrackingConfig(enabled=False),
+def tiny_spec(hidden: int = 64, cores: str | None = None, **configs: Any) -> RunSpec:
+    """A small naive RMSNorm job (`configs`: its profiler, schedule or measure); a new `hidden` means new NEFFs."""
+    workload = WorkloadSpec(
+        target="workloads.rmsnorm.NaiveRMSNorm", kwargs={"hidden": hidden, "batch": 1, "seq_len": 8}
     )
+    configs = {"profiler": ProfilerConfig(), "schedule": ScheduleConfig(), "measure": MeasureConfig(), **configs}
+    return RunSpec(workload, NeuronBackendConfig(cores=cores), tracking=TrackingConfig(enabled=False), **configs)
 
 
 def profiled_run(spec: RunSpec, capture_dir: Path) -> dict[str, Any]:
@@ -254,8 +241,7 @@ def _files(folder: Path) -> set[Path]:
 def cold_cache_job(root: Path, capture_dir: Path) -> dict[str, Any]:
     """A cold `measure.compile_cache` job's profiled run: NEFFs in its folder, files the default caches gained."""
     before = {folder: _files(folder) for folder in DEFAULT_CACHES}
-    spec = tiny_spec(hidden=96)
-    spec = replace(spec, measure=replace(spec.measure, compile_cache="cold", compile_cache_dir=str(root)))
+    spec = tiny_spec(96, measure=MeasureConfig(compile_cache="cold", compile_cache_dir=str(root)))
     use_compile_cache(spec)
     profiled_run(spec, capture_dir)
     return {
@@ -339,10 +325,8 @@ def probe_neuron_config(host: NeuronHost) -> Verdict:
         found = _run(host, _config_accepted, host.folder("neuron_config"))
     except ProcessFailed as err:
         return check.fails(str(err), fix, breaks_runner=True)
-    if not found["experimental"]:
-        evidence = f"not a torch._C._profiler._ExperimentalConfig; signature {found['signature']}"
-        return check.fails(evidence, fix, breaks_runner=True)
-    return check.holds(f"accepted; signature {found['signature']}")
+    accepted = "accepted" if found["experimental"] else "not a torch._C._profiler._ExperimentalConfig"
+    return check.judge(found["experimental"], f"{accepted}; signature {found['signature']}", fix, breaks_runner=True)
 
 
 def probe_profile_modes(host: NeuronHost) -> Verdict:
@@ -492,18 +476,15 @@ def probe_process_group(host: NeuronHost) -> Verdict:
     pair = host.cores[:2]
     # the variables the runner gives its ranks, so the probe joins as a job's ranks do
     rendezvous = Rendezvous("127.0.0.1", free_port(), uuid.uuid4().hex)
+    envs = [
+        {**torchrun_env(rendezvous, rank, 2, rank, 2, 0), VISIBLE_CORES_ENV: str(core)}
+        for rank, core in enumerate(pair)
+    ]
     fix = "distributed.ranks on backend=neuron: each rank joins the `neuron` process group as this probe did"
     with ExitStack() as stack:
         ranks = [
-            stack.enter_context(
-                FreshProcess(
-                    _rank_joins,
-                    host.timeout_s,
-                    env={**torchrun_env(rendezvous, rank, 2, rank, 2, 0), VISIBLE_CORES_ENV: str(core)},
-                    name=f"doctor-rank-{rank}",
-                )
-            )
-            for rank, core in enumerate(pair)
+            stack.enter_context(FreshProcess(_rank_joins, host.timeout_s, env=env, name=f"doctor-rank-{rank}"))
+            for rank, env in enumerate(envs)
         ]
         try:
             found = [rank.result(host.timeout_s) for rank in ranks]
@@ -529,11 +510,8 @@ def probes_from_profiled_run(host: NeuronHost) -> list[Verdict]:
             for name in PROFILED_RUN_PROBES
         ]
     return [
-        _device_time(run),
-        _capture_layout(run),
-        _framework_trace_name(run),
-        _summary_json(run),
-        _explorer_parquet(run),
+        verdict(run)
+        for verdict in (_device_time, _capture_layout, _framework_trace_name, _summary_json, _explorer_parquet)
     ]
 
 
@@ -635,7 +613,7 @@ def _explorer_parquet(run: dict[str, Any]) -> Verdict:
 def probe_dropped_events(host: NeuronHost) -> Verdict:
     """The runtime prints dropped-event warnings on stderr, where the runner reads them."""
     check = Assumption("dropped_events", "'N trace events were dropped' is printed on stderr")
-    spec = tiny_spec(ProfilerConfig(max_events_per_nc=TINY_EVENT_BUDGET))
+    spec = tiny_spec(profiler=ProfilerConfig(max_events_per_nc=TINY_EVENT_BUDGET))
     run = _run(host, profiled_run, spec, host.folder("dropped_events"))
     if found := DROPPED_EVENTS.search(run["stderr"]):
         return check.holds(found.group(0))
@@ -691,7 +669,7 @@ def probe_first_execution(host: NeuronHost) -> Verdict:
     check = Assumption(
         "first_execution", f"after the first call and measure.warmup={warmup} calls, steps run at steady speed"
     )
-    spec = tiny_spec(ProfilerConfig(enabled=False), cores=str(host.cores[0]), hidden=96)
+    spec = tiny_spec(96, cores=str(host.cores[0]), profiler=ProfilerConfig(enabled=False))
     times = _run(host, first_executions, spec)
     first = ", ".join(f"{t:.2f}" for t in times["first"])
     evidence = (
@@ -741,11 +719,10 @@ def probe_memory_snapshot(host: NeuronHost) -> Verdict:
         fix = "measure.memory_snapshot=false on neuron: the snapshot calls exist but fail"
         return check.fails(str(err), fix, breaks_runner=True)
     if found is None:
-        evidence = "torch.neuron.memory lacks _record_memory_history or _dump_snapshot"
         fix = (
             "nothing breaks: measure.memory_snapshot reads the profiler's memory events (profiler.profile_memory=true)"
         )
-        return check.fails(evidence, fix)
+        return check.fails("torch.neuron.memory lacks _record_memory_history or _dump_snapshot", fix)
     evidence = f"one step's snapshot: peak {found['peak']} B, sites " + (
         ", ".join(f"{site} {size} B" for site, size in list(found["sites"].items())[:3]) or "none"
     )

@@ -1,15 +1,14 @@
 """A probe's verdict, and fresh processes to run probes in.
 
-Most Neuron assumptions are about what a process does to the runtime (starting it,
-reserving cores, caching a count), so each probe runs in a spawned process of its own,
-with the environment it needs, and a crash or hang there is the probe's UNKNOWN, never the
-doctor's end.
+Most Neuron assumptions are about what a process does to the runtime (starting it, reserving
+cores, caching a count), so each probe runs in a spawned process of its own; a crash or hang
+there is the probe's UNKNOWN, never the doctor's end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from runner.execute.processes import Child, ChildDied, ChildRaised, ChildSilent, stop
@@ -19,11 +18,7 @@ PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 
 @dataclass(frozen=True)
 class Verdict:
-    """What one probe found.
-
-    `breaks_runner` marks a FAIL of an assumption the runner relies on (the doctor then exits
-    1); a FAIL without it means the runner copes, and `fix` says what the user may change.
-    """
+    """What one probe found; `breaks_runner` marks a FAIL the runner cannot cope with (the doctor exits 1)."""
 
     probe: str
     assumption: str
@@ -32,10 +27,6 @@ class Verdict:
     fix: str = ""
     breaks_runner: bool = False
     seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON report's form."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -81,11 +72,7 @@ class FreshProcess:
         self._child = Child(name, target, *args, env=env, hold=hold, daemon=False)
 
     def result(self, timeout_s: float) -> Any:
-        """The target's return value.
-
-        Raises:
-            ProcessFailed: it raised (with its one-line error), died, or ran past `timeout_s`.
-        """
+        """The target's return value; ProcessFailed if it raised (its one-line error), died or ran past `timeout_s`."""
         try:
             return self._child.result(timeout_s)
         except ChildSilent:
@@ -111,10 +98,6 @@ class FreshProcess:
 def in_fresh_process(
     target: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None, timeout_s: float = 300
 ) -> Any:
-    """Run `target(*args)` in a new spawned process and return its result.
-
-    Raises:
-        ProcessFailed: it raised, died or ran past `timeout_s`.
-    """
+    """`target(*args)`'s result from a new spawned process; ProcessFailed if it raised, died or ran past `timeout_s`."""
     with FreshProcess(target, *args, env=env) as process:
         return process.result(timeout_s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,6 @@ from runner import names
 from runner.doctor.probe import FAIL, PASS, UNKNOWN, Verdict
 from runner.files import write_whole
 from runner.tracking.run import NullRun
-
-STATUSES = (PASS, FAIL, UNKNOWN)
 
 
 def exit_status(verdicts: list[Verdict]) -> int:
@@ -27,7 +26,7 @@ def exit_status(verdicts: list[Verdict]) -> int:
 
 def counts(verdicts: list[Verdict]) -> dict[str, int]:
     """Verdicts per status."""
-    return {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+    return {status: sum(v.status == status for v in verdicts) for status in (PASS, FAIL, UNKNOWN)}
 
 
 def _cell(text: str) -> str:
@@ -68,7 +67,7 @@ def as_json(host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[st
     return {
         "host": dict(host),
         "notes": notes,
-        "verdicts": [v.as_dict() for v in verdicts],
+        "verdicts": [asdict(v) for v in verdicts],
         "exit_status": exit_status(verdicts),
     }
 
