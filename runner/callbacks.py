@@ -1,8 +1,6 @@
-"""Hydra callbacks: checks before any job starts, and the sweep's parent MLflow run.
+"""Hydra callbacks (conf/config.yaml's `hydra.callbacks`): checks before any job starts, the sweep's parent run.
 
-Listed in `conf/config.yaml` under `hydra.callbacks`, so they run for every launch. A single
-job's bad input and failure end here as one line on stderr (`RunnerCallback.on_run_end`);
-`python -m runner` prints what Hydra refuses while composing as one line too.
+A single job's bad input and failure end here as one line on stderr (`RunnerCallback.on_run_end`).
 """
 
 from __future__ import annotations
@@ -49,12 +47,10 @@ class JobFailure(CompactHydraException):
 
 
 def check_writable_dir(key: str, path: str) -> None:
-    """Exit with a one-line error naming the key when `path` cannot be created or written.
+    """Exit with a one-line error naming the key when `path` cannot be created or written (a full disk too).
 
-    A file is written there, so a full or read-only disk is refused too, and a folder created
-    for the check is removed again (Hydra creates it for the job). Hydra turns exceptions
-    raised in callbacks into warnings and goes on to fail with a traceback, so this exits
-    directly; nothing has started yet, so nothing is left behind.
+    A folder created for the check is removed again. Hydra turns exceptions raised in callbacks
+    into warnings and goes on to fail with a traceback, so this exits directly.
     """
     target = Path(path)
     created = missing_folders(target)
@@ -87,19 +83,16 @@ def remove_empty(folders: list[Path]) -> None:
 def _tracking(config: DictConfig) -> TrackingConfig:
     """The sweep's tracking settings; bad ones stop the sweep with one line before any job starts."""
     try:
-        tracking: TrackingConfig = OmegaConf.to_object(config.tracking)  # type: ignore[assignment]
+        return OmegaConf.to_object(config.tracking)  # type: ignore[return-value]
     except ConfigError as err:
         sys.exit(f"error: {err}")
-    return tracking
 
 
 def check_store(tracking: TrackingConfig, create: bool) -> None:
-    """Exit with one line naming tracking.uri when no job could log to the store.
+    """Exit with one line naming tracking.uri when no job could log to the store, before torch loads.
 
-    The checks a job makes when it opens its run (runner.tracking.store), made before any job starts
-    and torch loads; `create` also creates and migrates the store, as a sweep does once so
-    that its parallel jobs do not race on it. Hydra would turn the error into a warning and
-    start every job, so this exits directly.
+    `create` also creates and migrates the store, as a sweep does once so that its parallel jobs do
+    not race on it. Hydra would turn an exception into a warning and start every job, so this exits.
     """
     if not tracking.enabled:
         return
@@ -112,9 +105,8 @@ def check_store(tracking: TrackingConfig, create: bool) -> None:
 class RunnerCallback(Callback):
     """Checks output directories up front; opens and closes a sweep's parent run.
 
-    A sweep stopped by SIGINT or SIGTERM still gets its summary, its comparison and a closed
-    (KILLED) parent: the stop unwinds the process, and an exit hook closes what is still open,
-    also when the stop came while the sweep's end was closing it.
+    A sweep stopped by SIGINT or SIGTERM still gets its summary, its comparison and a KILLED parent:
+    an exit hook closes what is still open, also when the stop came while the sweep's end was closing it.
     """
 
     def __init__(self) -> None:
@@ -137,8 +129,7 @@ class RunnerCallback(Callback):
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         """A single job refused or failed: one line on stderr and exit 1, where Hydra would print four.
 
-        A refused job's folder goes too when this run created it and no other live job has
-        claimed it (its `job_owner.json` is then still there).
+        A refused job's folder goes too when this run created it and no other live job claimed it.
         """
         job_return: JobReturn = kwargs["job_return"]
         # job_return.return_value would print Hydra's "Error executing job" line, then raise
@@ -154,10 +145,7 @@ class RunnerCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check the sweep directory; create the store, experiment and parent run once; time the rounds.
 
-        Creating the store here, before any job starts, keeps parallel jobs from racing
-        on the first schema migration of a SQLite store. Parent runs of earlier sweeps on
-        this host whose process is gone are closed on the way. Then the jobs' steady state
-        is timed in interleaved rounds (`runner.sweep.rounds`), before any job touches the device.
+        The jobs' steady state is timed in interleaved rounds (`runner.sweep.rounds`) before any job touches the device.
         """
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
@@ -219,9 +207,8 @@ class RunnerCallback(Callback):
 
     def _close(self, stopped: bool) -> bool:
         """Summarise the jobs, report and close the parent; True when the sweep failed."""
-        os.environ.pop(PARENT_RUN_ENV, None)
-        os.environ.pop(SWEEP_ID_ENV, None)
-        os.environ.pop(names.SWEPT_KEYS_ENV, None)
+        for name in (PARENT_RUN_ENV, SWEEP_ID_ENV, names.SWEPT_KEYS_ENV):
+            os.environ.pop(name, None)
         tracking = self.tracking
         uri = tracking.uri if tracking is not None and tracking.enabled else None
         summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri, self.planned)
@@ -257,10 +244,7 @@ class RunnerCallback(Callback):
         return failed
 
     def _report(self, client: Any) -> None:
-        """Print the side-by-side comparison and log it (table, markdown, plots) to the parent, once.
-
-        A stop waits until it is whole (MLflow appends to a table logged twice), then closes the parent KILLED.
-        """
+        """Print and log the sweep's comparison to the parent, once; a stop waits (MLflow appends to a table twice)."""
         from runner.report.sweep_report import report_sweep
 
         assert self.parent_run_id is not None

@@ -1,16 +1,8 @@
 """Compare runs side by side, from MLflow alone: `python -m runner.compare`.
 
-With no arguments it compares the latest sweep of the default experiment. The table has
-one row per run (failed runs included, as failed, and compared with nothing); with exactly
-two runs it also prints the per-op diff, when both finished. At the end of every sweep the
-same report is logged to the parent run. `--replay RUN` prints commands that run that run's
-top ATen ops alone (`+workload=aten_op`). `--diff BEFORE AFTER` aligns the two runs' traces
-span by span and logs the diff to the newer run. `--memory BEFORE AFTER` shows which allocation
-sites account for the change in memory peak (runs with `measure.memory_snapshot=true`). They
-refuse a run that did not finish.
-
-The table, the choice of runs and the sweep's report are `runner.report`'s (`table`,
-`selection`, `sweep_report`); this module is the command.
+By default the latest sweep of the default experiment: one row per run (failed runs as failed),
+and for two finished runs the per-op diff. `--replay`, `--diff` and `--memory` refuse a run that did
+not finish. The table, the choice of runs and the sweep's report are `runner.report`'s.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Performance over time: `python -m runner.history`, each configuration's series of a metric and where it stepped.
 
-For every configuration (config hash) in the experiment, or one (`--config HASH`, a prefix will
-do) or a sweep's (`--sweep ID|NAME`), the FINISHED job runs' values of a metric (default
-time/step_median_ms; `--metric` takes any logged metric) in time order, or in commit order
-(`--order commit`: the commits HEAD of this checkout descends from, oldest first; runs of other
-commits are left out, and counted). A step-time run timed in two worker processes or more has a
-95% interval. Change points come from `runner.report.change_points`, each with its size, the
-commits either side and its p-value. Runs flagged timing.stable=false are drawn hollow and left
-out of the change points, unless --include-unstable; the report says which.
-
-The report (history.md, history.json) and a plot per configuration (plots/history_<hash>.png)
-are logged to a run of their own (runner.kind=history) in the experiment, and its link printed.
-`--fail-on-regression PCT` exits 1 when a configuration's newest segment is worse than the one
-before by more than PCT percent (for a time a rise, for a rate or a share of a peak a fall).
+Per configuration (config hash), the FINISHED job runs' values of a metric in time order, or in the
+order of the commits HEAD descends from (`--order commit`; runs of other commits are left out, and
+counted), with change points from `runner.report.change_points`. Runs flagged timing.stable=false
+are drawn hollow and left out of the change points unless --include-unstable. The report and a plot
+per configuration are logged to a run of their own (runner.kind=history).
 
 Exit status: 0; 1 a regression past --fail-on-regression; 2 the store, experiment, configuration,
 sweep or checkout not found, or no run with the metric; 3 --fail-on-regression judged nothing: no
