@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
 from hydra.core.config_store import ConfigStore
@@ -318,20 +318,8 @@ class MonitorConfig:
 
 
 # Keys of the composed config: the groups, and resume (sweeps skip FINISHED configurations).
-TOP_LEVEL_KEYS = (
-    "workload", "backend", "profiler", "schedule", "measure", "tracking", "distributed", "resume",
-    "monitor",
-)  # fmt: skip
-# the schema behind each config group the runner owns
-SCHEMAS: dict[str, type] = {
-    "backend": BackendConfig,
-    "profiler": ProfilerConfig,
-    "schedule": ScheduleConfig,
-    "measure": MeasureConfig,
-    "tracking": TrackingConfig,
-    "distributed": DistributedConfig,
-    "monitor": MonitorConfig,
-}
+TOP_LEVEL_KEYS = ("workload", "backend", "profiler", "schedule", "measure", "tracking", "distributed", "resume",
+                  "monitor")  # fmt: skip
 # option files whose schema extends their group's, registered as `schema_<group>_<option>`
 OPTION_SCHEMAS: dict[tuple[str, str], type] = {("backend", "neuron"): NeuronBackendConfig}
 
@@ -398,6 +386,10 @@ class RunSpec:
     tracking: TrackingConfig
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+
+
+# the schema behind each config group the runner owns: RunSpec's fields but the workload
+SCHEMAS: dict[str, type] = {group: schema for group, schema in get_type_hints(RunSpec).items() if group != "workload"}
 
 
 def locate_target(target: str) -> Any:

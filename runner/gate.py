@@ -96,13 +96,8 @@ def against(args: argparse.Namespace) -> int:
         "rounds": f"{args.rounds} (seed {seed})",
     }
     if args.format == "json":
-        rounds_ms = {
-            "baseline rounds ms": base_ms,
-            "job rounds ms": job_ms,
-            "servers": timed.servers,
-            "turns": timed.turns,
-        }
-        print(json.dumps([{**row, "orders": timed.orders, **rounds_ms}]))
+        print(json.dumps([{**row, "orders": timed.orders, "baseline rounds ms": base_ms, "job rounds ms": job_ms,
+                           "servers": timed.servers, "turns": timed.turns}]))  # fmt: skip
     else:
         print(render([row], args.format))
         firsts = " ".join(order[0][0] for order in timed.orders)
@@ -115,18 +110,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; one line (exit 2) for options of the two modes mixed."""
     parser = argparse.ArgumentParser(prog="python -m runner.gate", description=__doc__.splitlines()[0])
     add_selection_arguments(parser)
-    parser.add_argument("--baseline", help="stored runs: KEY=VALUE (a tag), a sweep parent, or a run id")
-    parser.add_argument("--against", metavar="REV", help="run both sides: the baseline from a worktree of REV")
-    parser.add_argument("--rounds", type=int, help=f"with --against: rounds of one worker a side (default {ROUNDS})")
-    parser.add_argument("--seed", type=int, help="with --against: the seed of the rounds' orders (default: the time)")
-    parser.add_argument(
-        "overrides", nargs="*", help="with --against: the job's overrides, e.g. +workload=rmsnorm_naive"
-    )
-    parser.add_argument(
-        "--fail-above", type=float, required=True, metavar="PCT",
-        help="fail on a job significantly slower than its baseline by more than PCT percent",
-    )  # fmt: skip
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    add = parser.add_argument
+    add("--baseline", help="stored runs: KEY=VALUE (a tag), a sweep parent, or a run id")
+    add("--against", metavar="REV", help="run both sides: the baseline from a worktree of REV")
+    add("--rounds", type=int, help=f"with --against: rounds of one worker a side (default {ROUNDS})")
+    add("--seed", type=int, help="with --against: the seed of the rounds' orders (default: the time)")
+    add("overrides", nargs="*", help="with --against: the job's overrides, e.g. +workload=rmsnorm_naive")
+    add("--fail-above", type=float, required=True, metavar="PCT",
+        help="fail on a job significantly slower than its baseline by more than PCT percent")  # fmt: skip
+    add("--format", choices=FORMATS, default="table", help="output format (default: table)")
     args = parser.parse_intermixed_args(argv)
     if args.fail_above < 0:
         parser.error(f"--fail-above {args.fail_above}: give a percentage >= 0")

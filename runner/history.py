@@ -49,29 +49,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--config", metavar="HASH", help="one configuration: its runner.config_hash, or a prefix")
     which.add_argument("--sweep", metavar="RUN", help="the configurations of a sweep's jobs (parent run id or name)")
-    parser.add_argument(
-        "--metric", default=names.STEP_MEDIAN_MS, help=f"metric to follow (default: {names.STEP_MEDIAN_MS})"
-    )
-    parser.add_argument(
-        "--order", choices=ORDERS, default="time", help="runs by start time, or by commit (default: time)"
-    )
-    parser.add_argument(
-        "--repo",
-        type=Path,
-        default=CONF_DIR.parent,
-        help="with --order commit: the checkout whose history orders the commits (default: this project's)",
-    )
-    parser.add_argument(
-        "--include-unstable", action="store_true", help="find change points on runs flagged timing.stable=false too"
-    )
-    parser.add_argument(
-        "--fail-on-regression",
-        type=float,
-        metavar="PCT",
-        help="exit 1 when a configuration's newest segment is worse than the one before by more than PCT percent",
-    )
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
-    parser.add_argument("--out", type=Path, help="also write history.md, history.json and the plots into this folder")
+    add = parser.add_argument
+    add("--metric", default=names.STEP_MEDIAN_MS, help=f"metric to follow (default: {names.STEP_MEDIAN_MS})")
+    add("--order", choices=ORDERS, default="time", help="runs by start time, or by commit (default: time)")
+    add("--repo", type=Path, default=CONF_DIR.parent, help="with --order commit: the checkout whose history orders "
+        "the commits (default: this project's)")  # fmt: skip
+    add("--include-unstable", action="store_true", help="find change points on runs flagged timing.stable=false too")
+    add("--fail-on-regression", type=float, metavar="PCT", help="exit 1 when a configuration's newest segment is "
+        "worse than the one before by more than PCT percent")  # fmt: skip
+    add("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    add("--out", type=Path, help="also write history.md, history.json and the plots into this folder")
     args = parser.parse_args(argv)
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         parser.error(f"--fail-on-regression {args.fail_on_regression:g}: give a percentage >= 0")

@@ -42,10 +42,12 @@ COMPILE_NEFFS_NEW = "compile/neffs_new"
 THROUGHPUT_STEPS_PER_S = "throughput/steps_per_s"
 THROUGHPUT_BLOCK_MS = "throughput/block_ms"
 THROUGHPUT_INFLIGHT = "throughput/inflight"
-# measure.compile_cache: the job's compile-cache lookups, and what they count (torch's or the NEFF cache's)
+# measure.compile_cache: the lookups, what they count (torch's or the NEFF cache's), cold or warm, the folder
 COMPILE_CACHE_HITS = "compile/cache_hits"
 COMPILE_CACHE_MISSES = "compile/cache_misses"
 TAG_COMPILE_CACHE_COUNTED = "compile.cache_counted"
+TAG_COMPILE_CACHE = "compile.cache"
+TAG_COMPILE_CACHE_DIR = "compile.cache_dir"
 
 # --- metrics: the op table ---
 CPU_SELF_TOTAL_MS = "cpu/self_total_ms"
@@ -138,18 +140,12 @@ TAG_SWEPT_KEYS = "runner.swept_keys"
 # MLflow UI links: the sweep's runs table (filtered, key columns first), and their comparison
 TAG_UI_RUNS_TABLE = "runner.ui.runs_table"
 TAG_UI_COMPARE = "runner.ui.compare"
-
-# --- tags: each job of a sweep, from the sweep's comparison: its speedup and the run it is against ---
+# on each job of a sweep, from the sweep's comparison: its speedup and the run it is against
 TAG_COMPARE_SPEEDUP = "compare.speedup"
 TAG_COMPARE_BASELINE = "compare.baseline"
 
-# --- params beside the composed config ---
-# the workload's option name: MLflow's parallel coordinates cut values to 10 characters ("workloads.")
+# a param: the workload's option name (MLflow's parallel coordinates cut values to 10 characters)
 PARAM_WORKLOAD_OPTION = "workload._option_"
-
-# measure.compile_cache: cold or warm, and the cache's folder
-TAG_COMPILE_CACHE = "compile.cache"
-TAG_COMPILE_CACHE_DIR = "compile.cache_dir"
 
 # --- tags: accuracy and roofline ---
 # measure.layer_accuracy: the first submodule over tolerance ("none" when every layer passes)
@@ -195,7 +191,6 @@ SYSTEM_NEURON_DEVICE_CATEGORY_BYTES = "system/neuron/memory/device_{category}_by
 SYSTEM_NEURON_LATENCY_MS = "system/neuron/latency/{kind}_{percentile}_ms"
 SYSTEM_NEURON_ERRORS = "system/neuron/errors/{kind}"
 SYSTEM_NEURON_EXECUTIONS = "system/neuron/executions/{outcome}"
-# NVML, for the job's GPU
 SYSTEM_GPU_UTILIZATION_PCT = "system/gpu/utilization_pct"
 SYSTEM_GPU_MEMORY_USED_BYTES = "system/gpu/memory_used_bytes"
 SYSTEM_GPU_POWER_W = "system/gpu/power_w"
@@ -238,8 +233,7 @@ PLOTS_FOLDER = "plots"
 RANK_STEPS_PLOT_FILE = "rank_steps.png"
 # capture files over tracking.max_artifact_mb that stayed local, with their paths and sizes
 KEPT_LOCAL_FILE = "artifacts_kept_local.json"
-
-# --- artifacts of a sweep's parent run (plots under plots/) ---
+# a sweep's parent run's (plots under plots/)
 COMPARISON_FILE = "comparison.json"
 COMPARISON_TEXT_FILE = "comparison.md"
 CROSSOVERS_FILE = "crossovers.md"
@@ -265,8 +259,7 @@ TAG_HISTORY_METRIC = "history.metric"
 HISTORY_TEXT_FILE = "history.md"
 HISTORY_FILE = "history.json"
 HISTORY_PLOT_FILE = "history_{config_hash}.png"
-
-# --- the doctor's report (files and its run's artifacts) ---
+# the doctor's report (files and its run's artifacts)
 DOCTOR_PAGE_FILE = "doctor.md"
 DOCTOR_FILE = "doctor.json"
 
