@@ -25,8 +25,6 @@ from runner.tracking.store import StoreFull
 
 register_schemas()
 redact_process_output()
-# what Hydra's sweeper writes into the sweep folder
-MULTIRUN_FILE = "multirun.yaml"
 
 
 def job_info() -> JobInfo:
@@ -36,7 +34,7 @@ def job_info() -> JobInfo:
     overrides = [redact(o) for o in hydra_cfg.overrides.task]
     output_dir = Path(hydra_cfg.runtime.output_dir)
     hydra_dir = output_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
-    for written in [*(hydra_dir.glob("*.yaml") if hydra_dir else []), output_dir.parent / MULTIRUN_FILE]:
+    for written in [*(hydra_dir.glob("*.yaml") if hydra_dir else []), output_dir.parent / "multirun.yaml"]:  # a sweep's
         redact_file(written)
     # a sweep's folder is relative to where it started (runtime.cwd), as its jobs' folders are
     swept = hydra_cfg.mode == RunMode.MULTIRUN

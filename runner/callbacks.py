@@ -49,8 +49,7 @@ class JobFailure(CompactHydraException):
 def check_writable_dir(key: str, path: str) -> None:
     """Exit with a one-line error naming the key when `path` cannot be created or written (a full disk too).
 
-    A folder created for the check is removed again. Hydra turns exceptions raised in callbacks
-    into warnings and goes on to fail with a traceback, so this exits directly.
+    Hydra turns exceptions raised in callbacks into warnings and fails later with a traceback, so this exits.
     """
     target = Path(path)
     created = missing_folders(target)
@@ -91,8 +90,7 @@ def _tracking(config: DictConfig) -> TrackingConfig:
 def check_store(tracking: TrackingConfig, create: bool) -> None:
     """Exit with one line naming tracking.uri when no job could log to the store, before torch loads.
 
-    `create` also creates and migrates the store, as a sweep does once so that its parallel jobs do
-    not race on it. Hydra would turn an exception into a warning and start every job, so this exits.
+    `create` also creates and migrates the store, as a sweep does once so that its parallel jobs do not race.
     """
     if not tracking.enabled:
         return
@@ -127,10 +125,7 @@ class RunnerCallback(Callback):
         check_store(_tracking(config), create=False)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """A single job refused or failed: one line on stderr and exit 1, where Hydra would print four.
-
-        A refused job's folder goes too when this run created it and no other live job claimed it.
-        """
+        """A single job refused or failed: one line on stderr and exit 1; a refused job's new, unclaimed folder goes."""
         job_return: JobReturn = kwargs["job_return"]
         # job_return.return_value would print Hydra's "Error executing job" line, then raise
         error = job_return._return_value if job_return.status is HydraJobStatus.FAILED else None
@@ -143,10 +138,7 @@ class RunnerCallback(Callback):
         sys.exit(f"error: {error}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Check the sweep directory; create the store, experiment and parent run once; time the rounds.
-
-        The jobs' steady state is timed in interleaved rounds (`runner.sweep.rounds`) before any job touches the device.
-        """
+        """Check the sweep directory; create the store, experiment and parent run once; time the jobs' rounds."""
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)
@@ -177,19 +169,17 @@ class RunnerCallback(Callback):
         experiment_id = ensure_experiment(tracking)
         client = MlflowClient(tracking.uri)
         close_orphans(client, client.search_runs([experiment_id], f"tags.`{names.TAG_SWEEP}` = 'true'"))
-        overrides = redact(" ".join(config.hydra.overrides.task))
         tags = {
             names.TAG_SWEEP: "true",
             names.TAG_KIND: names.KIND_SWEEP,
-            names.TAG_OVERRIDES: overrides,
+            names.TAG_OVERRIDES: redact(" ".join(config.hydra.overrides.task)),
             names.TAG_SWEEP_DIR: str(Path(config.hydra.sweep.dir).resolve()),  # as absolute as its jobs' folders
             names.TAG_HOST: platform.node(),
             names.TAG_PID: str(os.getpid()),
             names.TAG_SWEPT_KEYS: os.environ[names.SWEPT_KEYS_ENV],
         }
         shown = [redact(o) for o in config.hydra.overrides.task if not o.lstrip("+").startswith(names.OUTPUT_OVERRIDES)]
-        name = " ".join(["sweep", *shown])
-        run = mlflow_write(lambda: client.create_run(experiment_id, run_name=name, tags=tags))
+        run = mlflow_write(lambda: client.create_run(experiment_id, run_name=" ".join(["sweep", *shown]), tags=tags))
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
         log.info("sweep parent run %s in experiment '%s'", self.parent_run_id, tracking.experiment)

@@ -1,7 +1,4 @@
-"""Compose the runner's config from Python, as `python -m runner <overrides>` would, without launching a job.
-
-Also `--help`, which needs one composition, not the ninety Hydra's own help makes.
-"""
+"""Compose the runner's config as `python -m runner` would, without a job; `--help` composes once, not ninety times."""
 
 from __future__ import annotations
 

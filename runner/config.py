@@ -343,8 +343,7 @@ class WorkloadKeys:
     lr: float = 1e-3
 
 
-# Every workload node starts from these, so each accepts them without a `+`; `inputs` has no
-# default there: only a module that cannot build its own example inputs declares it (custom).
+# Every workload node starts from these, so each accepts them without a `+`; `inputs` only where declared (custom)
 WORKLOAD_DEFAULTS: dict[str, Any] = {key: value for key, value in asdict(WorkloadKeys()).items() if value is not None}
 
 
@@ -364,7 +363,6 @@ class JobInfo:
     run_name: str
     # the selected workload option, e.g. rmsnorm_naive
     workload_name: str
-    # the job's command-line overrides
     overrides: list[str]
     # the job's output directory (traces and captures go under it)
     output_dir: Path
@@ -406,11 +404,10 @@ def _check_kwargs(target: str, kwargs: dict[str, Any]) -> None:
     params = inspect.signature(locate_target(target)).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
-    accepted = [name for name in params if name != "self"]
     for key in kwargs:
         if key not in params:
-            allowed = ", ".join([*accepted, *(runner_key.name for runner_key in fields(WorkloadKeys))])
-            raise ConfigError(f"workload.{key} is not a parameter of {target}; allowed: {allowed}")
+            allowed = [*(name for name in params if name != "self"), *(f.name for f in fields(WorkloadKeys))]
+            raise ConfigError(f"workload.{key} is not a parameter of {target}; allowed: {', '.join(allowed)}")
 
 
 def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
@@ -497,10 +494,9 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
 
 
 def device_dtype(backend: str) -> str:
-    """The dtype a study computes in on `backend.name`: bfloat16 on Neuron, float32 elsewhere.
+    """The dtype a study computes in: bfloat16 on Neuron (its Tensor Engine's peak is not FP32's), float32 elsewhere.
 
-    A choice: the NeuronCore's Tensor Engine quotes its peak for BF16/FP16/TF32, not FP32. `auto`
-    counts as Neuron where torch_neuronx is installed (auto tries Neuron first), found without importing it.
+    `auto` counts as Neuron where torch_neuronx is installed (auto tries Neuron first), found without importing it.
     """
     if backend == "auto":
         backend = "neuron" if importlib.util.find_spec("torch_neuronx") else "cpu"
@@ -508,10 +504,7 @@ def device_dtype(backend: str) -> str:
 
 
 def register_schemas() -> None:
-    """Register the group schemas as top-level configs (`schema_<group>`), not group options, and the resolvers.
-
-    Option files extend them (`- /schema_backend@_here_`), so option lists and `--help` show real options only.
-    """
+    """Register the group schemas as top-level configs (`schema_<group>`), so options list real ones; the resolvers."""
     # the process id that names a job's default folder; cached, so a sweep's jobs share their parent's
     OmegaConf.register_new_resolver("runner.pid", os.getpid, use_cache=True, replace=True)
     # ${runner.device_dtype:${backend.name}}: a study's dtype for the device it runs on

@@ -1,7 +1,4 @@
-"""One job's steps, in data-flow order: backend, workload, measurement, result, tracking.
-
-No Hydra in here; the job's life (status file, MLflow run, errors) belongs to `runner.job`.
-"""
+"""One job's steps in data-flow order (backend, workload, measurement, result, tracking); no Hydra: see `runner.job`."""
 
 from __future__ import annotations
 

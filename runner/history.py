@@ -36,8 +36,6 @@ from runner.tracking.links import run_page, ui_for
 from runner.tracking.worktree import NoCheckout, commits_oldest_first
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, NOT_JUDGED_EXIT = 1, 2, 3
-ORDERS = ("time", "commit")
-FORMATS = ("table", "markdown", "json")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,13 +49,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     which.add_argument("--sweep", metavar="RUN", help="the configurations of a sweep's jobs (parent run id or name)")
     add = parser.add_argument
     add("--metric", default=names.STEP_MEDIAN_MS, help=f"metric to follow (default: {names.STEP_MEDIAN_MS})")
-    add("--order", choices=ORDERS, default="time", help="runs by start time, or by commit (default: time)")
+    add("--order", choices=("time", "commit"), default="time", help="runs by start time, or by commit (default: time)")
     add("--repo", type=Path, default=CONF_DIR.parent, help="with --order commit: the checkout whose history orders "
         "the commits (default: this project's)")  # fmt: skip
     add("--include-unstable", action="store_true", help="find change points on runs flagged timing.stable=false too")
     add("--fail-on-regression", type=float, metavar="PCT", help="exit 1 when a configuration's newest segment is "
         "worse than the one before by more than PCT percent")  # fmt: skip
-    add("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    add("--format", choices=("table", "markdown", "json"), default="table", help="output format (default: table)")
     add("--out", type=Path, help="also write history.md, history.json and the plots into this folder")
     args = parser.parse_args(argv)
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
