@@ -414,8 +414,7 @@ def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
     if node is None:
         options = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))
         raise ConfigError(f"no workload selected: add +workload=<name>; available: {', '.join(options)}")
-    missing = sorted(OmegaConf.missing_keys(node))
-    if missing:
+    if missing := sorted(OmegaConf.missing_keys(node)):
         raise ConfigError(f"{missing[0]} is required by this workload config; set it on the command line")
     raw = OmegaConf.to_container(node, resolve=True)
     assert isinstance(raw, dict)

@@ -1,14 +1,11 @@
 """A regression gate for CI: `python -m runner.gate --baseline REF --fail-above PCT`, or `--against REV`.
 
-`--against REV` measures both sides itself, round by round: the baseline from a git worktree of REV,
-the candidate from this tree (`runner.execute.against`). Exit status: 0 passed, 1 a regression, 2 no
-such commit (or no git checkout), 3 a side failed.
-
-`--baseline` pairs each stored job with the FINISHED baseline run of its config hash. A job fails only
-when slower by more than PCT percent with significance, its p-values Holm-corrected across the jobs so
-a sweep of twenty does not raise false alarms twenty times as often (verdicts: docs/gate.md).
-Exit status: 0 passed; 1 a regression; 2 the baseline or the runs could not be found; 3 a
-compared job did not finish or no job could be tested, said in one line on stderr. A regression outranks 3.
+`--against REV` measures both sides itself, round by round, the baseline from a git worktree of REV. Exit
+status: 0 passed, 1 a regression, 2 no such commit (or no git checkout), 3 a side failed.
+`--baseline` pairs each stored job with the FINISHED baseline run of its config hash; p-values are
+Holm-corrected across the jobs, so a sweep of twenty does not raise false alarms twenty times as often.
+Exit status: 0 passed; 1 a regression; 2 the baseline or the runs not found; 3 a job did not finish or
+none could be tested. A regression outranks 3. The verdicts: docs/gate.md.
 """
 
 from __future__ import annotations
