@@ -169,8 +169,7 @@ def not_judged(found: list[Series], percent: float | None) -> str | None:
 def notes(found: list[Series], outside: int, args: argparse.Namespace) -> list[str]:
     """What was left out of the series and of the change points, and how the change points were found."""
     lines = [f"change points: PELT (ruptures) on the log values, each kept at Welch p <= {MAX_P:g}"]
-    unstable = sum(len(series.left_out.get("timing unstable", [])) for series in found)
-    if unstable:
+    if unstable := sum(len(series.left_out.get("timing unstable", [])) for series in found):
         lines.append(f"left out of the change points: {unstable} run(s) flagged timing.stable=false (drawn hollow; "
                      "--include-unstable takes them in)")  # fmt: skip
     elif args.include_unstable:
