@@ -25,22 +25,16 @@ from runner.tracking.store import StoreFull
 
 register_schemas()
 redact_process_output()
-# what Hydra's sweeper writes into the sweep folder
-MULTIRUN_FILE = "multirun.yaml"
 
 
 def job_info() -> JobInfo:
-    """Describe this job from Hydra's runtime config, with any credential in it masked.
-
-    Hydra has already written the composed config into the job's folder (and a sweep's
-    multirun.yaml beside it): those files are masked in place here, before anything else.
-    """
+    """Describe this job from Hydra's runtime config, credentials masked, also in the files Hydra already wrote."""
     hydra_cfg = HydraConfig.get()
     workload = hydra_cfg.runtime.choices.get("workload") or "custom"
     overrides = [redact(o) for o in hydra_cfg.overrides.task]
     output_dir = Path(hydra_cfg.runtime.output_dir)
     hydra_dir = output_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
-    for written in [*(hydra_dir.glob("*.yaml") if hydra_dir else []), output_dir.parent / MULTIRUN_FILE]:
+    for written in [*(hydra_dir.glob("*.yaml") if hydra_dir else []), output_dir.parent / "multirun.yaml"]:  # a sweep's
         redact_file(written)
     # a sweep's folder is relative to where it started (runtime.cwd), as its jobs' folders are
     swept = hydra_cfg.mode == RunMode.MULTIRUN
@@ -50,11 +44,7 @@ def job_info() -> JobInfo:
 
 
 def run(cfg: DictConfig) -> float:
-    """Run one job; return its steady-state median step time, the metric a sweeper minimises.
-
-    A job of a sweep that fails is recorded and the sweep goes on (NaN here); a single
-    job's bad input ends as one line on stderr.
-    """
+    """Run one job; return its steady-state median step time, the metric a sweeper minimises (NaN if it failed)."""
     from runner.execute.slurm_ranks import follow, slurm_task  # torch loads only past --help
 
     task = slurm_task()
@@ -96,11 +86,7 @@ main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="co
 
 
 def cli() -> None:
-    """`main`, with what Hydra refuses while composing printed as one line, not its report.
-
-    HYDRA_FULL_ERROR=1 is Hydra's switch for raising errors instead of printing them; any
-    error that is not bad input keeps its whole traceback, and a user who set it gets Hydra's.
-    """
+    """`main`, with what Hydra refuses while composing printed as one line (HYDRA_FULL_ERROR=1: Hydra's report)."""
     record_user_environment()  # before anything imports torch, which may load torch-neuronx
     skip_final_collections()
     wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"

@@ -1,8 +1,6 @@
-"""Hydra callbacks: checks before any job starts, and the sweep's parent MLflow run.
+"""Hydra callbacks (conf/config.yaml's `hydra.callbacks`): checks before any job starts, the sweep's parent run.
 
-Listed in `conf/config.yaml` under `hydra.callbacks`, so they run for every launch. A single
-job's bad input and failure end here as one line on stderr (`RunnerCallback.on_run_end`);
-`python -m runner` prints what Hydra refuses while composing as one line too.
+A single job's bad input and failure end here as one line on stderr (`RunnerCallback.on_run_end`).
 """
 
 from __future__ import annotations
@@ -49,12 +47,9 @@ class JobFailure(CompactHydraException):
 
 
 def check_writable_dir(key: str, path: str) -> None:
-    """Exit with a one-line error naming the key when `path` cannot be created or written.
+    """Exit with a one-line error naming the key when `path` cannot be created or written (a full disk too).
 
-    A file is written there, so a full or read-only disk is refused too, and a folder created
-    for the check is removed again (Hydra creates it for the job). Hydra turns exceptions
-    raised in callbacks into warnings and goes on to fail with a traceback, so this exits
-    directly; nothing has started yet, so nothing is left behind.
+    Hydra turns exceptions raised in callbacks into warnings and fails later with a traceback, so this exits.
     """
     target = Path(path)
     created = missing_folders(target)
@@ -87,19 +82,15 @@ def remove_empty(folders: list[Path]) -> None:
 def _tracking(config: DictConfig) -> TrackingConfig:
     """The sweep's tracking settings; bad ones stop the sweep with one line before any job starts."""
     try:
-        tracking: TrackingConfig = OmegaConf.to_object(config.tracking)  # type: ignore[assignment]
+        return OmegaConf.to_object(config.tracking)  # type: ignore[return-value]
     except ConfigError as err:
         sys.exit(f"error: {err}")
-    return tracking
 
 
 def check_store(tracking: TrackingConfig, create: bool) -> None:
-    """Exit with one line naming tracking.uri when no job could log to the store.
+    """Exit with one line naming tracking.uri when no job could log to the store, before torch loads.
 
-    The checks a job makes when it opens its run (runner.tracking.store), made before any job starts
-    and torch loads; `create` also creates and migrates the store, as a sweep does once so
-    that its parallel jobs do not race on it. Hydra would turn the error into a warning and
-    start every job, so this exits directly.
+    `create` also creates and migrates the store, as a sweep does once so that its parallel jobs do not race.
     """
     if not tracking.enabled:
         return
@@ -112,9 +103,8 @@ def check_store(tracking: TrackingConfig, create: bool) -> None:
 class RunnerCallback(Callback):
     """Checks output directories up front; opens and closes a sweep's parent run.
 
-    A sweep stopped by SIGINT or SIGTERM still gets its summary, its comparison and a closed
-    (KILLED) parent: the stop unwinds the process, and an exit hook closes what is still open,
-    also when the stop came while the sweep's end was closing it.
+    A sweep stopped by SIGINT or SIGTERM still gets its summary, its comparison and a KILLED parent:
+    an exit hook closes what is still open, also when the stop came while the sweep's end was closing it.
     """
 
     def __init__(self) -> None:
@@ -135,11 +125,7 @@ class RunnerCallback(Callback):
         check_store(_tracking(config), create=False)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """A single job refused or failed: one line on stderr and exit 1, where Hydra would print four.
-
-        A refused job's folder goes too when this run created it and no other live job has
-        claimed it (its `job_owner.json` is then still there).
-        """
+        """A single job refused or failed: one line on stderr and exit 1; a refused job's new, unclaimed folder goes."""
         job_return: JobReturn = kwargs["job_return"]
         # job_return.return_value would print Hydra's "Error executing job" line, then raise
         error = job_return._return_value if job_return.status is HydraJobStatus.FAILED else None
@@ -152,13 +138,7 @@ class RunnerCallback(Callback):
         sys.exit(f"error: {error}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Check the sweep directory; create the store, experiment and parent run once; time the rounds.
-
-        Creating the store here, before any job starts, keeps parallel jobs from racing
-        on the first schema migration of a SQLite store. Parent runs of earlier sweeps on
-        this host whose process is gone are closed on the way. Then the jobs' steady state
-        is timed in interleaved rounds (`runner.sweep.rounds`), before any job touches the device.
-        """
+        """Check the sweep directory; create the store, experiment and parent run once; time the jobs' rounds."""
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)
@@ -189,19 +169,17 @@ class RunnerCallback(Callback):
         experiment_id = ensure_experiment(tracking)
         client = MlflowClient(tracking.uri)
         close_orphans(client, client.search_runs([experiment_id], f"tags.`{names.TAG_SWEEP}` = 'true'"))
-        overrides = redact(" ".join(config.hydra.overrides.task))
         tags = {
             names.TAG_SWEEP: "true",
             names.TAG_KIND: names.KIND_SWEEP,
-            names.TAG_OVERRIDES: overrides,
+            names.TAG_OVERRIDES: redact(" ".join(config.hydra.overrides.task)),
             names.TAG_SWEEP_DIR: str(Path(config.hydra.sweep.dir).resolve()),  # as absolute as its jobs' folders
             names.TAG_HOST: platform.node(),
             names.TAG_PID: str(os.getpid()),
             names.TAG_SWEPT_KEYS: os.environ[names.SWEPT_KEYS_ENV],
         }
         shown = [redact(o) for o in config.hydra.overrides.task if not o.lstrip("+").startswith(names.OUTPUT_OVERRIDES)]
-        name = " ".join(["sweep", *shown])
-        run = mlflow_write(lambda: client.create_run(experiment_id, run_name=name, tags=tags))
+        run = mlflow_write(lambda: client.create_run(experiment_id, run_name=" ".join(["sweep", *shown]), tags=tags))
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
         log.info("sweep parent run %s in experiment '%s'", self.parent_run_id, tracking.experiment)
@@ -219,9 +197,8 @@ class RunnerCallback(Callback):
 
     def _close(self, stopped: bool) -> bool:
         """Summarise the jobs, report and close the parent; True when the sweep failed."""
-        os.environ.pop(PARENT_RUN_ENV, None)
-        os.environ.pop(SWEEP_ID_ENV, None)
-        os.environ.pop(names.SWEPT_KEYS_ENV, None)
+        for name in (PARENT_RUN_ENV, SWEEP_ID_ENV, names.SWEPT_KEYS_ENV):
+            os.environ.pop(name, None)
         tracking = self.tracking
         uri = tracking.uri if tracking is not None and tracking.enabled else None
         summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri, self.planned)
@@ -257,10 +234,7 @@ class RunnerCallback(Callback):
         return failed
 
     def _report(self, client: Any) -> None:
-        """Print the side-by-side comparison and log it (table, markdown, plots) to the parent, once.
-
-        A stop waits until it is whole (MLflow appends to a table logged twice), then closes the parent KILLED.
-        """
+        """Print and log the sweep's comparison to the parent, once; a stop waits (MLflow appends to a table twice)."""
         from runner.report.sweep_report import report_sweep
 
         assert self.parent_run_id is not None

@@ -1,16 +1,8 @@
 """Compare runs side by side, from MLflow alone: `python -m runner.compare`.
 
-With no arguments it compares the latest sweep of the default experiment. The table has
-one row per run (failed runs included, as failed, and compared with nothing); with exactly
-two runs it also prints the per-op diff, when both finished. At the end of every sweep the
-same report is logged to the parent run. `--replay RUN` prints commands that run that run's
-top ATen ops alone (`+workload=aten_op`). `--diff BEFORE AFTER` aligns the two runs' traces
-span by span and logs the diff to the newer run. `--memory BEFORE AFTER` shows which allocation
-sites account for the change in memory peak (runs with `measure.memory_snapshot=true`). They
-refuse a run that did not finish.
-
-The table, the choice of runs and the sweep's report are `runner.report`'s (`table`,
-`selection`, `sweep_report`); this module is the command.
+By default the latest sweep of the default experiment: one row per run (failed runs as failed),
+and for two finished runs the per-op diff. `--replay`, `--diff` and `--memory` refuse a run that did
+not finish. The table, the choice of runs and the sweep's report are `runner.report`'s.
 """
 
 from __future__ import annotations
@@ -46,21 +38,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m runner.compare", description=__doc__.splitlines()[0])
     add_selection_arguments(parser)
-    parser.add_argument("--baseline", help="run id or workload name for speedups (default: the first run)")
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
-    parser.add_argument("--plots", metavar="DIR", help="also write the PNG plots into DIR")
-    parser.add_argument("--replay", metavar="RUN", help="print commands that run this run's top ATen ops alone")
-    parser.add_argument("--top", type=int, default=3, help="how many ops --replay covers (default: 3)")
-    parser.add_argument(
-        "--diff", nargs=2, metavar=("BEFORE", "AFTER"), help="align two runs' traces and show what changed, where"
-    )
-    parser.add_argument(
-        "--memory",
-        nargs=2,
-        metavar=("BEFORE", "AFTER"),
-        help="which allocation sites account for the change in memory peak (runs with measure.memory_snapshot=true)",
-    )
-    parser.add_argument("--depth", type=int, default=3, help="levels below the step --diff prints (default: 3)")
+    add = parser.add_argument
+    add("--baseline", help="run id or workload name for speedups (default: the first run)")
+    add("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    add("--plots", metavar="DIR", help="also write the PNG plots into DIR")
+    add("--replay", metavar="RUN", help="print commands that run this run's top ATen ops alone")
+    add("--top", type=int, default=3, help="how many ops --replay covers (default: 3)")
+    add("--diff", nargs=2, metavar=("BEFORE", "AFTER"), help="align two runs' traces and show what changed, where")
+    add("--memory", nargs=2, metavar=("BEFORE", "AFTER"), help="which allocation sites account for the change in "
+        "memory peak (runs with measure.memory_snapshot=true)")  # fmt: skip
+    add("--depth", type=int, default=3, help="levels below the step --diff prints (default: 3)")
     args = parser.parse_args(argv)
     if args.top < 1:
         parser.error(f"--top must be >= 1, got {args.top}")
@@ -78,10 +65,8 @@ def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) 
     replays, clock = top_replays(client, run, top)
     if not replays:
         raise SystemExit(f"error: --replay {run.info.run_id}: the run has no ATen ops in its op table")
-    if output_format == "json":
-        print(json.dumps([asdict(r) for r in replays], indent=2))
-    else:
-        print(render_replays(run, replays, clock))
+    as_json = output_format == "json"
+    print(json.dumps([asdict(r) for r in replays], indent=2) if as_json else render_replays(run, replays, clock))
     return 0
 
 
@@ -122,10 +107,7 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
         for name, text in documents.items():
             (Path(scratch) / name).write_text(text)
         client.log_artifacts(newer, scratch, folder)
-    if output_format == "json":
-        print(documents[names.DIFF_FILE])
-    else:
-        print(f"{legend}\n\n{tree}")
+    print(documents[names.DIFF_FILE] if output_format == "json" else f"{legend}\n\n{tree}")
     print(
         f"\nlogged to run {newer}: {folder}/diff.md, diff.json and perfetto.json "
         "(open perfetto.json at https://ui.perfetto.dev)",

@@ -1,8 +1,4 @@
-"""Compose the runner's config from Python, as `python -m runner <overrides>` would.
-
-For notebooks, benchmarks and tests that want a job's config without launching a job, and
-for `--help`, which needs one composition, not the ninety Hydra's own help makes.
-"""
+"""Compose the runner's config as `python -m runner` would, without a job; `--help` composes once, not ninety times."""
 
 from __future__ import annotations
 
@@ -33,11 +29,7 @@ def config_groups() -> str:
 
 
 def help_text(*overrides: str) -> str:
-    """`python -m runner --help`: the help template of conf/config.yaml with the groups and the composed config.
-
-    Hydra's help builds a fresh copy of its config repository for every group and option it
-    lists, which made `--help` take over a second; this composes once.
-    """
+    """`python -m runner --help`: conf/config.yaml's help template with the groups and the composed config."""
     cfg = compose_config(*overrides, with_hydra=True)
     template = string.Template(cfg.hydra.help.template)
     with open_dict(cfg):
@@ -46,11 +38,7 @@ def help_text(*overrides: str) -> str:
 
 
 def refusal(err: CompactHydraException) -> str:
-    """What Hydra refused (an unknown key or option, a value of the wrong type), as one line.
-
-    Keys and options get the runner's "did you mean" hint, as a key added with `+` does;
-    Hydra's own advice to add a misspelled key with `+` is left out.
-    """
+    """What Hydra refused, as one line; keys and options get the runner's "did you mean", not Hydra's `+` advice."""
     cause = err.__cause__
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
         group, _, option = err.missing_cfg_file.rpartition("/")

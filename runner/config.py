@@ -1,9 +1,8 @@
 """Typed schemas for the runner-owned config groups, and validation that names the key.
 
-The schemas are registered in Hydra's ConfigStore as `schema_<group>`; each option file in
-`conf/<group>/` lists its schema first, so unknown keys and wrong types fail at composition.
-Cross-field rules live in `__post_init__` and run when `load_run_spec` builds the objects.
-This module must stay free of torch and mlflow imports: `python -m runner --help` loads it.
+Each option file in `conf/<group>/` extends its `schema_<group>`, so unknown keys and wrong types
+fail at composition; cross-field rules live in `__post_init__`. No torch or mlflow imports here:
+`python -m runner --help` loads this module.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
 from hydra.core.config_store import ConfigStore
@@ -31,16 +30,12 @@ BACKENDS = ("auto", "cpu", "cuda", "neuron")
 NEURON_MODES = ("DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 MODES = ("forward", "train_step")
-# measure.mode: synchronized steps only, or also blocks of measure.inflight steps between synchronizes
 MEASURE_MODES = ("latency", "throughput")
-# measure.compile_cache: the state the job's compile caches start in
 CACHE_STATES = ("cold", "warm")
 WORKER_STARTS = ("auto", "spawn")
 OPTIMIZERS = ("sgd", "adamw")
-# backend.cpu_placement: where a CPU job's steady-state workers and copies run (runner.backends.cpu)
 CPU_PLACEMENTS = ("one_core", "slot_cores", "unpinned")
-# Tracking URI schemes MLflow 3 accepts (a database dialect may follow '+': postgresql+psycopg2);
-# it refuses the old ./mlruns file store.
+# Tracking URI schemes MLflow 3 accepts (a dialect may follow '+'); it refuses the old ./mlruns file store
 TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 # the longest any duration key (`*_s`) takes, in seconds
 DAY_S = 86400
@@ -51,8 +46,8 @@ def _allowed(key: str, value: object, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
-def _at_least(key: str, value: float, minimum: float) -> None:
-    if value < minimum:
+def _at_least(key: str, value: float | None, minimum: float) -> None:
+    if value is not None and value < minimum:
         raise ConfigError(f"{key} must be >= {minimum}, got {value}")
 
 
@@ -82,17 +77,13 @@ class BackendConfig:
     name: str = "auto"
     # hourly price of the device, for cost per million steps in comparisons; no prices are built in
     price_per_hour: float | None = None
-    # on the CPU, where each steady-state worker and copy runs: one_core pins it to one core of
-    # its share, with one torch thread; slot_cores to all its share's cores, a thread per core;
-    # unpinned leaves it where the OS schedules it, with its share's threads
-    # (benchmarks/cpu_placement.py measures them)
+    # a CPU worker's cores: one_core (one thread), slot_cores (its share's), unpinned (benchmarks/cpu_placement.py)
     cpu_placement: str = "one_core"
 
     def __post_init__(self) -> None:
         _allowed("backend.name", self.name, BACKENDS)
         _allowed("backend.cpu_placement", self.cpu_placement, CPU_PLACEMENTS)
-        if self.price_per_hour is not None:
-            _at_least("backend.price_per_hour", self.price_per_hour, 0)
+        _at_least("backend.price_per_hour", self.price_per_hour, 0)
 
     def unpinned(self) -> BackendConfig:
         """The config without a pin to particular cores, for processes a slot's environment pins."""
@@ -104,15 +95,13 @@ class NeuronBackendConfig(BackendConfig):
     """backend=neuron: the NeuronCores, the NEFF cache, the explorer and the runtime's asynchronous mode."""
 
     name: str = "neuron"
-    # NeuronCores this job owns, one contiguous range, e.g. "0" or "2-3"; null: the cores a launcher
-    # gave the job, else every visible core (the runtime reserves them all)
+    # NeuronCores this job owns, e.g. "0" or "2-3"; null: the launcher's, else every visible core
     cores: str | None = None
     # NEFF cache that NeuronConfig copies into the capture; null: $TORCH_NEURONX_NEFF_CACHE_DIR or /tmp/neff_cache
     neff_cache_dir: str | None = None
     # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
     explorer_timeout_s: int = 1800
-    # TORCH_NEURONX_ENABLE_ASYNC_NRT before the runtime starts; null leaves it to the environment,
-    # else to torch-neuronx (documented default 0, the shipped package sets 1): the manifest says which
+    # TORCH_NEURONX_ENABLE_ASYNC_NRT; null: the environment's, else torch-neuronx's (the manifest says which)
     async_runtime: bool | None = None
 
     def __post_init__(self) -> None:
@@ -157,8 +146,7 @@ class ProfilerConfig:
     profile_memory: bool = True
     # record Python stacks (slow: symbolising frames costs seconds per step)
     with_stack: bool = False
-    # estimate FLOPs per op; off by default: on CPU it made a 0.07 ms RMSNorm step take 0.9 ms
-    # (the roofline uses the workload's own FLOP model instead)
+    # estimate FLOPs per op; off: it made a 0.07 ms CPU step take 0.9 ms (the roofline has its own model)
     with_flops: bool = False
     # Neuron capture modes (NeuronConfig.modes): DEVICE, RUNTIME, CPU_UTIL, HOST_MEMORY
     modes: list[str] = field(default_factory=lambda: ["DEVICE", "RUNTIME"])
@@ -172,8 +160,7 @@ class ProfilerConfig:
     def __post_init__(self) -> None:
         for mode in self.modes:
             _allowed("profiler.modes", mode, NEURON_MODES)
-        if self.max_events_per_nc is not None:
-            _at_least("profiler.max_events_per_nc", self.max_events_per_nc, 1)
+        _at_least("profiler.max_events_per_nc", self.max_events_per_nc, 1)
         if self.capture_enabled_for_nc is not None:
             parse_cores(self.capture_enabled_for_nc, "profiler.capture_enabled_for_nc")
 
@@ -216,55 +203,40 @@ class MeasureConfig:
 
     # calls after the first one and before timing, so caches and allocators settle
     warmup: int = 5
-    # and keep warming up for at least this long: a worker runs one pinned thread, and 0.02, 0.1
-    # and 0.5 s read the same median in a paired 10-round sweep (docs/trust.md)
+    # and for at least this long (0.02, 0.1 and 0.5 s read the same median: docs/trust.md)
     warmup_s: float = 0.1
     # synchronized steps timed without the profiler, per repeat
     steps: int = 200
-    # or fewer, where they would take longer than this many seconds (at least 30; the warm-up's
-    # calls say how long a step takes): the host's drift, not the count, limits a process's median
-    # (runner.measure.loop.steps_to_time); null: always measure.steps
+    # or fewer (30 at least) past this many seconds: drift, not count, limits a median; null: all
     steps_s: float | None = 0.15
-    # stretches of each process's timed steps, with the inputs and the step's allocations moved to
-    # new memory between them, so a median is not one memory layout's luck (runner.measure.layouts);
-    # null = the backend's default (8 on the CPU, where it was measured; 1 elsewhere)
+    # memory layouts each process's steps are timed in, so a median is not one layout's luck; null: the backend's
     layouts: int | None = None
     # times the warm-up and timed phases run; > 1 logs the spread of per-repeat medians
     repeats: int = 1
-    # fresh worker processes that each build the workload and run warm-up and steady state,
-    # one after another; 0 = in the job's own process; null = the backend's default
+    # fresh worker processes, one after another; 0 = the job's own process; null = the backend's default
     processes: int | None = None
-    # how workers start: auto forks them from a server that imported torch where the backend allows
-    # it (a fraction of a second each); spawn starts each in a new interpreter (seconds), so each
-    # draws its own process-level layout instead of sharing the server's (docs/trust.md)
+    # auto forks workers from a server that imported torch; spawn: a new interpreter each (docs/trust.md)
     worker_start: str = "auto"
-    # copies of the steady state timed at the same time, each in a worker process on its own
-    # share of the machine (the parallel launcher's slot plan), for scaling studies; 1 is one
-    # such worker with the whole machine; null = the usual steady state (measure.processes)
+    # steady states timed at once, each on its own share of the machine; null = measure.processes
     copies: int | None = None
-    # glibc keeps freed blocks up to 32 MiB for reuse, so no step pays page faults that depend
-    # on what the process did before (runner.measure.host_memory); false: glibc's own modes
+    # glibc keeps freed blocks up to 32 MiB, so no step pays page faults for its past; false: glibc's modes
     keep_freed_memory: bool = True
-    # latency: synchronized steps; throughput: also blocks of `inflight` steps with one
-    # synchronize at the end (steps per second with the device's queue kept full)
+    # latency: synchronized steps; throughput: also blocks of `inflight` steps per synchronize
     mode: str = "latency"
     # steps queued between synchronizes in throughput mode
     inflight: int = 8
-    # cold: the job's compile caches (torch's and the NEFF cache) start empty in compile_cache_dir,
-    # which must be fresh; warm: they start as a cold job left them there; null: the user's own
+    # cold: compile caches start empty in a fresh compile_cache_dir; warm: as a cold job left them; null: the user's
     compile_cache: str | None = None
     compile_cache_dir: str | None = None
     # compare the output with the workload's float64 reference on CPU
     accuracy: bool = True
-    # compare every submodule's output with a float64 copy of the module on the CPU (same weights
-    # and inputs): a per-layer table, a plot, and the first layer over tolerance; off costs nothing
+    # compare every submodule's output with a float64 CPU copy: a table, a plot, the first layer over tolerance
     layer_accuracy: bool = False
     # the submodules layer_accuracy compares, as named_modules() names them (e.g. layers.1.mlp); null: all
     layers: list[str] | None = None
     # peak figures for the roofline: auto (by device) or an entry of conf/peaks.yaml
     peak: str = "auto"
-    # record the profiled window's allocations (the device's allocation history where it has one,
-    # else the profiler's memory events): a snapshot memory_viz opens, the peak and its sites
+    # record the profiled window's allocations: a snapshot memory_viz opens, the peak and its sites
     memory_snapshot: bool = False
 
     def __post_init__(self) -> None:
@@ -276,12 +248,9 @@ class MeasureConfig:
         if self.steps_s is not None and not self.steps_s > 0:
             raise ConfigError(f"measure.steps_s must be > 0 seconds or null (every step), got {self.steps_s}")
         _at_most_a_day("measure.steps_s", self.steps_s)
-        if self.layouts is not None:
-            _at_least("measure.layouts", self.layouts, 1)
-        if self.copies is not None:
-            _at_least("measure.copies", self.copies, 1)
-        if self.processes is not None:
-            _at_least("measure.processes", self.processes, 0)
+        _at_least("measure.layouts", self.layouts, 1)
+        _at_least("measure.copies", self.copies, 1)
+        _at_least("measure.processes", self.processes, 0)
         _allowed("measure.mode", self.mode, MEASURE_MODES)
         _allowed("measure.worker_start", self.worker_start, WORKER_STARTS)
         if self.compile_cache is not None:
@@ -324,8 +293,7 @@ class TrackingConfig:
 class DistributedConfig:
     """A job run as several torch.distributed ranks on this host."""
 
-    # processes that run the job's steps together, each on its own share of the machine (the
-    # parallel launcher's slot plan: threads, a GPU or NeuronCores); 1 = the job's own process
+    # processes that run the job's steps together, each on its own share of the machine; 1 = the job's own
     ranks: int = 1
     # seconds a rank waits in a collective (or at start-up) for the others before the job fails
     timeout_s: float = 300.0
@@ -341,42 +309,24 @@ class DistributedConfig:
 class MonitorConfig:
     """System metrics sampled while a job measures, as time series beside the runner's own metrics."""
 
-    # seconds between samples (neuron-monitor's period is whole seconds, 1 at least): on Neuron
-    # neuron-monitor's NeuronCore, memory, latency and error series, on CUDA NVML's, on every
-    # device the host's CPU and memory; null: off, nothing is started
+    # whole seconds between samples (neuron-monitor's, NVML's, the host's); null: off, nothing is started
     period_s: int | None = None
 
     def __post_init__(self) -> None:
-        if self.period_s is not None:
-            _at_least("monitor.period_s", self.period_s, 1)
+        _at_least("monitor.period_s", self.period_s, 1)
         _at_most_a_day("monitor.period_s", self.period_s)
 
 
 # Keys of the composed config: the groups, and resume (sweeps skip FINISHED configurations).
-TOP_LEVEL_KEYS = (
-    "workload", "backend", "profiler", "schedule", "measure", "tracking", "distributed", "resume",
-    "monitor",
-)  # fmt: skip
-# the schema behind each config group the runner owns
-SCHEMAS: dict[str, type] = {
-    "backend": BackendConfig,
-    "profiler": ProfilerConfig,
-    "schedule": ScheduleConfig,
-    "measure": MeasureConfig,
-    "tracking": TrackingConfig,
-    "distributed": DistributedConfig,
-    "monitor": MonitorConfig,
-}
+TOP_LEVEL_KEYS = ("workload", "backend", "profiler", "schedule", "measure", "tracking", "distributed", "resume",
+                  "monitor")  # fmt: skip
 # option files whose schema extends their group's, registered as `schema_<group>_<option>`
 OPTION_SCHEMAS: dict[tuple[str, str], type] = {("backend", "neuron"): NeuronBackendConfig}
 
 
 @dataclass
 class WorkloadKeys:
-    """The workload keys the runner consumes itself, with their defaults; every other key is a constructor argument.
-
-    The defaults live here only: a workload's YAML sets a key only where it differs.
-    """
+    """The workload keys the runner consumes itself, with their only defaults; other keys are constructor arguments."""
 
     # one of DTYPES
     dtype: str = "float32"
@@ -393,8 +343,7 @@ class WorkloadKeys:
     lr: float = 1e-3
 
 
-# Every workload node starts from these, so each accepts them without a `+`; `inputs` has no
-# default there: only a module that cannot build its own example inputs declares it (custom).
+# Every workload node starts from these, so each accepts them without a `+`; `inputs` only where declared (custom)
 WORKLOAD_DEFAULTS: dict[str, Any] = {key: value for key, value in asdict(WorkloadKeys()).items() if value is not None}
 
 
@@ -414,7 +363,6 @@ class JobInfo:
     run_name: str
     # the selected workload option, e.g. rmsnorm_naive
     workload_name: str
-    # the job's command-line overrides
     overrides: list[str]
     # the job's output directory (traces and captures go under it)
     output_dir: Path
@@ -438,6 +386,10 @@ class RunSpec:
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
 
+# the schema behind each config group the runner owns: RunSpec's fields but the workload
+SCHEMAS: dict[str, type] = {group: schema for group, schema in get_type_hints(RunSpec).items() if group != "workload"}
+
+
 def locate_target(target: str) -> Any:
     """Import the object a dotted `_target_` names, or fail naming the key."""
     module_name, _, attr = target.rpartition(".")
@@ -452,19 +404,17 @@ def _check_kwargs(target: str, kwargs: dict[str, Any]) -> None:
     params = inspect.signature(locate_target(target)).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
-    accepted = [name for name in params if name != "self"]
     for key in kwargs:
         if key not in params:
-            allowed = ", ".join([*accepted, *(runner_key.name for runner_key in fields(WorkloadKeys))])
-            raise ConfigError(f"workload.{key} is not a parameter of {target}; allowed: {allowed}")
+            allowed = [*(name for name in params if name != "self"), *(f.name for f in fields(WorkloadKeys))]
+            raise ConfigError(f"workload.{key} is not a parameter of {target}; allowed: {', '.join(allowed)}")
 
 
 def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
     if node is None:
         options = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))
         raise ConfigError(f"no workload selected: add +workload=<name>; available: {', '.join(options)}")
-    missing = sorted(OmegaConf.missing_keys(node))
-    if missing:
+    if missing := sorted(OmegaConf.missing_keys(node)):
         raise ConfigError(f"{missing[0]} is required by this workload config; set it on the command line")
     raw = OmegaConf.to_container(node, resolve=True)
     assert isinstance(raw, dict)
@@ -539,24 +489,13 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
     for group in SCHEMAS:
         _check_keys(cfg[group], group)
     _refuse_non_finite(OmegaConf.to_container(cfg, resolve=True), "")
-    return RunSpec(
-        workload=_workload_spec(cfg.get("workload")),
-        backend=_to_object(cfg.backend, "backend"),
-        profiler=_to_object(cfg.profiler, "profiler"),
-        schedule=_to_object(cfg.schedule, "schedule"),
-        measure=_to_object(cfg.measure, "measure"),
-        tracking=_to_object(cfg.tracking, "tracking"),
-        distributed=_to_object(cfg.distributed, "distributed"),
-        monitor=_to_object(cfg.monitor, "monitor"),
-    )
+    return RunSpec(_workload_spec(cfg.get("workload")), **{group: _to_object(cfg[group], group) for group in SCHEMAS})
 
 
 def device_dtype(backend: str) -> str:
-    """The dtype a study computes in on `backend.name`: bfloat16 on Neuron, float32 elsewhere.
+    """The dtype a study computes in: bfloat16 on Neuron (its Tensor Engine's peak is not FP32's), float32 elsewhere.
 
-    A choice, not a rule of the device: the NeuronCore's Tensor Engine quotes its peak for
-    BF16/FP16/TF32, not FP32 (the SDK's about-neuron/arch/neuron-hardware/neuron-core-v3.rst). `auto`
-    counts as Neuron where torch_neuronx is installed (auto tries Neuron first), found without importing it.
+    `auto` counts as Neuron where torch_neuronx is installed (auto tries Neuron first), found without importing it.
     """
     if backend == "auto":
         backend = "neuron" if importlib.util.find_spec("torch_neuronx") else "cpu"
@@ -564,11 +503,7 @@ def device_dtype(backend: str) -> str:
 
 
 def register_schemas() -> None:
-    """Register the group schemas as top-level configs (`schema_<group>`) and the `runner.pid` resolver.
-
-    Each option file extends its group's schema (`- /schema_backend@_here_`), so unknown keys
-    and wrong types fail at composition, while option lists and `--help` show real options only.
-    """
+    """Register the group schemas as top-level configs (`schema_<group>`), so options list real ones; the resolvers."""
     # the process id that names a job's default folder; cached, so a sweep's jobs share their parent's
     OmegaConf.register_new_resolver("runner.pid", os.getpid, use_cache=True, replace=True)
     # ${runner.device_dtype:${backend.name}}: a study's dtype for the device it runs on

@@ -1,7 +1,4 @@
-"""One job's steps, in data-flow order: backend, workload, measurement, result, tracking.
-
-No Hydra in here; the job's life (status file, MLflow run, errors) belongs to `runner.job`.
-"""
+"""One job's steps in data-flow order (backend, workload, measurement, result, tracking); no Hydra: see `runner.job`."""
 
 from __future__ import annotations
 
@@ -71,9 +68,7 @@ def job_params(published_config: dict[str, Any], job: JobInfo) -> dict[str, Any]
 def prepare(spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str) -> Execution:
     """How the job is measured (`runner.execute.plan`), planned before its run opens.
 
-    Bad input raises with no run left behind; any other failure here (out of memory while
-    building the workload, a driver error, a copy that died) gets a FAILED run, so a sweep's
-    comparison has a row for the job.
+    Bad input leaves no run behind; any other failure gets a FAILED run, so a sweep's comparison has its row.
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.
@@ -94,10 +89,8 @@ def run_experiment(
 ) -> dict[str, float]:
     """Run one profiled job and log it; return its summary metrics.
 
-    Everything that can be rejected (device, workload arguments) is checked before the
-    MLflow run starts, so bad input leaves no run behind; so is a job that an earlier one in this
-    process would make run on other settings than its own. With `resume`, a configuration that
-    already has a FINISHED run in the experiment is skipped (and an empty dict returned).
+    Bad input is refused before the MLflow run starts, and so is a job that an earlier one in this process
+    would make run on other settings. With `resume`, a configuration with a FINISHED run is skipped ({}).
 
     Raises:
         ConfigError: the config cannot run here; the message names the key.

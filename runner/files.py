@@ -7,10 +7,7 @@ from pathlib import Path
 
 
 def write_whole(path: Path, content: str | bytes) -> None:
-    """Write `content` to `path` through a rename: a reader sees the old file or the new one, never a part.
-
-    A full disk leaves no half-written file beside `path` (the error is raised).
-    """
+    """Write `content` through a rename: a reader sees the old file or the new one; a full disk leaves no draft."""
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -1,29 +1,11 @@
 """A regression gate for CI: `python -m runner.gate --baseline REF --fail-above PCT`, or `--against REV`.
 
-With `--against REV [--rounds N] [OVERRIDES...]` the gate measures both sides itself, in one
-invocation: the baseline from a temporary git worktree of REV, the candidate from this tree,
-each with its own code and conf/, one fresh worker of each side per round in a random order
-(`runner.execute.against`). The job is judged on the rounds' paired ratios (`paired_time_ratio`),
-with the verdicts below (`runner.report.gate_verdicts`).
-Exit status: 0 passed, 1 a regression, 2 no such commit (or no git checkout), 3 a side failed.
-
-With `--baseline`, stored runs are compared: each compared job (the latest sweep, --sweep or
---runs) is paired with the FINISHED baseline run of the same configuration (its config hash; a
-single run against a single baseline pairs as is). A job fails the gate only when its step time
-exceeds the baseline's by more than PCT percent with significance, its p-values corrected across
-the jobs with Holm's method, so a sweep of twenty jobs does not raise a false alarm twenty times
-as often. A job and baseline timed in the same rounds are tested round by round (a one-sided
-t-test on the log per-round ratios, on the rounds both have); others with a one-sided Welch
-test on the log per-process medians. The `test` column says which.
-
-A job passes as "ok" only when its 95% interval stays within the margin; one whose interval
-reaches past it without significance passes too, marked "could not judge" (the gate fails on
-evidence only: its "caught from" says what the spread lets it catch). The times shown are
-geometric means of the medians the test compares.
-
-Exit status: 0 passed; 1 a regression; 2 the baseline or the runs could not be found; 3 a
-compared job did not finish (FAILED, KILLED, still RUNNING) or no job could be tested, said in
-one line on stderr. A regression outranks 3: both are said.
+`--against REV` measures both sides itself, round by round, the baseline from a git worktree of REV. Exit
+status: 0 passed, 1 a regression, 2 no such commit (or no git checkout), 3 a side failed.
+`--baseline` pairs each stored job with the FINISHED baseline run of its config hash; p-values are
+Holm-corrected across the jobs, so a sweep of twenty does not raise false alarms twenty times as often.
+Exit status: 0 passed; 1 a regression; 2 the baseline or the runs not found; 3 a job did not finish or
+none could be tested. A regression outranks 3. The verdicts: docs/gate.md.
 """
 
 from __future__ import annotations
@@ -57,20 +39,15 @@ from runner.signals import exit_code_of, skip_final_collections, stop_on_signals
 from runner.tracking.worktree import NoCheckout, checkout, commit_of, snapshot_of
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
-# 60, twenty server pairs: on a quiet 2-core host 0 of 20 A/A gates alarmed, 143 s a gate, and 10%
-# more work was caught in 8 of 8 gates (30 rounds: 3 of 4), 134-177 s each (docs/benchmarks.md)
+# 60 (twenty server pairs, ~143 s): 0 of 20 A/A gates alarmed, 10% more work caught in 8 of 8 (docs/benchmarks.md)
 ROUNDS = 60
-# the project's tree (the candidate, and where the baseline's worktree comes from) and the server
-# each side's tree must have
+# the project's tree (the candidate, and the baseline's worktree's source) and the server each side's tree must have
 PROJECT_TREE = CONF_DIR.parent
 SERVER_FILE = Path(*MODULE.split(".")).with_suffix(".py")
 
 
 def measure_both(rev: str, overrides: list[str], count: int, seed: int) -> tuple[str, SideRounds]:
-    """The commit `rev` names and both sides' rounds, each side in a worktree of its own.
-
-    The baseline is `rev`'s tree, the candidate this checkout as it is now (`snapshot_of`:
-    uncommitted and untracked files included), so neither side's modules sit at paths of another shape.
+    """The commit `rev` names and both sides' rounds, each in a worktree of its own, so their paths have one shape.
 
     Raises:
         NoCheckout: no commit, no checkout, or a baseline without the side server.
@@ -116,13 +93,8 @@ def against(args: argparse.Namespace) -> int:
         "rounds": f"{args.rounds} (seed {seed})",
     }
     if args.format == "json":
-        rounds_ms = {
-            "baseline rounds ms": base_ms,
-            "job rounds ms": job_ms,
-            "servers": timed.servers,
-            "turns": timed.turns,
-        }
-        print(json.dumps([{**row, "orders": timed.orders, **rounds_ms}]))
+        print(json.dumps([{**row, "orders": timed.orders, "baseline rounds ms": base_ms, "job rounds ms": job_ms,
+                           "servers": timed.servers, "turns": timed.turns}]))  # fmt: skip
     else:
         print(render([row], args.format))
         firsts = " ".join(order[0][0] for order in timed.orders)
@@ -135,18 +107,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; one line (exit 2) for options of the two modes mixed."""
     parser = argparse.ArgumentParser(prog="python -m runner.gate", description=__doc__.splitlines()[0])
     add_selection_arguments(parser)
-    parser.add_argument("--baseline", help="stored runs: KEY=VALUE (a tag), a sweep parent, or a run id")
-    parser.add_argument("--against", metavar="REV", help="run both sides: the baseline from a worktree of REV")
-    parser.add_argument("--rounds", type=int, help=f"with --against: rounds of one worker a side (default {ROUNDS})")
-    parser.add_argument("--seed", type=int, help="with --against: the seed of the rounds' orders (default: the time)")
-    parser.add_argument(
-        "overrides", nargs="*", help="with --against: the job's overrides, e.g. +workload=rmsnorm_naive"
-    )
-    parser.add_argument(
-        "--fail-above", type=float, required=True, metavar="PCT",
-        help="fail on a job significantly slower than its baseline by more than PCT percent",
-    )  # fmt: skip
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    add = parser.add_argument
+    add("--baseline", help="stored runs: KEY=VALUE (a tag), a sweep parent, or a run id")
+    add("--against", metavar="REV", help="run both sides: the baseline from a worktree of REV")
+    add("--rounds", type=int, help=f"with --against: rounds of one worker a side (default {ROUNDS})")
+    add("--seed", type=int, help="with --against: the seed of the rounds' orders (default: the time)")
+    add("overrides", nargs="*", help="with --against: the job's overrides, e.g. +workload=rmsnorm_naive")
+    add("--fail-above", type=float, required=True, metavar="PCT",
+        help="fail on a job significantly slower than its baseline by more than PCT percent")  # fmt: skip
+    add("--format", choices=FORMATS, default="table", help="output format (default: table)")
     args = parser.parse_intermixed_args(argv)
     if args.fail_above < 0:
         parser.error(f"--fail-above {args.fail_above}: give a percentage >= 0")

@@ -1,18 +1,10 @@
 """Performance over time: `python -m runner.history`, each configuration's series of a metric and where it stepped.
 
-For every configuration (config hash) in the experiment, or one (`--config HASH`, a prefix will
-do) or a sweep's (`--sweep ID|NAME`), the FINISHED job runs' values of a metric (default
-time/step_median_ms; `--metric` takes any logged metric) in time order, or in commit order
-(`--order commit`: the commits HEAD of this checkout descends from, oldest first; runs of other
-commits are left out, and counted). A step-time run timed in two worker processes or more has a
-95% interval. Change points come from `runner.report.change_points`, each with its size, the
-commits either side and its p-value. Runs flagged timing.stable=false are drawn hollow and left
-out of the change points, unless --include-unstable; the report says which.
-
-The report (history.md, history.json) and a plot per configuration (plots/history_<hash>.png)
-are logged to a run of their own (runner.kind=history) in the experiment, and its link printed.
-`--fail-on-regression PCT` exits 1 when a configuration's newest segment is worse than the one
-before by more than PCT percent (for a time a rise, for a rate or a share of a peak a fall).
+Per configuration (config hash), the FINISHED job runs' values of a metric in time order, or in the
+order of the commits HEAD descends from (`--order commit`; runs of other commits are left out, and
+counted), with change points from `runner.report.change_points`. Runs flagged timing.stable=false
+are drawn hollow and left out of the change points unless --include-unstable. The report and a plot
+per configuration are logged to a run of their own (runner.kind=history).
 
 Exit status: 0; 1 a regression past --fail-on-regression; 2 the store, experiment, configuration,
 sweep or checkout not found, or no run with the metric; 3 --fail-on-regression judged nothing: no
@@ -44,8 +36,6 @@ from runner.tracking.links import run_page, ui_for
 from runner.tracking.worktree import NoCheckout, commits_oldest_first
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, NOT_JUDGED_EXIT = 1, 2, 3
-ORDERS = ("time", "commit")
-FORMATS = ("table", "markdown", "json")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,29 +47,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--config", metavar="HASH", help="one configuration: its runner.config_hash, or a prefix")
     which.add_argument("--sweep", metavar="RUN", help="the configurations of a sweep's jobs (parent run id or name)")
-    parser.add_argument(
-        "--metric", default=names.STEP_MEDIAN_MS, help=f"metric to follow (default: {names.STEP_MEDIAN_MS})"
-    )
-    parser.add_argument(
-        "--order", choices=ORDERS, default="time", help="runs by start time, or by commit (default: time)"
-    )
-    parser.add_argument(
-        "--repo",
-        type=Path,
-        default=CONF_DIR.parent,
-        help="with --order commit: the checkout whose history orders the commits (default: this project's)",
-    )
-    parser.add_argument(
-        "--include-unstable", action="store_true", help="find change points on runs flagged timing.stable=false too"
-    )
-    parser.add_argument(
-        "--fail-on-regression",
-        type=float,
-        metavar="PCT",
-        help="exit 1 when a configuration's newest segment is worse than the one before by more than PCT percent",
-    )
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
-    parser.add_argument("--out", type=Path, help="also write history.md, history.json and the plots into this folder")
+    add = parser.add_argument
+    add("--metric", default=names.STEP_MEDIAN_MS, help=f"metric to follow (default: {names.STEP_MEDIAN_MS})")
+    add("--order", choices=("time", "commit"), default="time", help="runs by start time, or by commit (default: time)")
+    add("--repo", type=Path, default=CONF_DIR.parent, help="with --order commit: the checkout whose history orders "
+        "the commits (default: this project's)")  # fmt: skip
+    add("--include-unstable", action="store_true", help="find change points on runs flagged timing.stable=false too")
+    add("--fail-on-regression", type=float, metavar="PCT", help="exit 1 when a configuration's newest segment is "
+        "worse than the one before by more than PCT percent")  # fmt: skip
+    add("--format", choices=("table", "markdown", "json"), default="table", help="output format (default: table)")
+    add("--out", type=Path, help="also write history.md, history.json and the plots into this folder")
     args = parser.parse_args(argv)
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         parser.error(f"--fail-on-regression {args.fail_on_regression:g}: give a percentage >= 0")
@@ -192,8 +169,7 @@ def not_judged(found: list[Series], percent: float | None) -> str | None:
 def notes(found: list[Series], outside: int, args: argparse.Namespace) -> list[str]:
     """What was left out of the series and of the change points, and how the change points were found."""
     lines = [f"change points: PELT (ruptures) on the log values, each kept at Welch p <= {MAX_P:g}"]
-    unstable = sum(len(series.left_out.get("timing unstable", [])) for series in found)
-    if unstable:
+    if unstable := sum(len(series.left_out.get("timing unstable", [])) for series in found):
         lines.append(f"left out of the change points: {unstable} run(s) flagged timing.stable=false (drawn hollow; "
                      "--include-unstable takes them in)")  # fmt: skip
     elif args.include_unstable:

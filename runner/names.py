@@ -1,8 +1,7 @@
 """Every metric, tag and artifact name the runner writes, and the op table's columns, defined once.
 
-The code that writes a name and the code that reads it (the comparison, the plots, the
-tests) import it from here, so a rename cannot leave a reader behind. Metric names use
-slashes (`time/step_median_ms`) so the MLflow UI groups them; tag names use dots.
+Writers and readers (the comparison, the plots, the tests) import names from here, so a rename
+cannot leave a reader behind. Metric names use slashes so the MLflow UI groups them; tags use dots.
 """
 
 from __future__ import annotations
@@ -17,13 +16,13 @@ STEP_P10_MS = "time/step_p10_ms"
 STEP_P90_MS = "time/step_p90_ms"
 STEP_IQR_MS = "time/step_iqr_ms"
 STEP_CV = "time/step_cv"
-# steady-state steps timed over all processes and repeats (measure.steps_s may time fewer than measure.steps)
+# steps timed over all processes and repeats (measure.steps_s may time fewer than measure.steps)
 STEPS_TIMED = "time/steps_timed"
 REPEAT_CV = "time/repeat_cv"
-# one value per worker process (the metric's history; step = process index), and their spread
+# one value per worker process (history step = process index), and their spread
 PROCESS_MEDIAN_MS = "time/process_median_ms"
 PROCESS_CV = "time/process_cv"
-# about the 95% half-width of time/step_median_ms, in percent (runner.measure.stability.median_uncertainty)
+# about the 95% half-width of time/step_median_ms, in percent
 STEP_MEDIAN_UNCERTAINTY_PCT = "time/step_median_uncertainty_pct"
 FIRST_CALL_S = "time/first_call_s"
 MEASURED_S = "time/measured_s"
@@ -32,25 +31,23 @@ PROFILED_STEP_MS = "time/profiled_step_ms"
 PROFILER_STEP_MS = "profiler/step_ms"
 PROFILER_OVERHEAD_PCT = "profiler/overhead_pct"
 PROFILER_ACTIVE_STEPS = "profiler/active_steps"
-# the profiler's own cost per recorded step of the window, measured apart from it (runner.measure.window)
+# the profiler's own cost per recorded step, measured apart from the window
 PROFILER_COST_MS = "profiler/cost_ms"
 COMPILE_GRAPHS = "compile/graphs"
-# measure.copies: steady states timed side by side, and all copies' steps per second together
+# measure.copies: steady states timed side by side, and their steps per second together
 SCALING_COPIES = "scaling/copies"
 SCALING_THROUGHPUT = "scaling/throughput_per_s"
 COMPILE_NEFFS_NEW = "compile/neffs_new"
-
-# measure.mode=throughput: steps per second with measure.inflight steps queued per synchronize,
-# the median block's time, and that depth
+# measure.mode=throughput: steps per second, the median block's time, and measure.inflight
 THROUGHPUT_STEPS_PER_S = "throughput/steps_per_s"
 THROUGHPUT_BLOCK_MS = "throughput/block_ms"
 THROUGHPUT_INFLIGHT = "throughput/inflight"
-
-# measure.compile_cache: the job's compile-cache lookups (torch's FX graphs and AOT autograd, or NEFFs)
+# measure.compile_cache: the lookups, what they count (torch's or the NEFF cache's), cold or warm, the folder
 COMPILE_CACHE_HITS = "compile/cache_hits"
 COMPILE_CACHE_MISSES = "compile/cache_misses"
-# what the hits and misses count: torch's lookups, or the NEFF cache's (and why hits are unknown)
 TAG_COMPILE_CACHE_COUNTED = "compile.cache_counted"
+TAG_COMPILE_CACHE = "compile.cache"
+TAG_COMPILE_CACHE_DIR = "compile.cache_dir"
 
 # --- metrics: the op table ---
 CPU_SELF_TOTAL_MS = "cpu/self_total_ms"
@@ -91,14 +88,12 @@ NEURON_PROFILES = "neuron/profiles"
 NEURON_TOTAL_TIME_SUM = "neuron/total_time_sum"
 # neuron-explorer's own summary metrics are logged under this prefix, with its names
 NEURON_SUMMARY_PREFIX = "neuron/"
-# device-time coverage: key_averages()'s device time (ms, as the profiler's footer sums it) over
-# Explorer's on-device total (neuron/total_time_sum), as a fraction
+# key_averages()'s device time in ms, and it over Explorer's on-device total, as a fraction
 NEURON_FRAMEWORK_DEVICE_MS = "neuron/framework_device_ms"
 NEURON_DEVICE_TIME_COVERAGE = "neuron/device_time_coverage"
-# distinct ATen ops that ran on the CPU instead of the NeuronCore (torch_neuronx.get_fallback_ops())
+# distinct ATen ops that ran on the CPU instead of the NeuronCore
 NEURON_CPU_FALLBACK_OPS = "neuron/cpu_fallback_ops"
-# Explorer's system-profile tables (runner/backends/neuron_system.py): per event source (neuron_rt,
-# neuron_hw, framework) its events and their summed time in ms, and the highest HBM in use
+# Explorer's system profile: per event source its events and their time in ms, and the HBM peak
 NEURON_SYSTEM_EVENTS = "neuron/system_{source}_events"
 NEURON_SYSTEM_MS = "neuron/system_{source}_ms"
 NEURON_SYSTEM_HBM_PEAK_BYTES = "neuron/system_hbm_peak_bytes"
@@ -128,8 +123,7 @@ TAG_OUTPUT_FINITE = "runner.output_finite"
 
 # --- tags: the sweep's parent run ---
 TAG_SWEEP = "runner.sweep"
-# what a run records: a job, a sweep's parent, a host check (python -m runner.doctor), or a history
-# (KIND_HISTORY); runs logged before the tag are jobs and sweep parents, told apart by runner.sweep
+# a job, sweep, doctor or history run; untagged older runs are jobs or sweeps, told apart by runner.sweep
 TAG_KIND = "runner.kind"
 KIND_JOB = "job"
 KIND_SWEEP = "sweep"
@@ -141,25 +135,17 @@ TAG_FAILED_JOBS = "runner.failed_jobs"
 TAG_SKIPPED_JOBS = "runner.skipped_jobs"
 # comma-separated ids of the FINISHED runs that the sweep's skipped jobs reused
 TAG_REUSED_RUNS = "runner.reused_runs"
-# comma-separated keys the sweep varies (measure.copies, workload): the runs table's first columns
+# comma-separated keys the sweep varies: the runs table's first columns
 TAG_SWEPT_KEYS = "runner.swept_keys"
-# links into the MLflow UI: the sweep's runs in the runs table (filtered, key columns first), and compared
+# MLflow UI links: the sweep's runs table (filtered, key columns first), and their comparison
 TAG_UI_RUNS_TABLE = "runner.ui.runs_table"
 TAG_UI_COMPARE = "runner.ui.compare"
-
-# --- tags: each job of a sweep, from the sweep's comparison ---
-# the speedup column as the sweep's comparison printed it, and the run it is against
+# on each job of a sweep, from the sweep's comparison: its speedup and the run it is against
 TAG_COMPARE_SPEEDUP = "compare.speedup"
 TAG_COMPARE_BASELINE = "compare.baseline"
 
-# --- params beside the composed config ---
-# the workload's option name (rmsnorm_naive): MLflow's parallel coordinates cut values to 10 characters,
-# which leaves "workloads." of every _target_
+# a param: the workload's option name (MLflow's parallel coordinates cut values to 10 characters)
 PARAM_WORKLOAD_OPTION = "workload._option_"
-
-# measure.compile_cache: cold or warm, and the cache's folder
-TAG_COMPILE_CACHE = "compile.cache"
-TAG_COMPILE_CACHE_DIR = "compile.cache_dir"
 
 # --- tags: accuracy and roofline ---
 # measure.layer_accuracy: the first submodule over tolerance ("none" when every layer passes)
@@ -170,12 +156,10 @@ TAG_ROOFLINE_PEAK = "roofline.peak"
 # "true" or "false", and why not (runner.measure.stability)
 TAG_TIMING_STABLE = "timing.stable"
 TAG_TIMING_REASONS = "timing.unstable_reasons"
-# whether the profiled window, less the profiler's cost, read the steady state; if not, what it saw and how to widen it
+# whether the profiled window, less the profiler's cost, read the steady state; if not, why
 TAG_WINDOW_REPRESENTATIVE = "profiler.window_representative"
 TAG_WINDOW_REASON = "profiler.window_reason"
-# the steady state's rounds (runner.execute.rounds): runs with the same id had their workers
-# interleaved round by round (one sweep's, or one gate's), so they pair by round; a run whose
-# workers were its own rounds has an id of its own
+# runs with the same id had their workers interleaved round by round, so they pair by round
 TAG_ROUNDS_ID = "timing.rounds_id"
 
 # --- tags: Neuron ---
@@ -183,26 +167,22 @@ TAG_NEURON_CAPTURE = "neuron.capture"
 TAG_NEURON_CAPTURE_PROBLEMS = "neuron.capture_problems"
 TAG_NEURON_CORRELATE = "neuron.correlate_device_time"
 TAG_NEURON_EXPLORER = "neuron.explorer"
-# where neuron-explorer's summary was read from (parquet-12, parquet-7, summary-json or none) and its schema version
+# where Explorer's summary was read from (parquet-12, parquet-7, summary-json or none), and its schema
 TAG_NEURON_EXPLORER_SOURCE = "neuron.explorer_source"
 TAG_NEURON_EXPLORER_SCHEMA = "neuron.explorer_schema"
-# ok, or what key_averages() misses of the device time Explorer measured (below 95% covered)
+# ok, or what key_averages() misses of Explorer's device time (below 95% covered)
 TAG_NEURON_DEVICE_TIME_COVERAGE = "neuron.device_time_coverage"
 # set when a job pins more NeuronCores than its workload executes on
 TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
-# those ops' names, "none", or why this torch-neuronx could not tell (runner/backends/neuron_fallback.py)
+# the CPU fallback ops' names, "none", or why this torch-neuronx could not tell
 TAG_NEURON_CPU_FALLBACKS = "neuron.cpu_fallbacks"
 
-# --- metrics: system series sampled while a job measures (monitor.period_s; runner.execute.monitor) ---
-# each a metric history, one step per sample, stamped with the sample's time; apart from the runner's own
+# --- metrics: system series sampled while a job measures (monitor.period_s), one step per sample ---
 SYSTEM_PREFIX = "system/"
-# the host, from neuron-monitor on Neuron, else /proc: busy share of every CPU (user, nice, system,
-# irq, soft irq) and the memory in use
+# the host's busy CPU share and memory in use (neuron-monitor on Neuron, else /proc)
 SYSTEM_HOST_CPU_PCT = "system/host/cpu_pct"
 SYSTEM_HOST_MEMORY_USED_BYTES = "system/host/memory_used_bytes"
-# neuron-monitor, for the measuring process's runtime: each of its NeuronCores' utilisation, its
-# memory (device and host totals, device memory by category over its cores), the runtime's latency
-# percentiles in ms (total and device), and its error and execution counts per period
+# neuron-monitor, for the measuring process's runtime
 SYSTEM_NEURON_PREFIX = "system/neuron/"
 SYSTEM_NEURON_CORE_UTILIZATION = "system/neuron/core{core}/utilization_pct"
 SYSTEM_NEURON_DEVICE_BYTES = "system/neuron/memory/device_bytes"
@@ -211,7 +191,6 @@ SYSTEM_NEURON_DEVICE_CATEGORY_BYTES = "system/neuron/memory/device_{category}_by
 SYSTEM_NEURON_LATENCY_MS = "system/neuron/latency/{kind}_{percentile}_ms"
 SYSTEM_NEURON_ERRORS = "system/neuron/errors/{kind}"
 SYSTEM_NEURON_EXECUTIONS = "system/neuron/executions/{outcome}"
-# NVML, for the job's GPU
 SYSTEM_GPU_UTILIZATION_PCT = "system/gpu/utilization_pct"
 SYSTEM_GPU_MEMORY_USED_BYTES = "system/gpu/memory_used_bytes"
 SYSTEM_GPU_POWER_W = "system/gpu/power_w"
@@ -219,57 +198,47 @@ SYSTEM_GPU_POWER_W = "system/gpu/power_w"
 # --- manifest keys (environment.json), read back by tests ---
 MANIFEST_NEURON_CORE_COUNT = "neuron.core_count"
 MANIFEST_NEURON_VISIBLE_CORES = "neuron.visible_cores"
-# the logical NeuronCore setting (LNC) in force and where it came from (runner/backends/cores.py)
+# the logical NeuronCore setting (LNC) in force and where it came from
 MANIFEST_NEURON_LNC = "neuron.lnc"
-# backend.cpu_placement, and per steady-state worker (or copy) in order: {"cores": [...] or null, "threads": n}
+# backend.cpu_placement, and per steady-state worker: {"cores": [...] or null, "threads": n}
 MANIFEST_CPU_PLACEMENT = "cpu.placement"
 MANIFEST_CPU_WORKERS = "cpu.workers"
-# monitor.period_s: what sampled the system series, every how many seconds, and its version
+# monitor.period_s: what sampled the system series, how often, and its version
 MANIFEST_MONITOR = "monitor"
 
-# --- files of a job's folder ---
-# monitor.period_s on Neuron: the configuration neuron-monitor ran with
+# --- files of a job's folder: neuron-monitor's configuration, and the figures kept of each report ---
 NEURON_MONITOR_CONFIG_FILE = "neuron_monitor.json"
-# ... and the figures its reader kept of each report, one JSON line each (runner.execute.monitor_reader)
 NEURON_MONITOR_SAMPLES_FILE = "neuron_monitor_samples.jsonl"
 
 # --- artifacts of a job's run ---
-# the op table (mlflow.log_table: {"columns": [...], "data": [...]}) and the profiler's own printed table
+# the op table (mlflow.log_table) and the profiler's own printed table
 OP_TABLE_FILE = "key_averages.json"
 OP_TABLE_TEXT_FILE = "key_averages.txt"
-# the steady state's rounds: round (from 1), the job's position in it (from 1), the workers in
-# it, and the job's median step time in ms that round (time/process_median_ms step round - 1)
+# per round: the job's position, the workers in it, and the job's median step time in ms
 ROUNDS_FILE = "rounds.json"
-# measure.layer_accuracy: the per-layer accuracy table, and its plot
 LAYER_TABLE_FILE = "layer_accuracy.json"
 LAYER_PLOT_FILE = "layer_accuracy.png"
-# the host, device and package manifest, the resolved config, and Hydra's .hydra/ folder
 ENVIRONMENT_FILE = "environment.json"
 CONFIG_FILE = "config_resolved.yaml"
 HYDRA_FOLDER = "hydra"
-# the profiler's output folder, logged under its own name: trace/iteration_<step>/trace.pt.trace.json, or Neuron's
-# capture; TensorBoard's profiler plugin lists only *.pt.trace.json (older runs' trace.json is still read)
+# TensorBoard's profiler plugin lists only *.pt.trace.json (older runs' trace.json is still read)
 TRACE_FOLDER = "trace"
 TRACE_ITER_FOLDER = "iteration_{step}"
 TRACE_FILE = "trace.pt.trace.json"
-# the framework trace Neuron's NeuronProfiler.export_trace writes into its capture, by its documentation
+# the framework trace NeuronProfiler.export_trace writes into its capture
 NEURON_FRAMEWORK_TRACE_FILE = "trace.json"
 NEURON_PROFILE_FOLDER = "neuron_profile"
-# neuron-explorer's summary of a Neuron capture, as it printed it
 NEURON_SUMMARY_FILE = "neuron_summary.json"
-# a job's plots (and a sweep's, on its parent run)
 PLOTS_FOLDER = "plots"
 RANK_STEPS_PLOT_FILE = "rank_steps.png"
 # capture files over tracking.max_artifact_mb that stayed local, with their paths and sizes
 KEPT_LOCAL_FILE = "artifacts_kept_local.json"
-
-# --- artifacts of a sweep's parent run ---
+# a sweep's parent run's (plots under plots/)
 COMPARISON_FILE = "comparison.json"
 COMPARISON_TEXT_FILE = "comparison.md"
 CROSSOVERS_FILE = "crossovers.md"
 SCALING_FILE = "scaling.md"
 SWEEP_SUMMARY_FILE = "sweep_summary.txt"
-# its plots, under plots/ (runner.report.plots says when each is drawn)
 STEP_TIME_PLOT_FILE = "step_time.png"
 OP_BREAKDOWN_PLOT_FILE = "op_breakdown.png"
 ROOFLINE_PLOT_FILE = "roofline.png"
@@ -278,8 +247,7 @@ SHAPE_CURVES_PLOT_FILE = "shape_curves.png"
 CORE_SCALING_PLOT_FILE = "core_scaling.png"
 QUEUE_DEPTH_PLOT_FILE = "queue_depth.png"
 
-# --- artifacts written after a run, by runner.compare ---
-# --diff BEFORE AFTER logs these under trace_diff/<before>_to_<after>/ of the newer run
+# --- runner.compare --diff BEFORE AFTER: logged under trace_diff/<before>_to_<after>/ of the newer run ---
 TRACE_DIFF_FOLDER = "trace_diff"
 DIFF_TEXT_FILE = "diff.md"
 DIFF_FILE = "diff.json"
@@ -287,20 +255,16 @@ DIFF_PERFETTO_FILE = "perfetto.json"
 
 # --- performance over time (python -m runner.history): its own run, of kind "history" ---
 KIND_HISTORY = "history"
-# the metric the history follows, on the history's run
 TAG_HISTORY_METRIC = "history.metric"
 HISTORY_TEXT_FILE = "history.md"
 HISTORY_FILE = "history.json"
-# one plot per configuration, under plots/, named by its config hash
 HISTORY_PLOT_FILE = "history_{config_hash}.png"
-
-# --- the doctor's report (files and its run's artifacts) ---
+# the doctor's report (files and its run's artifacts)
 DOCTOR_PAGE_FILE = "doctor.md"
 DOCTOR_FILE = "doctor.json"
 
 # --- the op table's layout: its version and columns ---
-# the version a job writes, in its run's runner.op_table_version tag; a run without the tag
-# was logged before the tag existed, in version 1's layout
+# runs without runner.op_table_version were logged before the tag, in version 1's layout
 TAG_OP_TABLE_VERSION = "runner.op_table_version"
 OP_TABLE_VERSION = 1
 OP_TABLE_UNTAGGED_VERSION = 1
@@ -336,9 +300,8 @@ RANKS_STEP_MEDIAN_MAX_MS = "ranks/step_median_ms_max"
 RANKS_STRAGGLER_RATIO = "ranks/straggler_ratio"
 # per-rank compute per step (step time less collectives): slowest over fastest
 RANKS_COMPUTE_SPREAD = "ranks/compute_spread"
-# mean over ranks of the recorded steps' share in collectives (the wait for the others included)
+# means over ranks: the recorded steps' share in collectives, and the share that overlapped compute
 RANKS_COLLECTIVE_SHARE = "ranks/collective_share"
-# mean over ranks of the share of the collectives' run time that overlapped compute
 RANKS_COLLECTIVE_OVERLAP = "ranks/collective_overlap"
 # per rank, under rank<k>/: the same share and overlap, and compute per step in ms
 RANK_COLLECTIVE_SHARE = "collective_share"
@@ -346,24 +309,21 @@ RANK_COLLECTIVE_OVERLAP = "collective_overlap"
 RANK_COMPUTE_MS = "compute_ms"
 # the rank with the most compute per step: the one the others wait for
 TAG_SLOWEST_RANK = "ranks.slowest"
-# a collective workload (workloads.collectives): nccl-tests' algorithm and bus bandwidth
+# a collective workload: nccl-tests' bandwidths, the link's figure (conf/peaks.yaml), busbw over it
 COLLECTIVE_ALGBW_GBPS = "collective/algbw_gbps"
 COLLECTIVE_BUSBW_GBPS = "collective/busbw_gbps"
-# the figure in conf/peaks.yaml (links_gbps) for the link the ranks cross, and busbw over it
 COLLECTIVE_LINK_GBPS = "collective/link_gbps"
 COLLECTIVE_BUSBW_LINK_FRACTION = "collective/busbw_fraction_of_link"
 # the link the ranks cross (intra-chip, chip-to-chip, node-to-node) and its figure, or why none
 TAG_COLLECTIVE_LINK = "collective.link"
 
 # --- memory beside time (measure.memory_snapshot) ---
-# the highest memory the profiled window's own allocations held at once, and where it came from
+# the highest memory the profiled window's allocations held at once, and what it was read from
 MEMORY_WINDOW_PEAK_MB = "memory/window_peak_mb"
-# what the peak was read from: the device's allocation history, or the profiler's memory events
 TAG_MEMORY_SOURCE = "memory.source"
-# the window's allocations in the pickle PyTorch's memory_viz opens, under this artifact folder
+# the pickle PyTorch's memory_viz opens, and the allocations live at the peak by site, largest first
 MEMORY_FOLDER = "memory"
 MEMORY_SNAPSHOT_FILE = "memory_snapshot.pickle"
-# the allocations live at the peak, by allocation site: one row per site, largest first
 MEMORY_SITES_FILE = "memory_sites.json"
 MEMORY_SITE = "site"
 MEMORY_SITE_BYTES = "bytes"
@@ -371,12 +331,11 @@ MEMORY_SITE_BYTES = "bytes"
 # --- run names ---
 # overrides no run name shows: where results go, and whether earlier ones are reused
 OUTPUT_OVERRIDES = ("tracking=", "tracking.", "hydra.", "resume=")
-# overrides a job's name leaves out besides: group selections (the workload is a word of its own)
+# a job's name also leaves out group selections (the workload is a word of its own)
 UNNAMED = ("workload=", "experiment=", *OUTPUT_OVERRIDES)
 # the sweep's swept keys, comma-separated, from the sweep's process to its jobs
 SWEPT_KEYS_ENV = "RUNNER_SWEPT_KEYS"
-# the sweep folder's subfolder where its interleaved rounds leave each job's steady state, by
-# config hash (runner.sweep.rounds)
+# the sweep folder's subfolder where its interleaved rounds leave each job's steady state
 ROUNDS_FOLDER = "rounds"
 
 

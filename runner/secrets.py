@@ -1,9 +1,7 @@
 """Credentials never leave the process: redaction for everything the runner writes or prints.
 
-A tracking URI may carry a password (`http://alice:pw@host`), a signed URL a token in its
-query, and an allow-listed variable anything at all. Params, tags, run names, artifacts,
-local files, status files and log lines all pass through `redact` first; only the MLflow
-client itself sees the real URI.
+A tracking URI may carry a password, a signed URL a token; everything written or logged passes
+through `redact` first, and only the MLflow client itself sees the real URI.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from typing import Any, TextIO
 MASK = "***"
 # scheme://user:password@ or scheme://token@ (Hydra writes overrides with escaped colons: http\://a\:b@)
 USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*\\?://)(?P<userinfo>[^/@\s'\"]+)@")
-# ?token=..., &X-Amz-Signature=..., password: ..., api_key=..., 'token': '...' (a dict in a message), --token ...
-# (a flag and its value), and each as a sweep's job overrides write it, Hydra-escaped: ?token\=...
+# ?token=..., &X-Amz-Signature=..., password: ..., 'token': '...', --token ..., and Hydra-escaped ?token\=...
 SECRET_VALUE = re.compile(
     r"(?i)(?P<name>(?P<flag>--)?\b[a-z0-9_-]*(?:password|passwd|pwd|token|secret|signature|credential|api[_-]?key|"
     r"access[_-]?key|auth|sig))(?P<sep>['\"]?\s*\\?[=:](?:\\?\s)*['\"]?|(?(flag)\s+(?!-)|(?!)))(?P<value>[^\s&'\",;}]+)"
@@ -81,10 +78,8 @@ class RedactedStream:
 def redact_process_output() -> None:
     """Mask secrets in everything this process prints or logs, whoever writes it.
 
-    Log records are masked where they are made, for every handler (Hydra's log files too); the
-    terminal streams are masked as they are written, for what bypasses logging: Hydra writes a
-    failed job's overrides to stderr, and turns an exception in a callback into a warning that
-    holds the unreachable tracking URI.
+    Log records are masked where they are made, for every handler; the terminal streams too, for what
+    bypasses logging (Hydra prints a failed job's overrides, and callback errors holding the tracking URI).
     """
     if not isinstance(sys.stderr, RedactedStream):
         sys.stdout, sys.stderr = RedactedStream(sys.stdout), RedactedStream(sys.stderr)
