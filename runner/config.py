@@ -101,7 +101,8 @@ class NeuronBackendConfig(BackendConfig):
     neff_cache_dir: str | None = None
     # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
     explorer_timeout_s: int = 1800
-    # TORCH_NEURONX_ENABLE_ASYNC_NRT; null: the environment's, else torch-neuronx's (the manifest says which)
+    # TORCH_NEURONX_ENABLE_ASYNC_NRT; null: the environment's, else torch-neuronx's (documented default 0, the
+    # shipped package sets 1): the manifest says which
     async_runtime: bool | None = None
 
     def __post_init__(self) -> None:
