@@ -11,6 +11,7 @@ import json
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,13 +144,13 @@ class Profile:
     cycles: int
 
 
-def _keyed(span: Span, path: tuple[tuple[str, int], ...] = ()) -> dict[tuple[tuple[str, int], ...], Span]:
-    out = {path: span}
+def _by_path(span: Span, path: tuple[tuple[str, int], ...] = ()) -> Iterator[tuple[tuple[tuple[str, int], ...], Span]]:
+    """Each span under `span` (itself first) with its path of (label, occurrence) pairs, in depth-first order."""
+    yield path, span
     seen: dict[str, int] = defaultdict(int)
     for child in span.children:
-        out |= _keyed(child, (*path, (child.label, seen[child.label])))
+        yield from _by_path(child, (*path, (child.label, seen[child.label])))
         seen[child.label] += 1
-    return out
 
 
 def load_profile(paths: list[Path]) -> Profile:
@@ -161,7 +162,7 @@ def load_profile(paths: list[Path]) -> Profile:
         raise ValueError("the traces hold no ProfilerStep span")
     nodes: dict[tuple[tuple[str, int], ...], ProfileNode] = {}
     for number, cycle in enumerate(cycles):
-        for path, span in ((path, span) for step in cycle for path, span in _keyed(step).items()):
+        for path, span in (pair for step in cycle for pair in _by_path(step)):
             if path not in nodes:
                 nodes[path] = ProfileNode(span.label, span.device, [0.0] * len(cycles))
                 if path:

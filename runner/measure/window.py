@@ -48,7 +48,8 @@ def profiler_cost(workload: BuiltWorkload, backend: Backend, profiler: ProfilerC
 
     A stall only adds time, so the fastest recorded step less the fastest unprofiled one is the
     cost: with the window's own steps a stall of its one recorded step would pass for the cost.
-    Run first, the sessions also take the process's first profiler start out of the window. Where
+    Run first, the sessions also take the process's first profiler start out of the window. Host
+    activity only: on CUDA, whose kernels go untraced, the cost is a lower bound. Where
     most steps stall, every session may have, and the cost reads high (`timing.stable=false` then).
     """
     log.info("the profiler's own cost: %d short profiler sessions ...", COST_SESSIONS)
