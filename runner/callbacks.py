@@ -28,7 +28,7 @@ from runner.config import ConfigError, TrackingConfig
 from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus
 from runner.secrets import redact
 from runner.signals import ignore_later_stops, signals_held, stop_on_signals
-from runner.sweep.jobs import isolate_if_needed, sweep_jobs, swept_keys
+from runner.sweep.jobs import isolate_if_needed, swept_keys
 from runner.sweep.summary import summarise_sweep
 from runner.tracking.run import PARENT_RUN_ENV
 from runner.tracking.store import StoreFull, check_usable, prepare_store
@@ -111,9 +111,7 @@ class RunnerCallback(Callback):
         self.parent_run_id: str | None = None
         self.sweep_id = ""
         self.sweep_dir = Path()
-        # how many jobs the sweep has (None when its sweeper does not say up front), and whether it was compared
-        self.planned: int | None = None
-        self.compared = False
+        self.compared = False  # whether the sweep's comparison was reported
         self.tracking: TrackingConfig | None = None
         # a single run's folder and the parents this run creates for it, deepest first
         self.new_run_dirs: list[Path] = []
@@ -138,7 +136,7 @@ class RunnerCallback(Callback):
         sys.exit(f"error: {error}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Check the sweep directory; create the store, experiment and parent run once; time the jobs' rounds."""
+        """Check the sweep directory; create the store, experiment and parent run once, before the launcher starts."""
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)
@@ -146,18 +144,12 @@ class RunnerCallback(Callback):
         check_store(tracking, create=False)
         varied = swept_keys(config)
         os.environ[names.SWEPT_KEYS_ENV] = ",".join(varied)
-        jobs_overrides = sweep_jobs(config)
-        self.planned = None if jobs_overrides is None else len(jobs_overrides)
         isolate_if_needed(config, varied)
         stop_on_signals()
         atexit.register(self._close_if_stopped)
-        from runner.sweep.rounds import round_jobs, time_sweep_rounds  # torch loads only past a sweep's checks
-
-        jobs = round_jobs(config)  # their fork server's imports (seconds) overlap the store's opening
         check_store(tracking, create=True)
         if tracking.enabled:
             self._open_parent(config, tracking)
-        time_sweep_rounds(config, jobs, self.sweep_id)
 
     def _open_parent(self, config: DictConfig, tracking: TrackingConfig) -> None:
         """Create the sweep's parent run (its jobs' runs are its children); earlier sweeps' dead parents are closed."""
@@ -201,12 +193,12 @@ class RunnerCallback(Callback):
             os.environ.pop(name, None)
         tracking = self.tracking
         uri = tracking.uri if tracking is not None and tracking.enabled else None
-        summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri, self.planned)
+        summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri)
         lines = summary.lines()
         if stopped:
             killed = len(summary.killed)
             closed = f"{killed} job(s) in flight closed KILLED" if killed else "no job was in flight"
-            rest = "the rest did not run" if summary.total > summary.started else "every job had ended"
+            rest = "the rest did not run" if summary.not_run else "every job had ended"
             lines.insert(0, f"sweep stopped by a signal: {closed}, {rest}")
         elif not summary.total:
             lines.insert(0, "sweep: no job to run (the sweep's overrides expand to nothing)")

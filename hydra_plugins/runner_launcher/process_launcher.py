@@ -1,13 +1,16 @@
-"""A Hydra launcher that runs every job in a fresh process, one or several at a time.
+"""The runner's Hydra launchers: jobs in this process, or each in a fresh process, one or several at a time.
 
-`hydra/launcher=isolated` runs jobs one after another, each in its own process; a job that
-segfaults, aborts, is killed or runs past `timeout_s` fails alone. `hydra/launcher=parallel`
-runs several at once. Processes are started with `spawn`: the Neuron runtime refuses children
-forked after it started. The child gets the task function and its Hydra state as the submitit
-plugin hands them over (cloudpickle: Hydra's resolvers, closures and callable objects travel),
-runs the job with Hydra's `run_job`, and sends back the JobReturn whole, pickled. Any Hydra app
-can use both launchers (their configs are registered in Hydra's ConfigStore when Hydra loads
-this plugin). In the runner's own sweep, each parallel job runs in the share of the machine its
+`hydra/launcher=inprocess` (the runner's default) runs jobs one after another in the sweep's
+own process, as Hydra's basic launcher does. `hydra/launcher=isolated` runs them one after
+another, each in its own process; a job that segfaults, aborts, is killed or runs past
+`timeout_s` fails alone. `hydra/launcher=parallel` runs several at once. Processes are started
+with `spawn`: the Neuron runtime refuses children forked after it started. The child gets the
+task function and its Hydra state as the submitit plugin hands them over (cloudpickle: Hydra's
+resolvers, closures and callable objects travel), runs the job with Hydra's `run_job`, and sends
+back the JobReturn whole, pickled. Any Hydra app can use the three (their configs are registered
+in Hydra's ConfigStore when Hydra loads this plugin). In the runner's own sweep, a launcher hands
+the jobs it was given to the interleaved rounds before the first one runs
+(`runner.sweep.rounds.before_launch`), and each parallel job runs in the share of the machine its
 backend plans (`Backend.plan_slots`: its own NeuronCores, its own GPU, or its share of CPU
 threads), given to it through environment variables; no job's config is rewritten. Hydra
 requires launchers to live in the `hydra_plugins` package.
@@ -40,6 +43,16 @@ POLL_S = 0.2
 STOP_GRACE_S = 30
 # a share of the machine: its name, and the environment variables its job starts with
 Slot = tuple[str, dict[str, str]]
+
+
+@dataclass
+class InProcessLauncherConf:
+    """`hydra/launcher=inprocess`: every job in the sweep's own process, one at a time (the runner's default).
+
+    Jobs share the process's imports and caches; one that crashes the process ends the sweep.
+    """
+
+    _target_: str = "hydra_plugins.runner_launcher.process_launcher.InProcessLauncher"
 
 
 @dataclass
@@ -78,6 +91,7 @@ class ParallelLauncherConf(IsolatedLauncherConf):
     cores_per_job: int = 1
 
 
+ConfigStore.instance().store(group="hydra/launcher", name="inprocess", node=InProcessLauncherConf, provider="runner")
 ConfigStore.instance().store(group="hydra/launcher", name="isolated", node=IsolatedLauncherConf, provider="runner")
 ConfigStore.instance().store(group="hydra/launcher", name="parallel", node=ParallelLauncherConf, provider="runner")
 
@@ -125,24 +139,69 @@ def _child(payload: bytes, env: dict[str, str], result: str) -> None:
     Path(result).write_bytes(pickled)
 
 
-class ProcessLauncher(Launcher):
-    """Runs each job in a spawned process; `jobs` at a time, each in its own slot."""
+class RunnerLauncher(Launcher):
+    """What the runner's launchers share: Hydra's set-up of a batch of jobs, and in the runner's sweep its rounds."""
 
-    def __init__(self, jobs: int = 1, timeout_s: int = 0, cores: str | None = None, cores_per_job: int = 1) -> None:
-        self.jobs = jobs
-        self.timeout_s = timeout_s
-        self.cores = cores
-        self.cores_per_job = cores_per_job
+    def __init__(self) -> None:
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
-        # whether the runner's sweep callback runs this sweep (the launcher then plans its slots
-        # by the runner's backend, and records a dead job in that sweep's summary)
+        # whether the runner's sweep callback runs this sweep (set before Hydra sets the launcher up): its jobs'
+        # steady state is then timed in rounds first, and the parallel launcher plans its slots by the runner's backend
         self.runner_sweep = False
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """Keep what launch() needs."""
+        from runner.job import SWEEP_ID_ENV
+
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        self.runner_sweep = SWEEP_ID_ENV in os.environ
+
+    def _job_configs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[DictConfig]:
+        """Each job's config, composed as Hydra's basic launcher does; in the runner's sweep, the rounds time them."""
+        assert self.config is not None and self.hydra_context is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        configs = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(config):
+                config.hydra.job.id = f"{config.hydra.job.name}_{idx}"
+                config.hydra.job.num = idx
+            configs.append(config)
+        if self.runner_sweep:
+            from runner.sweep.rounds import before_launch
+
+            before_launch(self.config, configs)
+        return configs
+
+
+class InProcessLauncher(RunnerLauncher):
+    """Runs the jobs one after another in this process, as Hydra's basic launcher does."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Run each job with Hydra's `run_job`; the sweep's logging is set again after each (a job may change it)."""
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        log.info("Launching %d jobs locally", len(job_overrides))
+        returns = []
+        for config, overrides in zip(self._job_configs(job_overrides, initial_job_idx), job_overrides, strict=True):
+            log.info("\t#%d : %s", config.hydra.job.num, " ".join(filter_overrides(overrides)))
+            sweep_keys = ("hydra.sweep.dir", "hydra.sweep.subdir")
+            returns.append(run_job(self.task_function, config, *sweep_keys, hydra_context=self.hydra_context))
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return returns
+
+
+class ProcessLauncher(RunnerLauncher):
+    """Runs each job in a spawned process; `jobs` at a time, each in its own slot."""
+
+    def __init__(self, jobs: int = 1, timeout_s: int = 0, cores: str | None = None, cores_per_job: int = 1) -> None:
+        super().__init__()
+        self.jobs = jobs
+        self.timeout_s = timeout_s
+        self.cores = cores
+        self.cores_per_job = cores_per_job
 
     def _slots(self) -> list[Slot]:
         """Where jobs run: in the runner's sweep, as its backend shares the machine; else `jobs` (0: one per CPU)."""
@@ -161,16 +220,9 @@ class ProcessLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs, at most one per slot at a time, and return one JobReturn each."""
-        assert self.config is not None
-        from runner.job import SWEEP_ID_ENV
-
-        self.runner_sweep = SWEEP_ID_ENV in os.environ
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         free = self._slots()
+        pending = list(enumerate(self._job_configs(job_overrides, initial_job_idx), start=initial_job_idx))
         log.info("Launching %d jobs, %d at a time, each in a fresh process", len(job_overrides), len(free))
-        pending = list(enumerate(job_overrides, start=initial_job_idx))
         running: dict[int, tuple[Any, Slot, DictConfig, float]] = {}
         results: dict[int, JobReturn] = {}
         with tempfile.TemporaryDirectory(prefix="hydra_launcher_") as folder:
@@ -183,7 +235,7 @@ class ProcessLauncher(Launcher):
 
     def _run_all(
         self,
-        pending: list[tuple[int, Sequence[str]]],
+        pending: list[tuple[int, DictConfig]],
         running: dict[int, tuple[Any, Slot, DictConfig, float]],
         free: list[Slot],
         results: dict[int, JobReturn],
@@ -199,10 +251,9 @@ class ProcessLauncher(Launcher):
         task = portable(self.task_function)
         while pending or running:
             while pending and free:
-                idx, overrides = pending.pop(0)
+                idx, config = pending.pop(0)
                 slot = free.pop(0)
-                config = self._job_config(idx, list(overrides))
-                log.info("\t#%d : %s  [%s]", idx, " ".join(filter_overrides(overrides)), slot[0])
+                log.info("\t#%d : %s  [%s]", idx, " ".join(filter_overrides(config.hydra.overrides.task)), slot[0])
                 state = cloudpickle.dumps((task, self.hydra_context, Singleton.get_state(), config))
                 process = spawn.Process(target=_child, args=(state, slot[1], str(folder / str(idx))))
                 process.start()
@@ -232,14 +283,6 @@ class ProcessLauncher(Launcher):
                 process.kill()
                 process.join()
             results[idx] = self._collect(folder / str(idx), config, process.exitcode, False, stopped=True)
-
-    def _job_config(self, idx: int, overrides: list[str]) -> DictConfig:
-        assert self.config is not None and self.hydra_context is not None
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-        with open_dict(config):
-            config.hydra.job.id = f"{config.hydra.job.name}_{idx}"
-            config.hydra.job.num = idx
-        return config
 
     def _collect(
         self, result: Path, config: DictConfig, exitcode: int | None, timed_out: bool, stopped: bool = False

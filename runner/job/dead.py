@@ -39,7 +39,7 @@ def close_dead_job(
     One that died before it wrote its status file is recorded for the sweep running now, so its summary counts it.
     """
     status = read_status(job_dir)
-    if status is not None and status.get("status") != JobStatus.RUNNING:
+    if status is not None and status.get("status") not in (JobStatus.SCHEDULED, JobStatus.RUNNING):
         return
     end = JobStatus.KILLED if stopped else JobStatus.FAILED
     never_started = {"sweep_id": os.environ.get(SWEEP_ID_ENV), "overrides": overrides} if status is None else {}

@@ -24,6 +24,7 @@ NO_RESULT = math.nan
 class JobStatus(str, Enum):
     """Where a job is in its life: the status file's values and MLflow's run statuses (a `str`: the same strings)."""
 
+    SCHEDULED = "SCHEDULED"  # a launcher of the runner's sweep has it in its batch; it has not started yet
     RUNNING = "RUNNING"
     FINISHED = "FINISHED"
     FAILED = "FAILED"

@@ -1,4 +1,4 @@
-"""A sweep's steady state, timed in interleaved rounds (`runner.execute.rounds`) before its first job runs.
+"""A sweep's steady state, timed in interleaved rounds (`runner.execute.rounds`) before its launcher runs the jobs.
 
 Each job's first call fills the caches in a worker of its own, and the sweep's process never touches the device.
 A job's rounds are left under its config hash in `names.ROUNDS_FOLDER`; a job not there times its own.
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import random
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -24,11 +24,10 @@ from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.execute.processes import Child, ChildFailed, answered, stop
 from runner.execute.rounds import round_orders, run_round
 from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps
-from runner.job import config_hash, finished_run_id
+from runner.job import STATUS_FILE, SWEEP_ID_ENV, JobStatus, config_hash, finished_run_id, write_status
 from runner.measure.loop import RoundPlace, SteadyState
 from runner.measure.turns import TurnsAddress
 from runner.secrets import redact
-from runner.sweep.jobs import BASIC_SWEEPER, sweep_jobs
 
 log = logging.getLogger(__name__)
 PROCESS_LAUNCHER = "hydra_plugins.runner_launcher.process_launcher.ProcessLauncher"
@@ -189,28 +188,27 @@ def parallel_slots(config: DictConfig) -> list[Slot] | None:
     return launcher_slots(config.backend, launcher.jobs, launcher.get("cores"), launcher.get("cores_per_job", 1))
 
 
-def round_jobs(config: DictConfig) -> list[RoundJob]:
-    """Jobs the rounds may time (none unless the basic sweeper's grid runs on this host); their fork server starts."""
-    launcher = str(config.hydra.launcher.get("_target_", ""))
-    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or "slurm" in launcher.lower():
-        log.info("rounds: none under this sweeper and launcher: each job times its own steady state")
-        return []
-    swept, loader = names.swept_keys(), GlobalHydra.instance().config_loader()
-    saved = HydraConfig.instance().cfg
+def before_launch(config: DictConfig, job_configs: list[DictConfig]) -> None:
+    """Before a launcher of the runner's sweep runs these jobs: mark each scheduled, then time them in rounds.
+
+    A job a stop keeps from starting stays scheduled, which the sweep's summary counts as not run.
+    """
+    swept, saved, sweep_id = names.swept_keys(), HydraConfig.instance().cfg, os.environ[SWEEP_ID_ENV]
+    jobs = []
     try:
-        jobs = []
-        for number, overrides in enumerate(sweep_jobs(config) or []):  # composed as the basic launcher composes them
-            job_config = loader.load_sweep_config(config, overrides)
-            with open_dict(job_config):
-                job_config.hydra.job.id = job_config.hydra.job.num = number
+        for job_config in job_configs:
             HydraConfig.instance().set_config(job_config)  # for the job's own ${hydra:...} values
+            job_dir = Path(job_config.hydra.sweep.dir, str(job_config.hydra.sweep.subdir))
+            overrides = " ".join(redact(o) for o in job_config.hydra.overrides.task)
+            try:
+                write_status(job_dir, status=JobStatus.SCHEDULED, sweep_id=sweep_id, overrides=overrides)
+            except OSError as err:  # the job's own start says so too; the summary then cannot count it unrun
+                log.error("could not write %s in %s: %s", STATUS_FILE, job_dir, err.strerror or err)
             if (job := round_job(job_config, swept)) is not None:
                 jobs.append(job)
     finally:
         HydraConfig.instance().cfg = saved
-    if len(jobs) > 1:
-        prepare_workers([job.spec for job in jobs])
-    return jobs
+    time_sweep_rounds(config, jobs, sweep_id)
 
 
 def time_sweep_rounds(config: DictConfig, candidates: list[RoundJob], sweep_id: str) -> None:

@@ -17,12 +17,12 @@ class SweepSummary:
     failed: list[str] = field(default_factory=list)
     killed: list[str] = field(default_factory=list)  # by SIGINT/SIGTERM: the sweep's own stop, or a signal to the job
     reused_run_ids: list[str] = field(default_factory=list)  # FINISHED runs skipped jobs found: shown, marked reused
-    planned: int | None = None  # the sweep's jobs, started or not (None when its sweeper does not say up front)
+    not_run: list[str] = field(default_factory=list)  # scheduled by the sweep's launcher, kept from starting by a stop
 
     @property
     def total(self) -> int:
         """Jobs of the sweep, whatever became of them, those a stop kept from starting too."""
-        return max(self.planned or 0, self.started)
+        return self.started + len(self.not_run)
 
     @property
     def started(self) -> int:
@@ -35,17 +35,18 @@ class SweepSummary:
             f"sweep: {self.total} job(s): {len(self.finished)} finished, {len(self.skipped)} skipped "
             f"(already FINISHED), {len(self.failed)} failed"
             + (f", {len(self.killed)} killed" if self.killed else "")
-            + (f", {self.total - self.started} not run" if self.total > self.started else "")
+            + (f", {len(self.not_run)} not run" if self.not_run else "")
         ]
         lines += [f"  skipped: {name}" for name in self.skipped]
         lines += [f"  FAILED:  {name}" for name in self.failed]
         lines += [f"  KILLED:  {name}" for name in self.killed]
+        lines += [f"  not run: {name}" for name in self.not_run]
         return lines
 
 
-def summarise_sweep(sweep_dir: Path, sweep_id: str, uri: str | None, planned: int | None = None) -> SweepSummary:
-    """Read the status of this sweep's `planned` jobs; those still RUNNING died, and their runs are marked FAILED."""
-    summary = SweepSummary(planned=planned)
+def summarise_sweep(sweep_dir: Path, sweep_id: str, uri: str | None) -> SweepSummary:
+    """Read the status of this sweep's jobs; those still RUNNING died, and their runs are marked FAILED."""
+    summary = SweepSummary()
     for path in sorted(sweep_dir.glob(f"*/{STATUS_FILE}"), key=lambda p: p.parent.name):
         job_dir = path.parent
         if (read_status(job_dir) or {}).get("sweep_id") != sweep_id:
@@ -59,6 +60,8 @@ def summarise_sweep(sweep_dir: Path, sweep_id: str, uri: str | None, planned: in
         elif status.get("status") == JobStatus.SKIPPED:
             summary.skipped.append(f"{name} -> run {status.get('run_id')}")
             summary.reused_run_ids.append(str(status.get("run_id")))
+        elif status.get("status") == JobStatus.SCHEDULED:
+            summary.not_run.append(name)
         elif status.get("status") == JobStatus.KILLED:
             summary.killed.append(f"{name}: {status.get('error', 'interrupted')}")
         else:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
 from runner import CONF_DIR
@@ -28,7 +29,7 @@ from runner.job import (
     write_status,
 )
 from runner.signals import Interrupted
-from runner.sweep.jobs import sweep_jobs, sweep_overrides
+from runner.sweep.rounds import before_launch
 from runner.sweep.summary import summarise_sweep
 from tests.helpers import all_runs, job_for
 
@@ -128,43 +129,30 @@ def test_a_stopped_job_says_whether_it_had_a_run_to_close(
         assert not all_runs(tracking_uri) and f"{said}it had no run to close" in caplog.text
 
 
-def test_a_sweep_stopped_early_counts_the_jobs_it_never_started(tmp_path: Path) -> None:
+def test_a_sweep_stopped_early_counts_the_jobs_it_never_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher marks its jobs scheduled before the first runs; a job whose process died is no "not run"."""
+    monkeypatch.setenv(SWEEP_ID_ENV, "this-sweep")
     register_schemas()
+    task = ["+workload=rmsnorm_naive", "measure.processes=0"]  # no rounds: each job would time its own
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        config = compose("config", overrides=["+workload=rmsnorm_naive"], return_hydra_config=True)
-        with open_dict(config):
-            config.hydra.overrides.task = ["+workload=rmsnorm_naive,rmsnorm_builtin", "workload.seed=0,1"]
-        jobs = sweep_jobs(config)
-    assert jobs is not None and len(jobs) == 4
-    write_status(tmp_path / "0_a", status="FINISHED", sweep_id="this-sweep", overrides=" ".join(jobs[0]))
-    write_status(tmp_path / "1_b", status="KILLED", sweep_id="this-sweep", overrides=" ".join(jobs[1]))
-    summary = summarise_sweep(tmp_path, "this-sweep", None, len(jobs))
-    assert (
-        summary.lines()[0] == "sweep: 4 job(s): 1 finished, 0 skipped (already FINISHED), 0 failed, 1 killed, 2 not run"
-    )
-
-
-@pytest.mark.parametrize(
-    ("params", "task"),
-    [
-        pytest.param({}, ["+workload=rmsnorm_naive,rmsnorm_builtin", "workload.seed=0,1,2"], id="grid"),
-        pytest.param({"workload.seed": "0,1"}, ["+workload=rmsnorm_naive,rmsnorm_builtin"], id="params-first"),
-        pytest.param({"workload.seed": "0,1"}, ["workload.seed=5", "+workload=rmsnorm_naive"], id="overridden-param"),
-        pytest.param({}, ["+workload=rmsnorm_naive", "workload.seed=range(0,3)"], id="range"),
-    ],
-)
-def test_the_sweep_jobs_are_the_basic_sweepers_grid_in_its_order(params: dict[str, str], task: list[str]) -> None:
-    """Read through Hydra's public override API (runner/ imports none of its internals), checked against its own."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    register_schemas()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        config = compose("config", overrides=["+workload=rmsnorm_naive"], return_hydra_config=True)
-        with open_dict(config):
-            config.hydra.sweeper.params = params
-            config.hydra.overrides.task = task
-        jobs = sweep_jobs(config)
-        overrides = OverridesParser.create().parse_overrides(sweep_overrides(config))
-    assert jobs == [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-    assert jobs
+        config = compose("config", overrides=[*task, f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True)
+        loader = GlobalHydra.instance().config_loader()
+        jobs = [loader.load_sweep_config(config, [*task, f"workload.seed={seed}"]) for seed in range(4)]
+        for number, job in enumerate(jobs):
+            with open_dict(job):
+                job.hydra.job.num = number
+        before_launch(config, jobs)
+    folders = sorted(tmp_path.glob("*_rmsnorm_naive"))
+    assert [read_status(folder)["status"] for folder in folders] == ["SCHEDULED"] * 4  # type: ignore[index]
+    write_status(folders[0], status="FINISHED")
+    write_status(folders[1], status="KILLED", error="interrupted by SIGINT")
+    close_dead_job(folders[2], "died from signal SIGKILL", None)
+    summary = summarise_sweep(tmp_path, "this-sweep", None)
+    assert summary.lines() == [
+        "sweep: 4 job(s): 1 finished, 0 skipped (already FINISHED), 1 failed, 1 killed, 1 not run",
+        f"  FAILED:  2_rmsnorm_naive [{' '.join(task)} workload.seed=2]: died from signal SIGKILL",
+        f"  KILLED:  1_rmsnorm_naive [{' '.join(task)} workload.seed=1]: interrupted by SIGINT",
+        f"  not run: 3_rmsnorm_naive [{' '.join(task)} workload.seed=3]",
+    ]

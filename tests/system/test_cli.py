@@ -206,5 +206,5 @@ def test_help_lists_groups_without_importing_torch_or_mlflow() -> None:
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert "workload: " + ", ".join(sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))) in out
     assert "backend: auto, cpu, cuda, neuron" in out and "base_" not in out
-    assert "hydra/launcher: basic (in-process, the default), isolated, parallel, slurm" in out
+    assert "hydra/launcher: inprocess (the default), isolated, parallel, slurm, basic (Hydra's: no rounds)" in out
     assert "heavy: []" in out

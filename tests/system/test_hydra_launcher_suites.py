@@ -25,7 +25,7 @@ from hydra_plugins.runner_launcher import process_launcher
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Future Hydra versions will no longer change working directory:UserWarning"
 )
-LAUNCHERS = [("isolated", []), ("parallel", ["hydra.launcher.jobs=2"])]
+LAUNCHERS = [("inprocess", []), ("isolated", []), ("parallel", ["hydra.launcher.jobs=2"])]
 
 
 def logging_as_hydra_tests(launcher: str) -> dict[str, Any]:

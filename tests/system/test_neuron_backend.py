@@ -463,7 +463,7 @@ def test_async_runtime_is_set_before_the_runtime_starts_and_recorded(tmp_path: P
     assert run.data.metrics[names.THROUGHPUT_INFLIGHT] == 4 and run.data.metrics[names.THROUGHPUT_STEPS_PER_S] > 0
 
 
-@pytest.mark.parametrize("launcher", ["basic", "isolated"])
+@pytest.mark.parametrize("launcher", ["inprocess", "isolated"])
 def test_the_async_default_is_torch_neuronx_s_when_the_user_set_nothing(
     tmp_path: Path, tracking_uri: str, launcher: str
 ) -> None:
@@ -525,7 +525,7 @@ def test_a_neuron_sweep_times_its_jobs_in_rounds_each_worker_with_the_cores_to_i
         assert len(client.get_metric_history(run.info.run_id, names.PROCESS_MEDIAN_MS)) == 3
     events = [e["event"] for e in calls(tmp_path) if e["event"].startswith("runtime_start")]
     # two first calls and 2 x 3 round workers, each claiming core 0 in its own process and letting it go at
-    # exit, then the jobs in the sweep's process (one runtime for both, under the basic launcher): no claim failed
+    # exit, then the jobs in the sweep's process (one runtime for both, under the in-process launcher): no claim failed
     assert events == ["runtime_start"] * 9
 
 

@@ -61,8 +61,9 @@ def test_a_data_parallel_train_step_runs_as_two_ranks(tmp_path: Path, tracking_u
     assert metrics[names.RANKS] == 2
     for rank in (0, 1):
         assert 0 < metrics[f"rank{rank}/{names.RANK_COLLECTIVE_SHARE}"] < 1  # the gradients' all-reduce
-        # each gradient's all-reduce starts while the backward still computes the layers before
-        assert 0 < metrics[f"rank{rank}/{names.RANK_COLLECTIVE_OVERLAP}"] <= 1
+        assert 0 <= metrics[f"rank{rank}/{names.RANK_COLLECTIVE_OVERLAP}"] <= 1
+    # a gradient's all-reduce starts while the backward still computes the layers before, on some rank at least:
+    # on a busy 2-core host one rank's gloo thread may get a core only once its backward is done (read 0.0 once)
     assert 0 < metrics[names.RANKS_COLLECTIVE_OVERLAP] <= 1
     assert metrics[f"rank1/{names.STEP_MEDIAN_MS}"] > 0 and metrics[names.STEP_MEDIAN_MS] > 0
     assert metrics[names.RANKS_STRAGGLER_RATIO] >= 1 and metrics[names.RANKS_COMPUTE_SPREAD] >= 1

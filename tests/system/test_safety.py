@@ -334,7 +334,7 @@ def test_a_stop_dropped_inside_a_garbage_collector_callback_is_raised_at_the_nex
     [
         pytest.param(signal.SIGTERM, None, False, id="single-SIGTERM"),
         pytest.param(signal.SIGINT, None, False, id="single-SIGINT"),
-        pytest.param(signal.SIGTERM, "basic", False, id="sweep-basic-SIGTERM"),
+        pytest.param(signal.SIGTERM, "inprocess", False, id="sweep-inprocess-SIGTERM"),
         pytest.param(signal.SIGINT, "isolated", True, id="sweep-isolated-ctrl-c"),
         pytest.param(signal.SIGTERM, "isolated", False, id="sweep-isolated-SIGTERM"),
     ],
@@ -405,7 +405,7 @@ def test_a_signal_during_the_sweeps_rounds_leaves_nothing_running(tmp_path: Path
 @pytest.mark.parametrize(
     ("signum", "launcher", "group"),
     [
-        pytest.param(signal.SIGTERM, "basic", False, id="basic-SIGTERM"),
+        pytest.param(signal.SIGTERM, "inprocess", False, id="inprocess-SIGTERM"),
         pytest.param(signal.SIGINT, "isolated", True, id="isolated-ctrl-c"),
     ],
 )  # fmt: skip

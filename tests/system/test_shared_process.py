@@ -1,4 +1,4 @@
-"""Sweeps under the basic launcher on a stand-in Neuron host: what the runtime reads once per process.
+"""Sweeps under the in-process launcher on a stand-in Neuron host: what the runtime reads once per process.
 
 Each test runs `python -m runner` in a subprocess (`run_neuron`): the process is the point.
 """

@@ -151,7 +151,7 @@ def test_sweep_against_a_tracking_server(tmp_path: Path, mlflow_server: str) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["basic", "isolated", "parallel"])
+@pytest.mark.parametrize("launcher", ["inprocess", "isolated", "parallel"])
 def test_each_launcher_times_the_jobs_in_interleaved_rounds(tmp_path: Path, tracking_uri: str, launcher: str) -> None:
     cmd = [
         sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", "++workload.hidden=16", "workload.seed=0,1",

@@ -11,8 +11,9 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from hydra_plugins.runner_launcher.process_launcher import portable
+from hydra_plugins.runner_launcher.process_launcher import InProcessLauncher, portable
 from runner.compose import refusal
+from runner.sweep.jobs import IN_PROCESS_LAUNCHER
 from tests.helpers import compose_cfg
 
 
@@ -27,6 +28,12 @@ def test_each_launcher_composes_into_the_runners_config_with_typed_keys(launcher
     assert refusal(refused.value) == (  # the line `python -m runner` prints
         "Error merging override hydra.launcher.jobs=two; Value 'two' of type 'str' could not be converted to Integer"
     )
+
+
+def test_the_runners_sweeps_launch_in_process_by_default() -> None:
+    """Its own in-process launcher, which times the jobs in rounds first (Hydra's basic one does not)."""
+    launcher = compose_cfg("+workload=rmsnorm_naive", with_hydra=True).hydra.launcher
+    assert launcher._target_ == IN_PROCESS_LAUNCHER == f"{InProcessLauncher.__module__}.{InProcessLauncher.__name__}"
 
 
 def run(cfg: DictConfig) -> int:
