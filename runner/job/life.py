@@ -147,7 +147,10 @@ class JobLife:
 
     @contextmanager
     def run(self, tracking: TrackingConfig) -> Iterator[Any]:
-        """The job's MLflow run (a `NullRun` with tracking off), closed FAILED with the error on failure."""
+        """The job's MLflow run (a `NullRun` with tracking off), closed FAILED with the error on failure.
+
+        A stop closes it KILLED with its reason (`open_run`), also one that lands as the run's id is written down.
+        """
         from runner.job.run import open_run
 
         with open_run(tracking, self.job.run_name) as run:
@@ -155,9 +158,6 @@ class JobLife:
             self.status(run_id=run.run_id)
             try:
                 yield run
-            except KeyboardInterrupt as stop:
-                run.set_tags({names.TAG_ERROR: f"interrupted by {stop}" if str(stop) else "interrupted"})
-                raise
             except Exception as err:
                 run.set_tags({names.TAG_ERROR: one_line(err)})
                 run.log_text(current_traceback(), ERROR_FILE)

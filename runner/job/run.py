@@ -23,13 +23,17 @@ def open_run(tracking: TrackingConfig, run_name: str) -> Iterator[NullRun]:
     experiment_id = ensure_experiment(tracking)
     parent = os.environ.get(PARENT_RUN_ENV) or None
     tags = {names.TAG_KIND: names.KIND_JOB}
-    active = mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent, tags=tags))
-    try:
+    try:  # a stop held while the run started is raised as start_run returns: that run is closed too
+        active = mlflow_write(lambda: mlflow.start_run(run_name=run_name, parent_run_id=parent, tags=tags))
         yield MlflowRun(active.info.run_id, experiment_id, tracking)
-    except KeyboardInterrupt:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
-        mlflow_write(lambda: mlflow.end_run(JobStatus.KILLED.value))
+    except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
+        if mlflow.active_run() is not None:
+            reason = f"interrupted by {stop}" if str(stop) else "interrupted"
+            mlflow_write(lambda: mlflow.set_tag(names.TAG_ERROR, reason))
+            mlflow_write(lambda: mlflow.end_run(JobStatus.KILLED.value))
         raise
     except BaseException:
-        mlflow_write(lambda: mlflow.end_run(JobStatus.FAILED.value))
+        if mlflow.active_run() is not None:
+            mlflow_write(lambda: mlflow.end_run(JobStatus.FAILED.value))
         raise
     mlflow_write(lambda: mlflow.end_run(JobStatus.FINISHED.value))

@@ -9,13 +9,14 @@ import platform
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
-from runner import CONF_DIR
+from runner import CONF_DIR, names
 from runner.config import ConfigError, TrackingConfig, register_schemas
 from runner.job import (
     OWNER_FILE,
@@ -127,6 +128,38 @@ def test_a_stopped_job_says_whether_it_had_a_run_to_close(
         assert run.info.status == "KILLED" and f"{said}its run {run.info.run_id} is closed KILLED" in caplog.text
     else:
         assert not all_runs(tracking_uri) and f"{said}it had no run to close" in caplog.text
+
+
+@pytest.mark.parametrize("lands", ["as-start-run-returns", "as-its-id-is-written"])
+def test_a_stop_as_the_run_opens_closes_it_killed_with_its_reason(
+    lands: str, tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop held through start_run is raised as it returns; one can land before the body's own handlers too."""
+    import mlflow
+
+    stop = Interrupted(signal.SIGINT)
+    if lands == "as-start-run-returns":
+        real_start = mlflow.start_run
+
+        def start_then_stop(**kwargs: Any) -> Any:
+            real_start(**kwargs)
+            raise stop
+
+        monkeypatch.setattr(mlflow, "start_run", start_then_stop)
+    else:
+        real_status = JobLife.status
+
+        def stop_on_run_id(self: JobLife, **fields: Any) -> None:
+            real_status(self, **fields)
+            if "run_id" in fields and fields["run_id"]:
+                raise stop
+
+        monkeypatch.setattr(JobLife, "status", stop_on_run_id)
+    life = JobLife(job_for(tmp_path))
+    with pytest.raises(Interrupted), life.running(), life.run(TrackingConfig(uri=tracking_uri)):
+        pytest.fail("the stop landed before the job's body")
+    (run,) = all_runs(tracking_uri)
+    assert run.info.status == "KILLED" and run.data.tags[names.TAG_ERROR] == "interrupted by SIGINT"
 
 
 def test_a_sweep_stopped_early_counts_the_jobs_it_never_started(
