@@ -157,8 +157,13 @@ class RunnerLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         self.runner_sweep = SWEEP_ID_ENV in os.environ
 
-    def _job_configs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[DictConfig]:
-        """Each job's config, composed as Hydra's basic launcher does; in the runner's sweep, the rounds time them."""
+    def _job_configs(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, slots: list[Any] | None = None
+    ) -> list[DictConfig]:
+        """Each job's config, composed as Hydra's basic launcher does; in the runner's sweep the rounds time them first.
+
+        `slots` (`runner.backends.base.Slot`): where the parallel launcher runs them, and the rounds their workers.
+        """
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -173,7 +178,7 @@ class RunnerLauncher(Launcher):
         if self.runner_sweep:
             from runner.sweep.rounds import before_launch
 
-            before_launch(self.config, configs)
+            before_launch(self.config, configs, slots)
         return configs
 
 
@@ -203,25 +208,30 @@ class ProcessLauncher(RunnerLauncher):
         self.cores = cores
         self.cores_per_job = cores_per_job
 
-    def _slots(self) -> list[Slot]:
-        """Where jobs run: in the runner's sweep, as its backend shares the machine; else `jobs` (0: one per CPU)."""
-        if not self.runner_sweep:
-            return [("a process of its own", {})] * (self.jobs or os.cpu_count() or 1)
+    def _runner_slots(self) -> list[Any]:
+        """In the runner's sweep, the shares of the machine its backend plans for `jobs` at a time (`Slot`s)."""
         assert self.config is not None
         from runner.backends.registry import launcher_slots
         from runner.callbacks import UsageError
         from runner.config import ConfigError
 
         try:
-            slots = launcher_slots(self.config.backend, self.jobs, self.cores, self.cores_per_job)
+            return launcher_slots(self.config.backend, self.jobs, self.cores, self.cores_per_job)
         except ConfigError as err:
             raise UsageError(str(err)) from None
-        return [(slot.name, dict(slot.env)) for slot in slots]
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        """Run the jobs, at most one per slot at a time, and return one JobReturn each."""
-        free = self._slots()
-        pending = list(enumerate(self._job_configs(job_overrides, initial_job_idx), start=initial_job_idx))
+        """Run the jobs, at most one per slot at a time, and return one JobReturn each.
+
+        Outside the runner's sweep the slots are `jobs` processes (0: one per CPU), the machine not shared out.
+        """
+        planned = self._runner_slots() if self.runner_sweep else None
+        if planned is None:
+            free: list[Slot] = [("a process of its own", {})] * (self.jobs or os.cpu_count() or 1)
+        else:
+            free = [(slot.name, dict(slot.env)) for slot in planned]
+        round_slots = planned if self.jobs != 1 else None
+        pending = list(enumerate(self._job_configs(job_overrides, initial_job_idx, round_slots), initial_job_idx))
         log.info("Launching %d jobs, %d at a time, each in a fresh process", len(job_overrides), len(free))
         running: dict[int, tuple[Any, Slot, DictConfig, float]] = {}
         results: dict[int, JobReturn] = {}

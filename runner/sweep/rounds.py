@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner import names
 from runner.backends.base import Backend, Slot
-from runner.backends.registry import backend_class, launcher_slots
+from runner.backends.registry import backend_class
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.execute.processes import Child, ChildFailed, answered, stop
 from runner.execute.rounds import round_orders, run_round
@@ -30,7 +30,6 @@ from runner.measure.turns import TurnsAddress
 from runner.secrets import redact
 
 log = logging.getLogger(__name__)
-PROCESS_LAUNCHER = "hydra_plugins.runner_launcher.process_launcher.ProcessLauncher"
 
 
 @dataclass(frozen=True)
@@ -180,18 +179,11 @@ def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
     return RoundJob(name, key, spec, count, bool(task.get("resume", True)))
 
 
-def parallel_slots(config: DictConfig) -> list[Slot] | None:
-    """The slots the parallel launcher will run the jobs in; None when they run one at a time."""
-    launcher = config.hydra.launcher
-    if launcher.get("_target_") != PROCESS_LAUNCHER or launcher.get("jobs", 1) == 1:
-        return None
-    return launcher_slots(config.backend, launcher.jobs, launcher.get("cores"), launcher.get("cores_per_job", 1))
-
-
-def before_launch(config: DictConfig, job_configs: list[DictConfig]) -> None:
+def before_launch(config: DictConfig, job_configs: list[DictConfig], slots: list[Slot] | None = None) -> None:
     """Before a launcher of the runner's sweep runs these jobs: mark each scheduled, then time them in rounds.
 
-    A job a stop keeps from starting stays scheduled, which the sweep's summary counts as not run.
+    A job a stop keeps from starting stays scheduled, which the sweep's summary counts as not run. `slots`: those the
+    parallel launcher runs the jobs in, where the rounds run their workers too; None when jobs run one at a time.
     """
     swept, saved, sweep_id = names.swept_keys(), HydraConfig.instance().cfg, os.environ[SWEEP_ID_ENV]
     jobs = []
@@ -208,19 +200,17 @@ def before_launch(config: DictConfig, job_configs: list[DictConfig]) -> None:
                 jobs.append(job)
     finally:
         HydraConfig.instance().cfg = saved
-    time_sweep_rounds(config, jobs, sweep_id)
+    time_sweep_rounds(config, jobs, sweep_id, slots)
 
 
-def time_sweep_rounds(config: DictConfig, candidates: list[RoundJob], sweep_id: str) -> None:
+def time_sweep_rounds(
+    config: DictConfig, candidates: list[RoundJob], sweep_id: str, slots: list[Slot] | None = None
+) -> None:
     """Time the jobs' steady state in rounds (when two take part) into the folder they read, emptied of older rounds."""
     folder = Path(config.hydra.sweep.dir) / names.ROUNDS_FOLDER
     shutil.rmtree(folder, ignore_errors=True)
     jobs = [candidate for candidate in candidates if not candidate.skipped()]
     if len(jobs) < 2:
-        return
-    try:
-        slots = parallel_slots(config)
-    except ConfigError:  # the launcher says so itself
         return
     for key, steady in time_rounds(jobs, sweep_id, slots).items():
         steady.save(folder / f"{key}.json")
