@@ -49,11 +49,12 @@ def summarise_sweep(sweep_dir: Path, sweep_id: str, uri: str | None) -> SweepSum
     summary = SweepSummary()
     for path in sorted(sweep_dir.glob(f"*/{STATUS_FILE}"), key=lambda p: p.parent.name):
         job_dir = path.parent
-        if (read_status(job_dir) or {}).get("sweep_id") != sweep_id:
-            continue
-        if (read_status(job_dir) or {}).get("status") == JobStatus.RUNNING:
-            close_dead_job(job_dir, "died without finishing its run (killed, crashed or out of memory)", uri)
         status = read_status(job_dir) or {}
+        if status.get("sweep_id") != sweep_id:
+            continue
+        if status.get("status") == JobStatus.RUNNING:
+            close_dead_job(job_dir, "died without finishing its run (killed, crashed or out of memory)", uri)
+            status = read_status(job_dir) or {}
         name = f"{job_dir.name} [{status.get('overrides', '')}]"
         if status.get("status") == JobStatus.FINISHED:
             summary.finished.append(name)
