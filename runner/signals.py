@@ -46,9 +46,10 @@ def _interrupt(signum: int, frame: object) -> None:
     if _holds[0]:
         _pending.append(signum)
         return
+    first = _swallowed[0] if _swallowed else signum  # the stop Python dropped came first: its reason is the run's
     _swallowed.clear()
     _stopped[0] = True
-    raise Interrupted(signum)
+    raise Interrupted(first)
 
 
 def _keep_swallowed_stop(unraisable: sys.UnraisableHookArgs) -> None:
@@ -62,7 +63,7 @@ def _keep_swallowed_stop(unraisable: sys.UnraisableHookArgs) -> None:
 def raise_if_stopped() -> None:
     """A safe point: raise the stop that a garbage-collector or weakref callback swallowed."""
     if _swallowed and not _holds[0]:
-        signum = _swallowed.pop()
+        signum = _swallowed[0]
         _swallowed.clear()
         raise Interrupted(signum)
 

@@ -1,9 +1,10 @@
-"""A stop that comes once the work is recorded is dropped, and counts again for the next piece of work."""
+"""The first stop names the run's reason; a stop once the work is recorded is dropped until new work starts."""
 
 from __future__ import annotations
 
 import signal
 import sys
+import weakref
 
 import pytest
 
@@ -11,14 +12,35 @@ from runner import signals
 from runner.signals import Interrupted, ignore_later_stops, stop_on_signals
 
 
-def test_a_stop_after_the_work_is_recorded_is_dropped_until_new_work_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def fresh_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's own stop state, whatever earlier tests did; the handlers come back with conftest's fixture."""
     for state, fresh in [("_pending", []), ("_holds", [0]), ("_stopped", [False]), ("_swallowed", []),
                          ("_too_late", [False])]:  # fmt: skip
-        monkeypatch.setattr(signals, state, fresh)  # this process's own stops, whatever earlier tests did
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # the handlers come back with conftest's fixture
+        monkeypatch.setattr(signals, state, fresh)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+
+
+@pytest.mark.usefixtures("fresh_stops")
+def test_a_stop_after_the_work_is_recorded_is_dropped_until_new_work_starts() -> None:
     stop_on_signals()
     ignore_later_stops()
     signal.raise_signal(signal.SIGTERM)  # dropped: nothing is left to stop
     stop_on_signals()
     with pytest.raises(Interrupted, match="SIGTERM"):
+        signal.raise_signal(signal.SIGTERM)
+
+
+@pytest.mark.usefixtures("fresh_stops")
+def test_a_stop_python_dropped_keeps_its_reason_when_a_second_signal_raises_it() -> None:
+    """A Ctrl-C dropped in a weakref callback, then the sweep's SIGTERM before a safe point: the run says SIGINT."""
+    stop_on_signals()
+
+    class Thing: ...
+
+    thing = Thing()
+    ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGINT))
+    del thing  # the stop is raised inside the callback, where Python drops it
+    assert ref() is None
+    with pytest.raises(Interrupted, match="SIGINT"):
         signal.raise_signal(signal.SIGTERM)
