@@ -146,7 +146,7 @@ def cross_rank(results: list[JobResult]) -> tuple[dict[str, float], dict[str, st
     """Per-rank and cross-rank metrics, and the tag naming the slowest rank (none without traces).
 
     In lock step the ranks' step times agree: the straggler is the rank with the most compute (its
-    step time less its share in collectives, waiting included), the one the others wait for.
+    recorded steps' time outside collectives and the waits for them), the one the others wait for.
     """
     metrics: dict[str, float] = {names.RANKS: float(len(results))}
     medians = [result.metrics[names.STEP_MEDIAN_MS] for result in results]
@@ -156,7 +156,7 @@ def cross_rank(results: list[JobResult]) -> tuple[dict[str, float], dict[str, st
     timings = [timing for timing in found if timing is not None]
     if len(timings) < len(results):  # in lock step the step times alone cannot name the straggler
         return metrics, {}
-    compute = [median * (1 - timing.share) for median, timing in zip(medians, timings, strict=True)]
+    compute = [timing.compute_ms for timing in timings]
     for rank, timing in enumerate(timings):
         metrics[f"{rank_folder(rank)}/{names.RANK_COLLECTIVE_SHARE}"] = timing.share
         metrics[f"{rank_folder(rank)}/{names.RANK_COMPUTE_MS}"] = compute[rank]

@@ -33,6 +33,7 @@ def test_on_cpu_the_share_is_the_steps_own_wait_and_the_overlap_is_gloos_threads
     timing = collective_timing([step])
     assert timing is not None
     assert timing.share == pytest.approx((42 - 40 + 100 - 80) / 100)
+    assert timing.compute_ms == pytest.approx((100 - 22) / 1000)  # the trace's microseconds outside the share
     # gloo ran 41-90; the step's thread computed 43-80 (the span that enqueued it is not compute)
     assert timing.overlap == pytest.approx((80 - 43) / (90 - 41))
 
@@ -47,6 +48,21 @@ def test_with_device_kernels_the_overlap_is_between_kernels() -> None:
     timing = collective_timing([step])
     assert timing is not None and timing.overlap == pytest.approx(10 / 20)
     assert timing.share == pytest.approx(10 / 100)  # 10-20: nccl's kernel with no compute beside it
+    assert timing.compute_ms == pytest.approx(90 / 1000)
+
+
+def test_a_rank_waiting_longer_for_a_late_one_keeps_its_compute() -> None:
+    """Compute is measured per recorded step, not inferred from a share: a longer wait leaves it as it was."""
+
+    def step(number: int, start: float, wait: float) -> Span:
+        mm = span("aten::mm", start, start + 30)
+        return span(f"ProfilerStep#{number}", start, start + 30 + wait, STEP_THREAD, mm,
+                    span("runner::allreduce_gradients", start + 30, start + 30 + wait))  # fmt: skip
+
+    short, long = collective_timing([step(1, 0, 10)]), collective_timing([step(1, 0, 10), step(2, 100, 70)])
+    assert short is not None and long is not None
+    assert short.compute_ms == pytest.approx(long.compute_ms) == pytest.approx(30 / 1000)
+    assert long.share > short.share
 
 
 def test_no_collective_run_no_overlap_and_no_steps_no_timing() -> None:
