@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import io
 import multiprocessing
 import os
 import signal
@@ -20,9 +21,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
-from multiprocessing import forkserver
+from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection, wait
+from multiprocessing.context import ForkServerProcess, set_spawning_popen
+from multiprocessing.process import BaseProcess
 from typing import Any, Literal
+
+from runner.signals import signals_held
 
 StartMethod = Literal["spawn", "forkserver"]
 # what the fork server imports so that its children need not (named, not imported: this module
@@ -151,6 +156,39 @@ def _end_fork_server() -> None:
             os.waitpid(pid, 0)
 
 
+class _WholeRequestPopen(popen_forkserver.Popen):
+    """Asks the fork server for a child with stops held from the connect to the last byte of the child's data.
+
+    A stop in between left the server an empty request (Python 3.11's server dies of it, with a
+    traceback) or the forked child no data (it prints one). The wait for the fork, which can last
+    the server's preloads, stays open to a stop. The steps are `popen_forkserver.Popen._launch`'s.
+    """
+
+    def _launch(self, process_obj: BaseProcess) -> None:
+        data = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(spawn.get_preparation_data(process_obj.name), data)
+            reduction.dump(process_obj, data)
+        finally:
+            set_spawning_popen(None)
+        with signals_held():
+            # _fds and close_fds are the stdlib's, which its stubs lack
+            self.sentinel, write_end = forkserver.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
+            parent_alive = os.dup(write_end)  # the child's sign that this process lives
+            close = util.close_fds  # type: ignore[attr-defined]
+            self.finalizer = util.Finalize(self, close, (parent_alive, self.sentinel))
+            with open(write_end, "wb", closefd=True) as pipe:
+                pipe.write(data.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _ForkServerProcess(ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: BaseProcess) -> popen_forkserver.Popen:
+        return _WholeRequestPopen(process_obj)
+
+
 class Child:
     """`target(*args)` in a new process named `name`, with `env` set for it (None removes a variable).
 
@@ -178,9 +216,8 @@ class Child:
         self._release: Connection | None = None
         keep, self._release = context.Pipe(duplex=False) if hold else (None, None)
         environment = _with(os.environ, env or {}) if forked else None
-        self._process = context.Process(
-            target=_answer, args=(target, args, send, keep, environment), name=name, daemon=daemon
-        )
+        process = _ForkServerProcess if forked else context.Process
+        self._process = process(target=_answer, args=(target, args, send, keep, environment), name=name, daemon=daemon)
         if forked:  # born of a server that ignores SIGINT; the wait for its fork must still see a stop
             self._process.start()
         else:

@@ -190,6 +190,39 @@ def test_a_ctrl_c_while_the_fork_server_imports_stops_the_start_of_its_child(tmp
     assert done.stdout.split() == ["stopped", "True"], done.stderr[-2000:]
 
 
+STOPPED_AS_THE_SERVER_IS_ASKED = """
+import signal
+from multiprocessing import reduction
+from runner.execute.processes import Child, start_fork_server, stop
+from runner.signals import Interrupted, stop_on_signals
+send = reduction.sendfds
+def stopped_first(sock, fds):  # a Ctrl-C lands once the server is connected, before it has the request
+    signal.raise_signal(signal.SIGINT)
+    send(sock, fds)
+if __name__ == "__main__":
+    stop_on_signals()
+    start_fork_server([])
+    reduction.sendfds = stopped_first
+    try:
+        stop([Child("first", pow, 2, 3, start_method="forkserver")])
+    except Interrupted:
+        print("stopped")
+    reduction.sendfds = send
+    with Child("second", pow, 2, 5, start_method="forkserver") as second:
+        print(second.result(timeout_s=60))
+"""
+
+
+def test_a_ctrl_c_as_the_fork_server_is_asked_for_a_child_leaves_the_server_serving(tmp_path: Path) -> None:
+    """The stop waits until the request is whole: the server gets no empty one to die of with a traceback."""
+    (tmp_path / "main.py").write_text(STOPPED_AS_THE_SERVER_IS_ASKED)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "main.py"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert done.stdout.split() == ["stopped", "32"], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
 def test_the_fork_server_ends_with_the_process_that_started_it() -> None:
     """Not once it has imported torch and noticed, seconds later: a stopped job leaves nothing running."""
     script = (
