@@ -5,12 +5,18 @@ The spans are laid out by hand so each figure is known; the ranks tests measure 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from runner import names
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import datasheet_peak, link_between
+from runner.execute.ranks import cross_rank
 from runner.measure.collectives import collective_bandwidth, collective_timing, is_collective
+from runner.measure.optable import OpTable
+from runner.measure.result import JobResult
 from runner.measure.traces import Span
 
 STEP_THREAD, GLOO_THREAD = "1/1", "1/7"
@@ -63,6 +69,28 @@ def test_a_rank_waiting_longer_for_a_late_one_keeps_its_compute() -> None:
     assert short is not None and long is not None
     assert short.compute_ms == pytest.approx(long.compute_ms) == pytest.approx(30 / 1000)
     assert long.share > short.share
+
+
+def rank_result(folder: Path, median_ms: float, compute_us: float, wait_us: float) -> JobResult:
+    """A rank whose one recorded step computes, then waits in the gradients' all-reduce."""
+    events = [("ProfilerStep#4", 0, compute_us + wait_us), ("aten::mul", 0, compute_us),
+              ("runner::allreduce_gradients", compute_us, wait_us)]  # fmt: skip
+    trace = [{"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+             for name, ts, dur in events]  # fmt: skip
+    folder.mkdir()
+    (folder / "trace.json").write_text(json.dumps({"traceEvents": trace}))
+    return JobResult({names.STEP_MEDIAN_MS: median_ms}, {}, OpTable([], 1, False), "", folder)
+
+
+def test_the_slow_rank_keeps_its_compute_though_its_profiled_step_waited_for_the_other(tmp_path: Path) -> None:
+    """Rank 1 sleeps 50 ms a step; in the profiled step it also waited 15 ms for rank 0's profiler to start."""
+    fast = rank_result(tmp_path / "rank0", 52.0, compute_us=4_000, wait_us=56_000)
+    slow = rank_result(tmp_path / "rank1", 52.0, compute_us=50_000, wait_us=15_000)
+    metrics, tags = cross_rank([fast, slow])
+    assert tags == {names.TAG_SLOWEST_RANK: "1"}
+    assert metrics[f"rank1/{names.RANK_COMPUTE_MS}"] == pytest.approx(50.0)  # not 52 x (1 - 15/65) = 40
+    assert metrics[f"rank0/{names.RANK_COMPUTE_MS}"] == pytest.approx(4.0)
+    assert metrics[names.RANKS_COMPUTE_SPREAD] == pytest.approx(12.5)
 
 
 def test_no_collective_run_no_overlap_and_no_steps_no_timing() -> None:
