@@ -196,10 +196,7 @@ class RunnerCallback(Callback):
         summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri)
         lines = summary.lines()
         if stopped:
-            killed = len(summary.killed)
-            closed = f"{killed} job(s) in flight closed KILLED" if killed else "no job was in flight"
-            rest = "the rest did not run" if summary.not_run else "every job had ended"
-            lines.insert(0, f"sweep stopped by a signal: {closed}, {rest}")
+            lines.insert(0, summary.stopped_line())
         elif not summary.total:
             lines.insert(0, "sweep: no job to run (the sweep's overrides expand to nothing)")
         text = "\n".join(lines)

@@ -29,6 +29,14 @@ class SweepSummary:
         """Jobs that ran or were skipped: those with a status."""
         return len(self.finished) + len(self.skipped) + len(self.failed) + len(self.killed)
 
+    def stopped_line(self) -> str:
+        """What a stop of the sweep left: the jobs it closed and those it kept from starting, if its launch had come."""
+        if not self.total:
+            return "sweep stopped by a signal before its launcher scheduled a job: none ran"
+        closed = f"{len(self.killed)} job(s) in flight closed KILLED" if self.killed else "no job was in flight"
+        rest = "the rest did not run" if self.not_run else "every job had ended"
+        return f"sweep stopped by a signal: {closed}, {rest}"
+
     def lines(self) -> list[str]:
         """The summary printed at the end of a sweep."""
         lines = [
