@@ -132,7 +132,7 @@ MUTANTS = [
            ("tests/integration/test_job.py::test_a_stop_as_the_run_opens_closes_it_killed_with_its_reason",),
            "a stopped job's run is KILLED without runner.error saying why"),
     Mutant("dropped-stop-loses-its-reason", "runner/signals.py",
-           "first = _swallowed[0] if _swallowed else signum", "first = signum",
+           "    raise_if_stopped()  # a stop Python dropped", "    _swallowed.clear()  # a stop Python dropped",
            ("tests/unit/test_signals.py::test_a_stop_python_dropped_keeps_its_reason_when_a_second_signal_raises_it",),
            "a Ctrl-C Python dropped, then the sweep's SIGTERM: the run says SIGTERM"),
     Mutant("fork-server-request-unheld", "runner/execute/processes.py",

@@ -46,10 +46,9 @@ def _interrupt(signum: int, frame: object) -> None:
     if _holds[0]:
         _pending.append(signum)
         return
-    first = _swallowed[0] if _swallowed else signum  # the stop Python dropped came first: its reason is the run's
-    _swallowed.clear()
+    raise_if_stopped()  # a stop Python dropped came first: its reason is the run's
     _stopped[0] = True
-    raise Interrupted(first)
+    raise Interrupted(signum)
 
 
 def _keep_swallowed_stop(unraisable: sys.UnraisableHookArgs) -> None:

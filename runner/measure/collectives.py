@@ -79,8 +79,13 @@ class CollectiveTiming:
     share: float
     # the share of the collectives' run time that compute overlapped (as HTA's); None: no collective ran
     overlap: float | None
-    # a recorded step's time outside that share, in ms: measured, so a wait for a late rank cannot shrink it
-    compute_ms: float
+    # a recorded step's mean time, in ms
+    step_ms: float
+
+    @property
+    def compute_ms(self) -> float:
+        """A recorded step's time outside `share`, in ms: measured, so a wait for a late rank cannot shrink it."""
+        return self.step_ms * (1 - self.share)
 
 
 def _merged(spans: Iterable[Span]) -> list[tuple[float, float]]:
@@ -122,15 +127,14 @@ def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
         return None
     step_threads = {step.thread for step in steps}
     step_time = _length(_merged(steps))
-    per_step_ms = step_time / len(steps) / 1000
+    step_ms = step_time / len(steps) / 1000
     spans = [span for step in steps for span in _descendants(step)]
     own = [span for span in spans if span.thread in step_threads and not span.device]
     kernels = [span for span in spans if span.device]
     if any(is_collective(span.name) for span in kernels):
         running = _merged(span for span in kernels if is_collective(span.name))
         common = _common_length(running, _merged(span for span in kernels if not is_collective(span.name)))
-        share = (_length(running) - common) / step_time
-        return CollectiveTiming(share, overlap=common / _length(running), compute_ms=per_step_ms * (1 - share))
+        return CollectiveTiming((_length(running) - common) / step_time, common / _length(running), step_ms)
     share = _length(_merged(span for span in own if is_collective(span.name))) / step_time
     running = _merged(span for span in spans if span.thread not in step_threads and is_collective(span.name))
     compute = [
@@ -139,7 +143,7 @@ def collective_timing(steps: list[Span]) -> CollectiveTiming | None:
         if not STEP.match(span.name) and not any(is_collective(s.name) for s in [span, *_descendants(span)])
     ]
     overlap = _common_length(running, _merged(compute)) / _length(running) if running else None
-    return CollectiveTiming(share, overlap, compute_ms=per_step_ms * (1 - share))
+    return CollectiveTiming(share, overlap, step_ms)
 
 
 def collective_bandwidth(
