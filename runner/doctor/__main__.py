@@ -58,10 +58,9 @@ def device_verdicts(
         notes.append("No Neuron device here (torch-neuronx missing, or no NeuronCore visible): Neuron probes skipped.")
     if "cuda" in usable and (only is None or only & set(CUDA_PROBE_NAMES)):
         say("CUDA probes ...")
-        found = cuda_verdicts(str(out / "captures" / "cuda"), timeout_s)
-        for verdict in found:
+        for verdict in cuda_verdicts(str(out / "captures" / "cuda"), timeout_s):
             show(verdict)
-        verdicts += found
+            verdicts.append(verdict)
     else:
         notes.append("No CUDA device here: CUDA probes skipped.")
     return verdicts, notes

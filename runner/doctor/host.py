@@ -20,7 +20,6 @@ from runner.backends.registry import BACKEND_CLASSES, backend_class
 from runner.job.manifest import package_versions, system_package_versions
 from runner.secrets import redact
 
-COMMAND_TIMEOUT_S = 10
 # a fresh calibration this far from the cached one means the cache no longer describes the host
 CALIBRATION_DRIFT = 0.25
 
@@ -33,7 +32,7 @@ def usable_backends() -> tuple[list[str], str]:
 def _command(*argv: str) -> tuple[bool, str]:
     """Whether a command succeeded, with its first output line (or its last error line)."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as err:
         return False, str(err)
     text = done.stdout.strip().splitlines() if done.returncode == 0 else done.stderr.strip().splitlines()[-1:]

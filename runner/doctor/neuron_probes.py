@@ -116,8 +116,7 @@ def _backend() -> NeuronBackend:
 def _config_accepted(capture_dir: Path) -> dict[str, Any]:
     from torch_neuronx.profiling import NeuronConfig
 
-    kwargs = _backend().profiler_kwargs(ProfilerConfig(max_events_per_nc=100_000), capture_dir)
-    config = kwargs["experimental_config"]
+    config = _backend().profiler_kwargs(ProfilerConfig(max_events_per_nc=100_000), capture_dir)["experimental_config"]
     return {
         "signature": str(inspect.signature(NeuronConfig)),
         "experimental": isinstance(config, torch._C._profiler._ExperimentalConfig),
@@ -234,19 +233,16 @@ def neffs_with_cache_set_in_process(folder: Path, capture_dir: Path) -> dict[str
     }
 
 
-def _files(folder: Path) -> set[Path]:
-    return set(folder.rglob("*")) if folder.is_dir() else set()
-
-
 def cold_cache_job(root: Path, capture_dir: Path) -> dict[str, Any]:
     """A cold `measure.compile_cache` job's profiled run: NEFFs in its folder, files the default caches gained."""
-    before = {folder: _files(folder) for folder in DEFAULT_CACHES}
+    # rglob finds nothing in a folder that does not exist
+    before = {folder: set(folder.rglob("*")) for folder in DEFAULT_CACHES}
     spec = tiny_spec(96, measure=MeasureConfig(compile_cache="cold", compile_cache_dir=str(root)))
     use_compile_cache(spec)
     profiled_run(spec, capture_dir)
     return {
         "in_folder": sum(1 for _ in root.rglob("*.neff")),
-        "gained": {str(folder): len(_files(folder) - files) for folder, files in before.items()},
+        "gained": {str(folder): len(set(folder.rglob("*")) - files) for folder, files in before.items()},
     }
 
 
@@ -766,8 +762,8 @@ def probe_compile_caches(host: NeuronHost) -> Verdict:
         f"move the caches a job fills; {', '.join(map(str, DEFAULT_CACHES))} gain nothing",
     )
     folder = host.folder("compile_caches")
-    found = _run(host, cold_cache_job, folder / "cache", folder / "capture", env=dict.fromkeys(
-        [NEFF_CACHE_ENV, COMPILE_CACHE_URL_ENV]))  # fmt: skip
+    unset = dict.fromkeys([NEFF_CACHE_ENV, COMPILE_CACHE_URL_ENV])
+    found = _run(host, cold_cache_job, folder / "cache", folder / "capture", env=unset)
     gained = {path: count for path, count in found["gained"].items() if count}
     evidence = f"{found['in_folder']} NEFF(s) in the job's folder; the default caches gained {gained or 'nothing'}"
     fix = (
