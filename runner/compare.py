@@ -98,9 +98,10 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
     legend = trace_diff.legend(label(runs[0]), label(runs[1]), before, after)
     newer = max(runs, key=lambda run: run.info.start_time).info.run_id
     folder = f"{names.TRACE_DIFF_FOLDER}/{runs[0].info.run_id[:8]}_to_{runs[1].info.run_id[:8]}"
+    whole_tree = trace_diff.render_tree(root, depth=len(root.walk()))
     documents = {
-        names.DIFF_TEXT_FILE: trace_diff.diff_document(legend, trace_diff.render_tree(root, depth=len(root.walk()))),
-        names.DIFF_FILE: trace_diff.to_json_text(root),
+        names.DIFF_TEXT_FILE: f"# Trace diff\n\n```\n{legend}\n```\n\n```\n{whole_tree}\n```\n",
+        names.DIFF_FILE: json.dumps(trace_diff.to_json(root), indent=2),
         names.DIFF_PERFETTO_FILE: json.dumps(trace_diff.perfetto_trace(root, before, after, run_names)),
     }
     with tempfile.TemporaryDirectory() as scratch:  # written whole first, then logged in one call

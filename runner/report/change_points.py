@@ -43,8 +43,6 @@ class ChangePoint:
 
 def noise(log_values: np.ndarray) -> float:
     """The standard deviation of the series' noise, from its neighbours' differences (steps barely move it)."""
-    if len(log_values) < 2:
-        return 0.0
     return float(np.median(np.abs(np.diff(log_values))) / (MAD_PER_SD * math.sqrt(2)))
 
 

@@ -8,7 +8,6 @@ is a block: spans replaced (naive ops -> `aten::rms_norm`), removed, or added. E
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -270,13 +269,3 @@ def _draw(span: Span, node: ProfileNode, drawing: _Drawing) -> None:
             "ts": round(start, 3), "dur": round(end - start, 3), "args": drawing.args(owner),
         })  # fmt: skip
         drawing.anchors.setdefault((number, drawing.pid), (track, round(start, 3)))
-
-
-def diff_document(legend_text: str, tree: str) -> str:
-    """diff.md: the legend and the whole tree."""
-    return f"# Trace diff\n\n```\n{legend_text}\n```\n\n```\n{tree}\n```\n"
-
-
-def to_json_text(root: DiffNode) -> str:
-    """diff.json's text."""
-    return json.dumps(to_json(root), indent=2)
