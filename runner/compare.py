@@ -144,11 +144,12 @@ def print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str],
         }
         print(json.dumps(document, indent=2))
         return 0
+    by_site = render(change_rows(changes), output_format)
     if output_format == "csv":  # the rows alone, for other programs
-        print(render(change_rows(changes), output_format))
+        print(by_site)
         return 0
     print(f"memory peak by allocation site: {label(runs[0])} -> {label(runs[1])}\n")
-    print(render(change_rows(changes), output_format))
+    print(by_site)
     print(f"\ntotal: peak {readable_bytes(before)} -> {readable_bytes(after)} ({signed_bytes(after - before)})")
     if sources[0] != sources[1]:
         print(f"note: the peaks come from different sources ({sources[0]}; {sources[1]}): their sites differ in kind")
@@ -176,11 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(document if two else rows, indent=2))
     else:
         print(render(rows, args.format))
-    if diff is not None and args.format != "json":
-        print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
-        print(render(diff, args.format))
-    elif unfinished is not None and args.format != "json":
-        print(f"\nper-op diff: {unfinished}")
+        if diff is not None:
+            print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
+            print(render(diff, args.format))
+        elif unfinished is not None:
+            print(f"\nper-op diff: {unfinished}")
     if args.format == "table":  # the other formats are data for other programs
         print(f"\n{ui_links(client, runs, parent)}")
     if args.plots:

@@ -193,10 +193,10 @@ def roofline_figure(runs: list[Run]) -> Figure:
     x_high = max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10)
     notes: list[tuple[Annotation, Artist]] = []
     for bandwidth, gflops in sorted(ceilings):
-        ridge = gflops / bandwidth
-        ax.plot(*roof(bandwidth, gflops, x_low, x_high), color="#444444", linewidth=1.5)
-        flat_middle = math.sqrt(min(max(ridge, x_low), x_high) * x_high)
-        text = f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {ridge:.1f} FLOP/B)"
+        xs, ys = roof(bandwidth, gflops, x_low, x_high)
+        ax.plot(xs, ys, color="#444444", linewidth=1.5)
+        flat_middle = math.sqrt(xs[1] * x_high)  # xs[1]: the ridge, clamped into view
+        text = f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {gflops / bandwidth:.1f} FLOP/B)"
         notes.append(_label_at(ax, text, (flat_middle, gflops), fontsize=8))
     entries: list[tuple[Artist, str]] = []
     for index, run in enumerate(done):
