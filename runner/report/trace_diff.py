@@ -117,11 +117,6 @@ def diff_profiles(before: Profile, after: Profile) -> DiffNode:
     return root
 
 
-def _significance(node: DiffNode) -> str:
-    q = node.q_value
-    return "n/a" if q is None else f"{q:.3f}{' *' if q < SIGNIFICANCE else ''}"
-
-
 def _by_impact(nodes: list[DiffNode]) -> list[DiffNode]:
     return sorted(nodes, key=lambda n: -abs(n.delta))
 
@@ -134,8 +129,9 @@ def render_tree(root: DiffNode, depth: int) -> str:
         change = f"{node.delta / node.median_before:+.0%}" if node.before and node.median_before else ""
         before = f"{node.median_before:.1f}" if node.before else "-"
         after = f"{node.median_after:.1f}" if node.after else "-"
+        q = "n/a" if node.q_value is None else f"{node.q_value:.3f}{' *' if node.q_value < SIGNIFICANCE else ''}"
         title = f"{'  ' * level}{MARKS[node.kind]} {node.title}"
-        lines.append(f"{before:>11} {after:>11} {node.delta:>+11.1f} {change:>8} {_significance(node):>8}  {title}")
+        lines.append(f"{before:>11} {after:>11} {node.delta:>+11.1f} {change:>8} {q:>8}  {title}")
         if level < depth:
             for child in _by_impact(node.children):
                 add(child, level + 1)
