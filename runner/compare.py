@@ -98,9 +98,10 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
     legend = trace_diff.legend(label(runs[0]), label(runs[1]), before, after)
     newer = max(runs, key=lambda run: run.info.start_time).info.run_id
     folder = f"{names.TRACE_DIFF_FOLDER}/{runs[0].info.run_id[:8]}_to_{runs[1].info.run_id[:8]}"
+    whole_tree = trace_diff.render_tree(root, depth=len(root.walk()))
     documents = {
-        names.DIFF_TEXT_FILE: trace_diff.diff_document(legend, trace_diff.render_tree(root, depth=len(root.walk()))),
-        names.DIFF_FILE: trace_diff.to_json_text(root),
+        names.DIFF_TEXT_FILE: f"# Trace diff\n\n```\n{legend}\n```\n\n```\n{whole_tree}\n```\n",
+        names.DIFF_FILE: json.dumps(trace_diff.to_json(root), indent=2),
         names.DIFF_PERFETTO_FILE: json.dumps(trace_diff.perfetto_trace(root, before, after, run_names)),
     }
     with tempfile.TemporaryDirectory() as scratch:  # written whole first, then logged in one call
@@ -143,11 +144,12 @@ def print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str],
         }
         print(json.dumps(document, indent=2))
         return 0
+    by_site = render(change_rows(changes), output_format)
     if output_format == "csv":  # the rows alone, for other programs
-        print(render(change_rows(changes), output_format))
+        print(by_site)
         return 0
     print(f"memory peak by allocation site: {label(runs[0])} -> {label(runs[1])}\n")
-    print(render(change_rows(changes), output_format))
+    print(by_site)
     print(f"\ntotal: peak {readable_bytes(before)} -> {readable_bytes(after)} ({signed_bytes(after - before)})")
     if sources[0] != sources[1]:
         print(f"note: the peaks come from different sources ({sources[0]}; {sources[1]}): their sites differ in kind")
@@ -175,11 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(document if two else rows, indent=2))
     else:
         print(render(rows, args.format))
-    if diff is not None and args.format != "json":
-        print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
-        print(render(diff, args.format))
-    elif unfinished is not None and args.format != "json":
-        print(f"\nper-op diff: {unfinished}")
+        if diff is not None:
+            print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
+            print(render(diff, args.format))
+        elif unfinished is not None:
+            print(f"\nper-op diff: {unfinished}")
     if args.format == "table":  # the other formats are data for other programs
         print(f"\n{ui_links(client, runs, parent)}")
     if args.plots:

@@ -43,8 +43,6 @@ class ChangePoint:
 
 def noise(log_values: np.ndarray) -> float:
     """The standard deviation of the series' noise, from its neighbours' differences (steps barely move it)."""
-    if len(log_values) < 2:
-        return 0.0
     return float(np.median(np.abs(np.diff(log_values))) / (MAD_PER_SD * math.sqrt(2)))
 
 
@@ -63,9 +61,7 @@ def candidates(log_values: np.ndarray) -> list[int]:
     """PELT's change points (first index of each newer segment) at the noise-scaled penalty."""
     import ruptures
 
-    spread = noise(log_values)
-    if spread == 0:  # most neighbours equal: the spread of the whole series stands in
-        spread = float(log_values.std())
+    spread = noise(log_values) or float(log_values.std())  # most neighbours equal: the whole series' spread stands in
     if spread == 0:
         return []
     penalty = PENALTY * spread**2 * math.log(len(log_values))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import textwrap
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +66,6 @@ def _row_height(labels: list[str]) -> float:
 
 def _run_style(index: int) -> dict[str, Any]:
     return {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
-
-
-def op_label(name: str) -> str:
-    """An op without the profiler's `## Call ... ##` wrapper: the runs' `CompiledFxGraph <hash>` share one colour."""
-    return label_of(name).removeprefix("## Call ").removesuffix(" ##")
 
 
 def _legend_below(fig: Figure, entries: list[tuple[Artist, str]]) -> None:
@@ -144,7 +139,8 @@ def _self_ms_by_op(client: MlflowClient, run: Run) -> dict[str, float]:
     """The run's self time per profiled step by op label (ops the labels cannot tell apart merged)."""
     merged: defaultdict[str, float] = defaultdict(float)
     for name, stats in per_op(op_table(client, run), metric(run, names.PROFILER_ACTIVE_STEPS) or 1).items():
-        merged[op_label(name)] += stats.self_ms_per_step
+        # the label without the profiler's `## Call ... ##` wrapper: the runs' `CompiledFxGraph <hash>` share one colour
+        merged[label_of(name).removeprefix("## Call ").removesuffix(" ##")] += stats.self_ms_per_step
     return dict(merged)
 
 
@@ -152,10 +148,10 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
     """Self time per step, stacked by op (the top ops across runs, the rest as 'other'); all named in the legend."""
     done = [r for r in runs if r.info.status == JobStatus.FINISHED]
     tables = [_self_ms_by_op(client, r) for r in done]
-    totals: defaultdict[str, float] = defaultdict(float)
-    for name, ms in (item for ops in tables for item in ops.items()):
-        totals[name] += ms
-    top = sorted(totals, key=lambda n: totals[n], reverse=True)[:TOP_OPS]
+    totals: Counter[str] = Counter()
+    for ops in tables:
+        totals.update(ops)
+    top = [name for name, _ in totals.most_common(TOP_OPS)]
     colors = [f"C{index}" for index in range(len(top))] + [OTHER_COLOR]
     labels = [_wrap(label(r)) for r in done]
     fig, (ax,) = _figure(11, _row_height(labels) * len(done) + 1.4)
@@ -197,10 +193,10 @@ def roofline_figure(runs: list[Run]) -> Figure:
     x_high = max(max(intensities) * 10, max((f / b for b, f in ceilings), default=10) * 10)
     notes: list[tuple[Annotation, Artist]] = []
     for bandwidth, gflops in sorted(ceilings):
-        ridge = gflops / bandwidth
-        ax.plot(*roof(bandwidth, gflops, x_low, x_high), color="#444444", linewidth=1.5)
-        flat_middle = math.sqrt(min(max(ridge, x_low), x_high) * x_high)
-        text = f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {ridge:.1f} FLOP/B)"
+        xs, ys = roof(bandwidth, gflops, x_low, x_high)
+        ax.plot(xs, ys, color="#444444", linewidth=1.5)
+        flat_middle = math.sqrt(xs[1] * x_high)  # xs[1]: the ridge, clamped into view
+        text = f"{bandwidth:.0f} GB/s, {gflops:.0f} GFLOP/s (ridge {gflops / bandwidth:.1f} FLOP/B)"
         notes.append(_label_at(ax, text, (flat_middle, gflops), fontsize=8))
     entries: list[tuple[Artist, str]] = []
     for index, run in enumerate(done):
@@ -396,7 +392,8 @@ def history_figure(series: Series, key: str) -> Figure:
     """A configuration's runs in order with their intervals, each segment's level, and the commit at each step."""
     fig, (ax,) = _figure(10, 4.8)
     entries: list[tuple[Artist, str]] = []
-    kinds = (("run", "#4c78a8", series.used), ("left out of the change points", "white", series.left_out_positions()))
+    left_out = [k for k in range(len(series.points)) if k not in series.used]
+    kinds = (("run", "#4c78a8", series.used), ("left out of the change points", "white", left_out))
     for text, face, chosen in kinds:
         if not chosen:
             continue

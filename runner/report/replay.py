@@ -32,14 +32,12 @@ class Replay:
 
 def replayable_shapes(op: str, shapes: list[list[int]]) -> tuple[list[list[int]], str] | None:
     """The shapes to replay `op` with and a note, dropping trailing `[]` arguments while the call needs it."""
-    keep = len(shapes)
-    while keep:
+    for keep in range(len(shapes), 0, -1):
         try:
             AtenOp(op, shapes[:keep])
         except ValueError:
             if shapes[keep - 1] != []:
                 return None
-            keep -= 1
             continue
         dropped = len(shapes) - keep
         return shapes[:keep], f"{dropped} non-tensor argument(s) left at their defaults" if dropped else ""

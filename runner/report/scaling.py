@@ -33,19 +33,13 @@ class ScalingPoint:
         return f"{self.efficiency:.0%}" if self.stable else "not stated: timing unstable"
 
 
-def copies(run: Run) -> int | None:
-    """The run's measure.copies; None for a run without copies."""
-    found = metric(run, names.SCALING_COPIES)
-    return None if found is None else int(found)
-
-
 def scaling_curves(runs: list[Run]) -> dict[str, list[ScalingPoint]]:
     """Per variant with a one-copy run (measure.copies=1) and at least one more, its points by copies."""
     by_variant: dict[str, dict[int, Run]] = {}
     for run in runs:
-        k = copies(run)
+        k = metric(run, names.SCALING_COPIES)  # None for a run without copies
         if run.info.status == JobStatus.FINISHED and k is not None and metric(run, names.SCALING_THROUGHPUT):
-            by_variant.setdefault(variant(run), {})[k] = run
+            by_variant.setdefault(variant(run), {})[int(k)] = run
 
     def point(k: int, run: Run, single: Run) -> ScalingPoint:
         total, median = metric(run, names.SCALING_THROUGHPUT) or 0.0, metric(run, names.STEP_MEDIAN_MS) or 0.0

@@ -54,11 +54,6 @@ class Series:
     # why points were left out of the change points, and the ids of their runs
     left_out: dict[str, list[str]] = field(default_factory=dict)
 
-    def left_out_positions(self) -> list[int]:
-        """Positions of the points the change points were not found on."""
-        used = set(self.used)
-        return [k for k in range(len(self.points)) if k not in used]
-
     def segments(self) -> list[list[int]]:
         """The used points' positions, split at each step: the oldest segment first."""
         cuts = [0, *(self.used.index(self.points.index(step.after)) for step in self.steps), len(self.used)]

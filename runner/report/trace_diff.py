@@ -8,7 +8,6 @@ is a block: spans replaced (naive ops -> `aten::rms_norm`), removed, or added. E
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -118,11 +117,6 @@ def diff_profiles(before: Profile, after: Profile) -> DiffNode:
     return root
 
 
-def _significance(node: DiffNode) -> str:
-    q = node.q_value
-    return "n/a" if q is None else f"{q:.3f}{' *' if q < SIGNIFICANCE else ''}"
-
-
 def _by_impact(nodes: list[DiffNode]) -> list[DiffNode]:
     return sorted(nodes, key=lambda n: -abs(n.delta))
 
@@ -135,8 +129,9 @@ def render_tree(root: DiffNode, depth: int) -> str:
         change = f"{node.delta / node.median_before:+.0%}" if node.before and node.median_before else ""
         before = f"{node.median_before:.1f}" if node.before else "-"
         after = f"{node.median_after:.1f}" if node.after else "-"
+        q = "n/a" if node.q_value is None else f"{node.q_value:.3f}{' *' if node.q_value < SIGNIFICANCE else ''}"
         title = f"{'  ' * level}{MARKS[node.kind]} {node.title}"
-        lines.append(f"{before:>11} {after:>11} {node.delta:>+11.1f} {change:>8} {_significance(node):>8}  {title}")
+        lines.append(f"{before:>11} {after:>11} {node.delta:>+11.1f} {change:>8} {q:>8}  {title}")
         if level < depth:
             for child in _by_impact(node.children):
                 add(child, level + 1)
@@ -270,13 +265,3 @@ def _draw(span: Span, node: ProfileNode, drawing: _Drawing) -> None:
             "ts": round(start, 3), "dur": round(end - start, 3), "args": drawing.args(owner),
         })  # fmt: skip
         drawing.anchors.setdefault((number, drawing.pid), (track, round(start, 3)))
-
-
-def diff_document(legend_text: str, tree: str) -> str:
-    """diff.md: the legend and the whole tree."""
-    return f"# Trace diff\n\n```\n{legend_text}\n```\n\n```\n{tree}\n```\n"
-
-
-def to_json_text(root: DiffNode) -> str:
-    """diff.json's text."""
-    return json.dumps(to_json(root), indent=2)
