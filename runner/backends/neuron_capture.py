@@ -81,12 +81,11 @@ class CaptureCheck:
 def check_capture(capture_dir: Path, modes: list[str], profiler_output: str) -> CaptureCheck:
     """Check a capture against the failure signs the Neuron documentation lists."""
     files = [p for p in capture_dir.rglob("*") if p.is_file()] if capture_dir.is_dir() else []
-    ntffs = [p for p in files if p.suffix == ".ntff"]
     check = CaptureCheck(
         files=len(files),
         total_bytes=sum(p.stat().st_size for p in files),
-        ntff=len(ntffs),
-        empty_ntff=sum(1 for p in ntffs if p.stat().st_size == 0),
+        ntff=sum(1 for p in files if p.suffix == ".ntff"),
+        empty_ntff=sum(1 for p in files if p.suffix == ".ntff" and p.stat().st_size == 0),
         neff=sum(1 for p in files if p.suffix == ".neff"),
         pb=sum(1 for p in files if p.suffix == ".pb"),
         framework_traces=sum(1 for p in files if p.suffix == ".json"),
@@ -198,11 +197,6 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
     return entries, ", ".join(sorted(set(versions)))
 
 
-def source_of(fmt: str, schema: str) -> str:
-    """The neuron.explorer_source tag of a summary: parquet-<MAJOR> or summary-json."""
-    return f"{fmt}-{schema.split('.')[0]}" if fmt == PARQUET else fmt
-
-
 @dataclass
 class ExplorerSummary(CaptureReport):
     """Device-side metrics from neuron-explorer, how getting them went, and the summary as JSON."""
@@ -272,7 +266,8 @@ def explorer_summary(
         unread["pyarrow is not installed"] = None
     entries: dict[str, dict[str, float]] = {}
     system_metrics: dict[str, float] = {}
-    used: set[tuple[str, str]] = set()
+    sources: set[str] = set()  # the neuron.explorer_source tag: parquet-<MAJOR> or summary-json
+    schemas: set[str] = set()
     outputs = []
     for session in sessions:
         try:
@@ -287,12 +282,13 @@ def explorer_summary(
             return ExplorerSummary(tags=tags)
         unread.update(dict.fromkeys(schemas_unread))
         fell_back = fell_back or bool(schemas_unread)
-        used.add((fmt, schema))
+        sources.add(f"{fmt}-{schema.split('.')[0]}" if fmt == PARQUET else fmt)
+        schemas.add(schema)
         outputs.append(raw)
         add_system_metrics(system_metrics, system)
         entries.update({f"{session.name}/{name}": metrics for name, metrics in profiles.items()})
-    tags[names.TAG_NEURON_EXPLORER_SOURCE] = ", ".join(sorted({source_of(fmt, schema) for fmt, schema in used}))
-    tags[names.TAG_NEURON_EXPLORER_SCHEMA] = ", ".join(sorted({schema for _, schema in used}))
+    tags[names.TAG_NEURON_EXPLORER_SOURCE] = ", ".join(sorted(sources))
+    tags[names.TAG_NEURON_EXPLORER_SCHEMA] = ", ".join(sorted(schemas))
     not_read = "; ".join(unread)
     tags[names.TAG_NEURON_EXPLORER] = f"{tool}: ok" + (f" (Parquet not read: {not_read})" if not_read else "")
     warnings = [f"neuron-explorer's Parquet is not read ({not_read}): its summary-json is"] if fell_back else []

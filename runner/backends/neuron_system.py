@@ -8,6 +8,7 @@ runtime, "neuron_hw" a device, "framework") and `SystemProfileHbmUsage` (`total_
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from pathlib import Path
 
 from runner import names
@@ -25,14 +26,12 @@ def system_profile_metrics(folder: Path) -> dict[str, float]:
     """Each source's event count and summed ms (nested events each count), and the HBM peak; empty without RUNTIME."""
     import pyarrow.parquet as pq
 
-    metrics: dict[str, float] = {}
+    metrics: defaultdict[str, float] = defaultdict(float)
     for path in parquet_tables(folder, "SystemProfileEvents"):
         for row in pq.read_table(path, columns=["duration_ns", "trace_event_source"]).to_pylist():
             if (source := row["trace_event_source"]) in EVENT_SOURCES:
-                events = names.NEURON_SYSTEM_EVENTS.format(source=source)
-                ms = names.NEURON_SYSTEM_MS.format(source=source)
-                metrics[events] = metrics.get(events, 0.0) + 1
-                metrics[ms] = metrics.get(ms, 0.0) + row["duration_ns"] / 1e6
+                metrics[names.NEURON_SYSTEM_EVENTS.format(source=source)] += 1
+                metrics[names.NEURON_SYSTEM_MS.format(source=source)] += row["duration_ns"] / 1e6
     hbm = [
         row["total_bytes"]
         for p in parquet_tables(folder, "SystemProfileHbmUsage")
@@ -40,7 +39,7 @@ def system_profile_metrics(folder: Path) -> dict[str, float]:
     ]
     if hbm:
         metrics[names.NEURON_SYSTEM_HBM_PEAK_BYTES] = float(max(hbm))
-    return metrics
+    return dict(metrics)
 
 
 def add_system_metrics(total: dict[str, float], session: dict[str, float]) -> None:

@@ -9,7 +9,7 @@ import json
 import os
 import platform
 import sys
-import time
+import timeit
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,13 +93,8 @@ def link_between(cores: list[int], cores_per_chip: int | None, nodes: int) -> st
 
 
 def _best_seconds(fn: Any) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(BEST_OF):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    fn()  # a warm-up call, not timed
+    return min(timeit.repeat(fn, repeat=BEST_OF, number=1))
 
 
 def calibrate_cpu(dtype: str) -> tuple[float, float]:
