@@ -100,8 +100,7 @@ def require_complete_traces(capture_dir: Path) -> None:
         broken = path.suffix == ".tmp"
         if path.suffix == ".json":
             try:
-                with path.open() as trace:
-                    json.load(trace)
+                json.loads(path.read_text())
             except (OSError, ValueError):
                 broken = True
         if broken:

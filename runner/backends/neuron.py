@@ -117,8 +117,7 @@ class NeuronBackend(Backend):
             import torch_neuronx  # noqa: F401
         except ImportError:
             return False
-        module = getattr(torch, "neuron", None)
-        return bool(module is not None and module.is_available())
+        return hasattr(torch, "neuron") and bool(torch_neuron().is_available())
 
     @classmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:

@@ -1,7 +1,8 @@
 """Reading a Neuron capture: the documented failure signs, and neuron-explorer's summary (Parquet or summary-json).
 
 The layout is searched recursively: the documented `<instance>_pid_<pid>/<timestamp>/` levels may
-be missing, and older builds wrote `*_instid_*_vnc_*.ntff` without a timestamp.
+be missing, and older builds wrote `*_instid_*_vnc_*.ntff` without a timestamp. Explorer's Parquet
+also holds system-profile tables, read as metrics: each event source's events and time, and the HBM peak.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import logging
 import re
 import subprocess
 import tempfile
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner import names
 from runner.backends.base import CaptureReport
-from runner.backends.neuron_system import add_system_metrics, parquet_tables, system_profile_metrics
 from runner.backends.neuron_tools import neuron_tool
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,10 @@ UNVERSIONED = "unversioned (summary-json carries no schema version)"
 NO_SOURCE = "none"
 NOT_RUN = "not run: the capture holds no device profile (no NTFF beside its NEFF)"
 SUMMARY_JSON_SHAPES = "{profile: {metric: value}} or one flat object of metrics"
+# Tables and columns of `SDK:tools/neuron-explorer/profile-schema-reference.rst` (schema 7.4.0; that 12.0.1
+# keeps them is inferred): `SystemProfileEvents` (`duration_ns`, `trace_event_source`: "neuron_rt" the
+# runtime, "neuron_hw" a device, "framework") and `SystemProfileHbmUsage` (`total_bytes` in use).
+EVENT_SOURCES = ("neuron_rt", "neuron_hw", "framework")
 
 
 @dataclass
@@ -81,12 +86,11 @@ class CaptureCheck:
 def check_capture(capture_dir: Path, modes: list[str], profiler_output: str) -> CaptureCheck:
     """Check a capture against the failure signs the Neuron documentation lists."""
     files = [p for p in capture_dir.rglob("*") if p.is_file()] if capture_dir.is_dir() else []
-    ntffs = [p for p in files if p.suffix == ".ntff"]
     check = CaptureCheck(
         files=len(files),
         total_bytes=sum(p.stat().st_size for p in files),
-        ntff=len(ntffs),
-        empty_ntff=sum(1 for p in ntffs if p.stat().st_size == 0),
+        ntff=sum(1 for p in files if p.suffix == ".ntff"),
+        empty_ntff=sum(1 for p in files if p.suffix == ".ntff" and p.stat().st_size == 0),
         neff=sum(1 for p in files if p.suffix == ".neff"),
         pb=sum(1 for p in files if p.suffix == ".pb"),
         framework_traces=sum(1 for p in files if p.suffix == ".json"),
@@ -161,6 +165,39 @@ def parse_summary_json(stdout: str, source: str = "summary-json") -> dict[str, d
     return found
 
 
+def parquet_tables(folder: Path, table: str) -> list[Path]:
+    """The files of one Parquet table, split or not (`Summary.parquet`, `Summary_0.parquet`, ...)."""
+    pattern = re.compile(rf"^{table}(_\d+)?\.parquet$")
+    return sorted(p for p in folder.rglob("*.parquet") if pattern.match(p.name))
+
+
+def system_profile_metrics(folder: Path) -> dict[str, float]:
+    """Each source's event count and summed ms (nested events each count), and the HBM peak; empty without RUNTIME."""
+    import pyarrow.parquet as pq
+
+    metrics: defaultdict[str, float] = defaultdict(float)
+    for path in parquet_tables(folder, "SystemProfileEvents"):
+        for row in pq.read_table(path, columns=["duration_ns", "trace_event_source"]).to_pylist():
+            if (source := row["trace_event_source"]) in EVENT_SOURCES:
+                metrics[names.NEURON_SYSTEM_EVENTS.format(source=source)] += 1
+                metrics[names.NEURON_SYSTEM_MS.format(source=source)] += row["duration_ns"] / 1e6
+    hbm = [
+        row["total_bytes"]
+        for p in parquet_tables(folder, "SystemProfileHbmUsage")
+        for row in pq.read_table(p).to_pylist()
+    ]
+    if hbm:
+        metrics[names.NEURON_SYSTEM_HBM_PEAK_BYTES] = float(max(hbm))
+    return dict(metrics)
+
+
+def add_system_metrics(total: dict[str, float], session: dict[str, float]) -> None:
+    """Add one session's figures to the capture's: counts and times add up, the HBM peak is the highest."""
+    for key, value in session.items():
+        peak = key == names.NEURON_SYSTEM_HBM_PEAK_BYTES
+        total[key] = max(total.get(key, value), value) if peak else total.get(key, 0.0) + value
+
+
 def parquet_available() -> bool:
     """Whether pyarrow can be imported (MLflow depends on it; a bare environment may still lack it)."""
     return importlib.util.find_spec("pyarrow") is not None
@@ -196,11 +233,6 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
     if not all(TOTAL_TIME in row for row in entries.values()):
         raise UnknownSchema(f"{summaries[0]}: profile schema {versions[0]} has no Summary column {TOTAL_TIME}")
     return entries, ", ".join(sorted(set(versions)))
-
-
-def source_of(fmt: str, schema: str) -> str:
-    """The neuron.explorer_source tag of a summary: parquet-<MAJOR> or summary-json."""
-    return f"{fmt}-{schema.split('.')[0]}" if fmt == PARQUET else fmt
 
 
 @dataclass
@@ -272,7 +304,8 @@ def explorer_summary(
         unread["pyarrow is not installed"] = None
     entries: dict[str, dict[str, float]] = {}
     system_metrics: dict[str, float] = {}
-    used: set[tuple[str, str]] = set()
+    sources: set[str] = set()  # the neuron.explorer_source tag: parquet-<MAJOR> or summary-json
+    schemas: set[str] = set()
     outputs = []
     for session in sessions:
         try:
@@ -287,12 +320,13 @@ def explorer_summary(
             return ExplorerSummary(tags=tags)
         unread.update(dict.fromkeys(schemas_unread))
         fell_back = fell_back or bool(schemas_unread)
-        used.add((fmt, schema))
+        sources.add(f"{fmt}-{schema.split('.')[0]}" if fmt == PARQUET else fmt)
+        schemas.add(schema)
         outputs.append(raw)
         add_system_metrics(system_metrics, system)
         entries.update({f"{session.name}/{name}": metrics for name, metrics in profiles.items()})
-    tags[names.TAG_NEURON_EXPLORER_SOURCE] = ", ".join(sorted({source_of(fmt, schema) for fmt, schema in used}))
-    tags[names.TAG_NEURON_EXPLORER_SCHEMA] = ", ".join(sorted({schema for _, schema in used}))
+    tags[names.TAG_NEURON_EXPLORER_SOURCE] = ", ".join(sorted(sources))
+    tags[names.TAG_NEURON_EXPLORER_SCHEMA] = ", ".join(sorted(schemas))
     not_read = "; ".join(unread)
     tags[names.TAG_NEURON_EXPLORER] = f"{tool}: ok" + (f" (Parquet not read: {not_read})" if not_read else "")
     warnings = [f"neuron-explorer's Parquet is not read ({not_read}): its summary-json is"] if fell_back else []

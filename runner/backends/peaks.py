@@ -9,7 +9,7 @@ import json
 import os
 import platform
 import sys
-import time
+import timeit
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ from runner.backends.cores import logical_nc_config
 from runner.config import ConfigError
 from runner.files import write_whole
 
-PEAKS_FILE = CONF_DIR / "peaks.yaml"
 # Working sets from L2-sized to DRAM-sized: the peak is the best of them.
 COPY_SIZES_MIB = (1, 4, 16, 64)
 MATMUL_SIZE = 512
@@ -54,7 +53,7 @@ def datasheet_peak(entry: str, multiplier: int, dtype: str) -> Peak:
     Raises:
         ConfigError: no such entry, no figure for the dtype, or a core's share at an unknown LNC.
     """
-    table: dict[str, Any] = yaml.safe_load(PEAKS_FILE.read_text())
+    table: dict[str, Any] = yaml.safe_load((CONF_DIR / "peaks.yaml").read_text())
     chip = f"{entry.removesuffix('_core')}_chip"
     per_core = entry.endswith("_core") and "physical_cores_per_chip" in table.get(chip, {})
     name = chip if per_core else entry
@@ -93,13 +92,8 @@ def link_between(cores: list[int], cores_per_chip: int | None, nodes: int) -> st
 
 
 def _best_seconds(fn: Any) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(BEST_OF):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    fn()  # a warm-up call, not timed
+    return min(timeit.repeat(fn, repeat=BEST_OF, number=1))
 
 
 def calibrate_cpu(dtype: str) -> tuple[float, float]:

@@ -10,7 +10,7 @@ import torch
 
 from runner import names
 from runner.backends.cpu import CpuBackend
-from runner.backends.neuron_system import EVENT_SOURCES, add_system_metrics
+from runner.backends.neuron_capture import EVENT_SOURCES, add_system_metrics
 from runner.config import BackendConfig, ConfigError, load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import HELPERS, STANDIN, compose_cfg
