@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +76,11 @@ class CycleRecorder:
         if len(self.snapshots) < 2:
             return {}
         clock = 1 if device else 0
-        cumulative = [{}, *self.snapshots]
         keys: set[tuple[str, str]] = set().union(*self.snapshots)
         return {
             key: [
                 (now.get(key, (0.0, 0.0))[clock] - before.get(key, (0.0, 0.0))[clock]) / active / US_PER_MS
-                for before, now in zip(cumulative, cumulative[1:], strict=False)
+                for before, now in pairwise([{}, *self.snapshots])
             ]
             for key in keys
         }
