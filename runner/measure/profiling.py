@@ -25,8 +25,6 @@ TraceHandler = Callable[[torch.profiler.profile], None]
 class NullProfiler:
     """Stands in for torch.profiler.profile when profiler.enabled=false."""
 
-    step_num = 0
-
     def __enter__(self) -> NullProfiler:
         return self
 
@@ -34,8 +32,7 @@ class NullProfiler:
         return None
 
     def step(self) -> None:
-        """Count the step, like the real profiler, so progress reporting stays the same."""
-        self.step_num += 1
+        """Nothing to record: the loop reports its own progress."""
 
     def key_averages(self, group_by_input_shape: bool = False) -> EventList:
         """No events were recorded."""
