@@ -257,8 +257,7 @@ class MlflowRun(NullRun):
             mlflow_write(lambda: mlflow.log_artifacts(str(local_dir), artifact_path))
             return
         for path in upload:
-            parent = path.parent.relative_to(local_dir)
-            folder = str(Path(artifact_path) / parent) if parent.parts else artifact_path
+            folder = str(Path(artifact_path) / path.parent.relative_to(local_dir))
             mlflow_write(partial(mlflow.log_artifact, str(path), folder))
         kept = [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in keep]
         mlflow_write(lambda: mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, names.KEPT_LOCAL_FILE))
