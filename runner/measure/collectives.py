@@ -21,11 +21,6 @@ GRADIENT_ALLREDUCE = "runner::allreduce_gradients"
 COLLECTIVE_MARKERS = ("c10d::", "gloo:", "nccl", "allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter")
 
 
-def all_ranks_agree(flag: bool, device: torch.device) -> bool:
-    """True while any rank says true: phases whose length depends on the clock stay in step."""
-    return bool(all_ranks_max(int(flag), device))
-
-
 def all_ranks_max(value: int, device: torch.device) -> int:
     """The largest of the ranks' values (this one's without a process group): counts all ranks keep to."""
     if not dist.is_initialized():

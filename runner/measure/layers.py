@@ -41,11 +41,6 @@ def check_layer_names(module: nn.Module, names: list[str] | None) -> None:
         raise ConfigError(f"measure.layers: {', '.join(missing)} not in the workload; its submodules: {shown}")
 
 
-def _first_tensor(output: Any) -> torch.Tensor | None:
-    outputs = output if isinstance(output, (tuple, list)) else [output]
-    return next((t for t in outputs if isinstance(t, torch.Tensor)), None)
-
-
 @contextmanager
 def _recording(module: nn.Module, names: list[str] | None) -> Iterator[dict[str, torch.Tensor]]:
     """Each named submodule's output per call, in call order (a second call of one is `name#2`)."""
@@ -54,7 +49,8 @@ def _recording(module: nn.Module, names: list[str] | None) -> Iterator[dict[str,
 
     def hook_for(name: str) -> Any:
         def hook(_module: nn.Module, _args: Any, output: Any) -> None:
-            tensor = _first_tensor(output)
+            values = output if isinstance(output, (tuple, list)) else [output]
+            tensor = next((t for t in values if isinstance(t, torch.Tensor)), None)
             if tensor is not None and tensor.is_floating_point():
                 calls[name] += 1
                 key = name if calls[name] == 1 else f"{name}#{calls[name]}"

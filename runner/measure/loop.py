@@ -14,7 +14,7 @@ from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.files import write_whole
 from runner.measure.build import BuiltWorkload
-from runner.measure.collectives import all_ranks_agree, all_ranks_max
+from runner.measure.collectives import all_ranks_max
 from runner.measure.layouts import MemoryLayouts
 from runner.measure.turns import NoTurns, Turns
 from runner.signals import raise_if_stopped
@@ -103,8 +103,8 @@ def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> float:
     """`measure.warmup` calls, continued until `measure.warmup_s` have passed; seconds per call (0 for none)."""
     calls, start = 0, time.perf_counter()
     until = start + spec.measure.warmup_s
-    # ranks in lock step must agree on when to stop, or one would wait in a collective forever
-    while all_ranks_agree(calls < spec.measure.warmup or time.perf_counter() < until, backend.device):
+    # ranks in lock step go on while any rank would, or one would wait in a collective forever
+    while all_ranks_max(int(calls < spec.measure.warmup or time.perf_counter() < until), backend.device):
         workload.step()
         calls += 1
     backend.synchronize()

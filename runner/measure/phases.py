@@ -16,7 +16,7 @@ from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.host_memory import keep_freed_memory
-from runner.measure.loop import Progress, RoundPlace, SteadyStateSource, timed_step, warm_up
+from runner.measure.loop import Progress, SteadyState, SteadyStateSource, timed_step, warm_up
 from runner.measure.memory import MemoryPeak, recording, window_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
@@ -34,8 +34,8 @@ class Measurement:
 
     # the first call, which includes torch.compile / graph compilation
     first_call_s: float
-    # steady-state step times in ms: per process (worker processes, or this one), per repeat
-    step_ms: list[list[list[float]]]
+    # steady-state step times, per process (worker processes, copies, or this one), and where they were timed
+    steady: SteadyState
     # wall time of each recorded step of the profiled window, in ms
     profiled_ms: list[float]
     table: OpTable
@@ -47,15 +47,9 @@ class Measurement:
     compile_graphs: int
     # seconds spent in all phases together
     measured_s: float
-    # measure.copies (step_ms holds the copies, side by side), else None: seconds from the first copy's
-    # first timed step to the last copy's last (per-step medians would hide time-slicing)
-    copies_window_s: float | None = None
     # measure.mode=throughput: seconds per block of `inflight` steps between synchronizes
     block_s: list[float] = field(default_factory=list)
     inflight: int = 0
-    # the worker processes' rounds, in step_ms order, and the id the jobs timed with them share
-    places: list[RoundPlace] = field(default_factory=list)
-    rounds_id: str | None = None
     # measured apart from the window; None: profiler off, or the backend cannot without a device capture
     profiler_cost: ProfilerCost | None = None
     # measure.memory_snapshot: the profiled window's memory peak and its allocation sites
@@ -70,16 +64,16 @@ class Measurement:
         metrics[names.STEP_MEDIAN_MS] = statistics.median(process_medians)
         if len(process_medians) > 1:
             metrics[names.PROCESS_CV] = coefficient_of_variation(process_medians)
-        metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] = median_uncertainty(self.step_ms) * 100
-        if len(self.step_ms[0]) > 1:
-            repeat_medians = [statistics.median(repeat) for process in self.step_ms for repeat in process]
+        metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] = median_uncertainty(self.steady.step_ms) * 100
+        if len(self.steady.step_ms[0]) > 1:
+            repeat_medians = [statistics.median(repeat) for process in self.steady.step_ms for repeat in process]
             metrics[names.REPEAT_CV] = coefficient_of_variation(repeat_medians)
         if self.profiled_ms:
             metrics[names.PROFILER_STEP_MS] = profiled = statistics.median(self.profiled_ms)
             metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / metrics[names.STEP_MEDIAN_MS] - 1) * 100
-        if self.copies_window_s:
-            metrics[names.SCALING_COPIES] = float(len(self.step_ms))
-            metrics[names.SCALING_THROUGHPUT] = len(self.samples()) / self.copies_window_s
+        if self.steady.copies_window_s:  # measure.copies: per-step medians would hide time-slicing
+            metrics[names.SCALING_COPIES] = float(len(self.steady.step_ms))
+            metrics[names.SCALING_THROUGHPUT] = len(self.samples()) / self.steady.copies_window_s
         if self.block_s:
             block = statistics.median(self.block_s)
             metrics[names.THROUGHPUT_STEPS_PER_S] = self.inflight / block
@@ -92,11 +86,11 @@ class Measurement:
 
     def samples(self) -> list[float]:
         """Every steady-state step time, in ms."""
-        return [ms for process in self.step_ms for repeat in process for ms in repeat]
+        return [ms for process in self.steady.step_ms for repeat in process for ms in repeat]
 
     def process_medians(self) -> list[float]:
         """The median step time of each process, in ms."""
-        return [statistics.median([ms for repeat in process for ms in repeat]) for process in self.step_ms]
+        return [statistics.median([ms for repeat in process for ms in repeat]) for process in self.steady.step_ms]
 
 
 def dynamo_graph_count() -> int:
@@ -180,18 +174,15 @@ def measure(
     memory = window_memory(history, capture_dir, snapshot) if spec.measure.memory_snapshot else None
     return Measurement(
         first_call_s=first_call_s,
-        step_ms=steady.step_ms,
+        steady=steady,
         profiled_ms=profiled_ms,
         table=table,
         printed_table=printed,
         profiler_output=profiler_output,
         compile_graphs=dynamo_graph_count() - graphs_before,
         measured_s=time.perf_counter() - started,
-        copies_window_s=steady.copies_window_s,
         block_s=block_s,
         inflight=spec.measure.inflight if throughput else 0,
-        places=steady.places,
-        rounds_id=steady.rounds_id,
         profiler_cost=cost,
         memory=memory,
     )

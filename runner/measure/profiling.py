@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,6 @@ TraceHandler = Callable[[torch.profiler.profile], None]
 class NullProfiler:
     """Stands in for torch.profiler.profile when profiler.enabled=false."""
 
-    step_num = 0
-
     def __enter__(self) -> NullProfiler:
         return self
 
@@ -33,8 +32,7 @@ class NullProfiler:
         return None
 
     def step(self) -> None:
-        """Count the step, like the real profiler, so progress reporting stays the same."""
-        self.step_num += 1
+        """Nothing to record: the loop reports its own progress."""
 
     def key_averages(self, group_by_input_shape: bool = False) -> EventList:
         """No events were recorded."""
@@ -75,12 +73,11 @@ class CycleRecorder:
         if len(self.snapshots) < 2:
             return {}
         clock = 1 if device else 0
-        cumulative = [{}, *self.snapshots]
         keys: set[tuple[str, str]] = set().union(*self.snapshots)
         return {
             key: [
                 (now.get(key, (0.0, 0.0))[clock] - before.get(key, (0.0, 0.0))[clock]) / active / US_PER_MS
-                for before, now in zip(cumulative, cumulative[1:], strict=False)
+                for before, now in pairwise([{}, *self.snapshots])
             ]
             for key in keys
         }

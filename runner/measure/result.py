@@ -76,7 +76,7 @@ def profiled_window_report(
     if result.profiler_cost is None or not result.profiled_ms:
         return {}, {}
     metrics = {names.PROFILER_COST_MS: statistics.fmean(result.profiler_cost.per_recorded_step(spec.schedule))}
-    if not result.table.rows or result.copies_window_s is not None:
+    if not result.table.rows or result.steady.copies_window_s is not None:
         return metrics, {}
     reason = judge_window(
         result.profiled_ms, result.profiler_cost, spec.schedule, result.samples(), median_ms, spec.measure.steps
@@ -96,7 +96,7 @@ def derived_metrics(
     by_op = self_time_by_op(result.table)
     device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
     tags: dict[str, Any] = {names.TAG_TOP_OP: next(iter(by_op), None), names.TAG_DEVICE_TIME: device_time}
-    reasons = instability_reasons(result.step_ms)
+    reasons = instability_reasons(result.steady.step_ms)
     tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
     tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
     window_metrics, window_tags = profiled_window_report(spec, result, metrics[names.STEP_MEDIAN_MS])
@@ -131,7 +131,7 @@ def derived_metrics(
 def rounds_table(measurement: Measurement) -> dict[str, list[Any]]:
     """Each worker's round, its place in the round's order, the round's workers and its median step time."""
     columns = {
-        name: [getattr(place, name) for place in measurement.places] for name in ("round", "position", "workers")
+        name: [getattr(place, name) for place in measurement.steady.places] for name in ("round", "position", "workers")
     }
     return {**columns, "median_ms": measurement.process_medians()}
 
@@ -163,8 +163,8 @@ def collect_result(
             "a CPU calibration taken on a busy host does: python -m runner.doctor measures it again"
         )
     tables = {}
-    if measurement.places:
-        tags[names.TAG_ROUNDS_ID] = measurement.rounds_id
+    if measurement.steady.places:
+        tags[names.TAG_ROUNDS_ID] = measurement.steady.rounds_id
         tables[names.ROUNDS_FILE] = rounds_table(measurement)
     if measurement.memory is not None:
         metrics[names.MEMORY_WINDOW_PEAK_MB] = measurement.memory.peak_bytes / MIB

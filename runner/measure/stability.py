@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from runner.backends.base import Backend
+from runner.config import RunSpec
 from runner.measure.loop import stretch_ends
-
-if TYPE_CHECKING:
-    from runner.backends.base import Backend
-    from runner.config import RunSpec
 
 # blocks of consecutive steps per process and repeat (a CPU worker's memory layouts: one each)
 BLOCKS = 8

@@ -164,11 +164,9 @@ class NullRun:
             self.log_series(result.series)
             self.set_tags({**result.tags, names.TAG_OP_TABLE_VERSION: names.OP_TABLE_VERSION})
         self.log_samples(result.system, prefix)
-        self.log_table(result.table.columns(), prefix + names.OP_TABLE_FILE)
-        for name, columns in result.tables.items():
+        for name, columns in {names.OP_TABLE_FILE: result.table.columns(), **result.tables}.items():
             self.log_table(columns, prefix + name)
-        self.log_text(result.printed_table, prefix + names.OP_TABLE_TEXT_FILE)
-        for name, text in result.texts.items():
+        for name, text in {names.OP_TABLE_TEXT_FILE: result.printed_table, **result.texts}.items():
             self.log_text(text, prefix + name)
         self.log_capture(result.capture_dir, prefix + result.capture_dir.name, max_artifact_mb)
         if result.memory_dir is not None:
@@ -259,8 +257,7 @@ class MlflowRun(NullRun):
             mlflow_write(lambda: mlflow.log_artifacts(str(local_dir), artifact_path))
             return
         for path in upload:
-            parent = path.parent.relative_to(local_dir)
-            folder = str(Path(artifact_path) / parent) if parent.parts else artifact_path
+            folder = str(Path(artifact_path) / path.parent.relative_to(local_dir))
             mlflow_write(partial(mlflow.log_artifact, str(path), folder))
         kept = [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in keep]
         mlflow_write(lambda: mlflow.log_dict({"max_mb": max_mb, "kept_local": kept}, names.KEPT_LOCAL_FILE))

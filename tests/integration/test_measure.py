@@ -198,7 +198,8 @@ def test_every_phase_metric_is_logged_for_rmsnorm(tmp_path: Path) -> None:
         names.ROOFLINE_COMPUTE_FRACTION,
     ):  # fmt: skip
         assert key in metrics, key
-    assert len(result.step_ms) == 1 and len(result.step_ms[0]) == 1 and len(result.step_ms[0][0]) == 20
+    (process,) = result.steady.step_ms
+    assert len(process) == 1 and len(process[0]) == 20
     assert metrics[names.STEP_MIN_MS] <= metrics[names.STEP_MEDIAN_MS] <= metrics[names.STEP_P90_MS]
     assert metrics[names.COMPILE_GRAPHS] == 0
     assert names.PEAK_DEVICE_MB not in metrics  # the CPU has no allocator statistic
@@ -224,7 +225,7 @@ def test_a_run_carries_the_profilers_cost_in_ms_and_whether_its_window_read_the_
 
 def test_repeats_log_the_spread_of_medians(tmp_path: Path) -> None:
     result, metrics, _ = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.repeats=3")
-    (repeats,) = result.step_ms
+    (repeats,) = result.steady.step_ms
     assert len(repeats) == 3
     medians = [statistics.median(r) for r in repeats]
     assert metrics[names.REPEAT_CV] == pytest.approx(coefficient_of_variation(medians))
@@ -234,14 +235,14 @@ def test_worker_processes_each_time_the_steady_state(tmp_path: Path) -> None:
     result, metrics, tags = run_phases(
         tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.processes=2", "measure.repeats=2"
     )
-    assert len(result.step_ms) == 2 and all(len(p) == 2 and len(p[0]) == 20 for p in result.step_ms)
+    assert len(result.steady.step_ms) == 2 and all(len(p) == 2 and len(p[0]) == 20 for p in result.steady.step_ms)
     medians = result.process_medians()
     assert metrics[names.STEP_MEDIAN_MS] == pytest.approx(statistics.median(medians))
     assert metrics[names.PROCESS_CV] == pytest.approx(coefficient_of_variation(medians))
     assert tags[names.TAG_TIMING_STABLE] in ("true", "false")
     # a single run is a sweep of one: each worker is a round of its own, under an id no other run has
-    assert [(p.round, p.position, p.workers) for p in result.places] == [(1, 1, 1), (2, 1, 1)]
-    assert result.rounds_id and len(result.rounds_id) == 32
+    assert [(p.round, p.position, p.workers) for p in result.steady.places] == [(1, 1, 1), (2, 1, 1)]
+    assert result.steady.rounds_id and len(result.steady.rounds_id) == 32
     assert rounds_table(result) == {"round": [1, 2], "position": [1, 1], "workers": [1, 1], "median_ms": medians}
 
 
