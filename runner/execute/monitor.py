@@ -241,10 +241,7 @@ class NeuronMonitorSampler:
         return [SystemSample(sample["time"], sample["values"]) for sample in samples if sample["values"]]
 
 
-Sampler = PollingSampler | NeuronMonitorSampler
-
-
-def make_sampler(plan: MonitorPlan, backend: Backend, folder: Path) -> Sampler:
+def make_sampler(plan: MonitorPlan, backend: Backend, folder: Path) -> PollingSampler | NeuronMonitorSampler:
     """The sampler the plan names; `folder` receives neuron-monitor's configuration and its samples."""
     if plan.source == NEURON_MONITOR:
         return NeuronMonitorSampler(plan.period_s, folder)
