@@ -30,11 +30,6 @@ BACKENDS = ("auto", "cpu", "cuda", "neuron")
 NEURON_MODES = ("DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 MODES = ("forward", "train_step")
-MEASURE_MODES = ("latency", "throughput")
-CACHE_STATES = ("cold", "warm")
-WORKER_STARTS = ("auto", "spawn")
-OPTIMIZERS = ("sgd", "adamw")
-CPU_PLACEMENTS = ("one_core", "slot_cores", "unpinned")
 # Tracking URI schemes MLflow 3 accepts (a dialect may follow '+'); it refuses the old ./mlruns file store
 TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 # the longest any duration key (`*_s`) takes, in seconds
@@ -82,7 +77,7 @@ class BackendConfig:
 
     def __post_init__(self) -> None:
         _allowed("backend.name", self.name, BACKENDS)
-        _allowed("backend.cpu_placement", self.cpu_placement, CPU_PLACEMENTS)
+        _allowed("backend.cpu_placement", self.cpu_placement, ("one_core", "slot_cores", "unpinned"))
         _at_least("backend.price_per_hour", self.price_per_hour, 0)
 
     def unpinned(self) -> BackendConfig:
@@ -252,10 +247,10 @@ class MeasureConfig:
         _at_least("measure.layouts", self.layouts, 1)
         _at_least("measure.copies", self.copies, 1)
         _at_least("measure.processes", self.processes, 0)
-        _allowed("measure.mode", self.mode, MEASURE_MODES)
-        _allowed("measure.worker_start", self.worker_start, WORKER_STARTS)
+        _allowed("measure.mode", self.mode, ("latency", "throughput"))
+        _allowed("measure.worker_start", self.worker_start, ("auto", "spawn"))
         if self.compile_cache is not None:
-            _allowed("measure.compile_cache", self.compile_cache, CACHE_STATES)
+            _allowed("measure.compile_cache", self.compile_cache, ("cold", "warm"))
         if (self.compile_cache is None) != (self.compile_cache_dir is None):
             raise ConfigError(
                 "measure.compile_cache (cold or warm) and measure.compile_cache_dir (the cache's folder) go together"
@@ -426,7 +421,7 @@ def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
     spec = WorkloadSpec(target=target, kwargs={str(k): v for k, v in raw.items()}, **runner_keys)
     _allowed("workload.dtype", spec.dtype, DTYPES)
     _allowed("workload.mode", spec.mode, MODES)
-    _allowed("workload.optimizer", spec.optimizer, OPTIMIZERS)
+    _allowed("workload.optimizer", spec.optimizer, ("sgd", "adamw"))
     if not isinstance(spec.lr, (int, float)) or spec.lr <= 0:
         raise ConfigError(f"workload.lr must be a positive number, got {spec.lr!r}")
     if not isinstance(spec.compile, bool):

@@ -344,11 +344,6 @@ def self_time_column(has_device_time: bool) -> str:
     return OP_SELF_DEVICE_MS if has_device_time else OP_SELF_CPU_MS
 
 
-def override_key(override: str) -> str:
-    """The key an override sets (`+measure.copies=4` sets measure.copies)."""
-    return override.lstrip("+~").split("=", 1)[0]
-
-
 def swept_keys() -> set[str]:
     """The keys the sweep this job belongs to varies; none for a single run."""
     return {key for key in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if key}
@@ -357,7 +352,8 @@ def swept_keys() -> set[str]:
 def job_name(workload: str, overrides: list[str], swept: set[str]) -> str:
     """The workload and the job's overrides, those the sweep varies first: the MLflow UI cuts names short."""
     shown = [o for o in overrides if not o.lstrip("+").startswith(UNNAMED)]
-    varied = [o for o in shown if override_key(o) in swept]
+    # by the key each sets: `+measure.copies=4` sets measure.copies
+    varied = [o for o in shown if o.lstrip("+~").split("=", 1)[0] in swept]
     rest = [o for o in shown if o not in varied]
     words = [workload, *varied] if "workload" in swept else [*varied, workload]
     return " ".join([*words, *rest])

@@ -38,7 +38,6 @@ NEURON_MONITOR_PACKAGE = "aws-neuronx-tools"
 NVML_PACKAGE = "nvidia-ml-py"
 # /proc/stat's first eight columns in order, by neuron-monitor's names
 PROC_STAT_COLUMNS = ("user", "nice", "system", "idle", "io_wait", "irq", "soft_irq", "steal")
-PROC_STAT, PROC_MEMINFO = Path("/proc/stat"), Path("/proc/meminfo")
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ class HostReader:
 
     @staticmethod
     def _ticks() -> dict[str, int]:
-        columns = PROC_STAT.read_text().splitlines()[0].split()[1 : 1 + len(PROC_STAT_COLUMNS)]
+        columns = Path("/proc/stat").read_text().splitlines()[0].split()[1 : 1 + len(PROC_STAT_COLUMNS)]
         return dict(zip(PROC_STAT_COLUMNS, map(int, columns), strict=True))
 
     def __call__(self) -> dict[str, float]:
@@ -124,7 +123,7 @@ class HostReader:
         ticks = self._ticks()
         spent = {column: ticks[column] - self._last[column] for column in PROC_STAT_COLUMNS}
         self._last = ticks
-        values = {names.SYSTEM_HOST_MEMORY_USED_BYTES: memory_used_bytes(PROC_MEMINFO.read_text())}
+        values = {names.SYSTEM_HOST_MEMORY_USED_BYTES: memory_used_bytes(Path("/proc/meminfo").read_text())}
         if total := sum(spent.values()):
             values[names.SYSTEM_HOST_CPU_PCT] = 100 * sum(spent[share] for share in CPU_BUSY) / total
         return values
@@ -241,10 +240,7 @@ class NeuronMonitorSampler:
         return [SystemSample(sample["time"], sample["values"]) for sample in samples if sample["values"]]
 
 
-Sampler = PollingSampler | NeuronMonitorSampler
-
-
-def make_sampler(plan: MonitorPlan, backend: Backend, folder: Path) -> Sampler:
+def make_sampler(plan: MonitorPlan, backend: Backend, folder: Path) -> PollingSampler | NeuronMonitorSampler:
     """The sampler the plan names; `folder` receives neuron-monitor's configuration and its samples."""
     if plan.source == NEURON_MONITOR:
         return NeuronMonitorSampler(plan.period_s, folder)

@@ -41,15 +41,6 @@ class Measured:
         return [self.result, *self.other_ranks.values()]
 
 
-def _ranks_measured(results: list[JobResult]) -> Measured:
-    """Rank 0's result is the job's, with what compares the ranks; the others go under rank<k>/."""
-    metrics, tags = cross_rank(results)
-    result, *others = results
-    result.metrics.update(metrics)
-    result.tags.update(tags)
-    return Measured(result, {rank_folder(rank): other for rank, other in enumerate(others, 1)})
-
-
 @dataclass(frozen=True)
 class InProcess:
     """The job's own process measures the workload it built; its steady state may be `timed` already.
@@ -76,44 +67,39 @@ class InProcess:
 
 
 @dataclass(frozen=True)
-class LocalRanks:
-    """`distributed.ranks` ranks on this host, a spawned process on each slot; the job's never touches the device."""
+class Ranks:
+    """The job as ranks, a process each: spawned on this host's slots, or a Slurm job's tasks.
+
+    On this host the job's process never touches the device; in a Slurm job it is task 0: it measures
+    as rank 0 and collects the others.
+    """
 
     spec: RunSpec
     output_dir: Path
     backend: Backend
-    slots: list[Slot]
+    # a slot per rank on this host, or this process's place among the Slurm job's tasks
+    where: list[Slot] | SlurmTask
 
     @property
     def placement(self) -> str:
         """Where the job ran, for the console."""
-        return _ranks_placement(len(self.slots))
+        world = self.where.world if isinstance(self.where, SlurmTask) else len(self.where)
+        return f"{world} ranks, each on its own share of the machine"
 
     def run(self) -> Measured:
-        """Each rank's result."""
-        return _ranks_measured(run_ranks(self.spec, self.output_dir, self.slots))
+        """Each rank's result: rank 0's is the job's, with what compares the ranks; the others go under rank<k>/."""
+        if isinstance(self.where, SlurmTask):
+            results = lead(self.spec, self.output_dir, self.where)
+        else:
+            results = run_ranks(self.spec, self.output_dir, self.where)
+        metrics, tags = cross_rank(results)
+        result, *others = results
+        result.metrics.update(metrics)
+        result.tags.update(tags)
+        return Measured(result, {rank_folder(rank): other for rank, other in enumerate(others, 1)})
 
 
-@dataclass(frozen=True)
-class SlurmRanks:
-    """The job's process is task 0 of a Slurm job of several: it measures as rank 0 and collects the others."""
-
-    spec: RunSpec
-    output_dir: Path
-    backend: Backend
-    task: SlurmTask
-
-    @property
-    def placement(self) -> str:
-        """Where the job ran, for the console."""
-        return _ranks_placement(self.task.world)
-
-    def run(self) -> Measured:
-        """Each rank's result."""
-        return _ranks_measured(lead(self.spec, self.output_dir, self.task))
-
-
-Execution = InProcess | LocalRanks | SlurmRanks
+Execution = InProcess | Ranks
 
 
 def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path | None = None) -> Execution:
@@ -129,10 +115,10 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path
         memory_source(backend, spec.profiler)
     if (task := slurm_task()) is not None:
         check_world(task, spec.distributed.ranks)
-        return SlurmRanks(_rank_spec(spec), output_dir, backend, task)
+        return Ranks(_rank_spec(spec), output_dir, backend, task)
     if spec.distributed.ranks > 1:
         slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
-        return LocalRanks(_rank_spec(spec), output_dir, backend, slots)
+        return Ranks(_rank_spec(spec), output_dir, backend, slots)
     timed = SteadyState.load(rounds_dir / f"{config_key}.json") if rounds_dir is not None else None
     if timed is None and backend.worker_processes(spec.measure.processes):
         prepare_workers([spec])
@@ -156,7 +142,3 @@ def _rank_spec(spec: RunSpec) -> RunSpec:
     if spec.measure.copies is not None:
         raise ConfigError(f"measure.copies={spec.measure.copies} and distributed.ranks={ranks}: choose one")
     return replace(spec, measure=replace(spec.measure, processes=0))
-
-
-def _ranks_placement(world: int) -> str:
-    return f"{world} ranks, each on its own share of the machine"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from runner.execute.processes import ChildFailed
@@ -60,7 +60,7 @@ def run_round(sides: Sequence[Side[Result]], number: int, in_turns: bool) -> lis
             results: list[Result | ChildFailed] = []
             for side in sides:
                 side.start(number, None)
-                results.append(_result_or_error(side))
+                results.append(or_failure(side.result))
             return results
         by_name = {side.name: side for side in sides}
         with referee() as (path, listener):
@@ -70,14 +70,15 @@ def run_round(sides: Sequence[Side[Result]], number: int, in_turns: bool) -> lis
                 give_turns(listener, list(by_name), lambda name: by_name[name].ended())
             except TimeoutError as err:  # the workers waiting for turns then fail too
                 log.warning("rounds: round %d: %s", number, err)
-            return [_result_or_error(side) for side in sides]
+            return [or_failure(side.result) for side in sides]
     finally:  # a stop or an error on the way: no worker is left behind
         for side in sides:
             side.stop()
 
 
-def _result_or_error(side: Side[Result]) -> Result | ChildFailed:
+def or_failure(read: Callable[[], Result]) -> Result | ChildFailed:
+    """What `read` returns, or the ChildFailed it raised: one failed worker leaves the others' results standing."""
     try:
-        return side.result()
+        return read()
     except ChildFailed as err:
         return err

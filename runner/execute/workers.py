@@ -33,8 +33,6 @@ from runner.measure.turns import TurnsAddress, turns_for
 log = logging.getLogger(__name__)
 # how long a copy waits for the others to be ready (their first calls may compile)
 BARRIER_TIMEOUT_S = 1800
-# the variable torch takes its thread count from when it loads
-THREADS_ENV = "OMP_NUM_THREADS"
 # what torch.profiler imports as it first starts (`prepare_trace` asks `hasattr(torch,
 # "_inductor")`): 1.6-2.2 s on this project's 2-core host, paid by the job's first profiled window
 PROFILER_PRELOAD = ("torch._inductor",)
@@ -65,7 +63,7 @@ def _set_what_start_reads(spec: RunSpec) -> None:
     """Set what an interpreter reads as it starts (MALLOC_*, OMP_NUM_THREADS), which a fork has from its server."""
     if spec.measure.keep_freed_memory:
         keep_freed_memory()
-    if (threads := os.environ.get(THREADS_ENV, "")).isdigit():
+    if (threads := os.environ.get("OMP_NUM_THREADS", "")).isdigit():  # torch reads it only as it loads
         torch.set_num_threads(int(threads))
 
 

@@ -15,17 +15,13 @@ log = logging.getLogger(__name__)
 IN_PROCESS_LAUNCHER = "hydra_plugins.runner_launcher.process_launcher.InProcessLauncher"
 
 
-def sweep_overrides(config: DictConfig) -> list[str]:
-    """What the sweeper expands into jobs: hydra.sweeper.params, then the command line's overrides (which win)."""
-    params = config.hydra.sweeper.get("params") or {}
-    return [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task]
-
-
 def swept_keys(config: DictConfig) -> list[str]:
     """The keys a sweep varies: overrides with several values, hydra.sweeper.params' unless overridden."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    given = sweep_overrides(config)
+    params = config.hydra.sweeper.get("params") or {}
+    # what the sweeper expands into jobs: hydra.sweeper.params, then the command line's overrides (which win)
+    given = [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task]
     last = {override.key_or_group: override for override in OverridesParser.create().parse_overrides(given)}
     return [key for key, override in last.items() if override.is_sweep_override()]
 

@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -22,7 +23,7 @@ from runner.backends.base import Backend, Slot
 from runner.backends.registry import backend_class
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.execute.processes import Child, ChildFailed, answered, stop
-from runner.execute.rounds import round_orders, run_round
+from runner.execute.rounds import or_failure, round_orders, run_round
 from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps
 from runner.job import STATUS_FILE, SWEEP_ID_ENV, JobStatus, config_hash, finished_run_id, write_status
 from runner.measure.loop import RoundPlace, SteadyState
@@ -133,7 +134,7 @@ def _round_in_slots(
             while not free:
                 for worker in answered(running):
                     done, slot = running.pop(worker)
-                    results[done] = _steps_or_failure(worker)
+                    results[done] = or_failure(partial(steps, worker))
                     free.append(slot)
             slot = free.pop(0)
             # the slot's environment places the worker; backend.cores would pin it back to the job's cores
@@ -141,17 +142,10 @@ def _round_in_slots(
             name = f"round {number} worker of {jobs[job].name} [{slot.name}]"
             running[start_steady_state(unpinned, name, number, slot)] = (job, slot)
         for worker, (job, _) in running.items():
-            results[job] = _steps_or_failure(worker)
+            results[job] = or_failure(partial(steps, worker))
     finally:
         stop(running)
     return [results[job] for job in order]
-
-
-def _steps_or_failure(worker: Child) -> list[list[float]] | ChildFailed:
-    try:
-        return steps(worker)
-    except ChildFailed as err:
-        return err
 
 
 def _leave_out(failed: set[int], index: int, job: RoundJob, err: ChildFailed) -> None:

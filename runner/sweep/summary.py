@@ -22,12 +22,7 @@ class SweepSummary:
     @property
     def total(self) -> int:
         """Jobs of the sweep, whatever became of them, those a stop kept from starting too."""
-        return self.started + len(self.not_run)
-
-    @property
-    def started(self) -> int:
-        """Jobs that ran or were skipped: those with a status."""
-        return len(self.finished) + len(self.skipped) + len(self.failed) + len(self.killed)
+        return sum(map(len, (self.finished, self.skipped, self.failed, self.killed, self.not_run)))
 
     def stopped_line(self) -> str:
         """What a stop of the sweep left: the jobs it closed and those it kept from starting, if its launch had come."""

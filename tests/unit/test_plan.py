@@ -9,7 +9,7 @@ import pytest
 
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.execute import plan as planning
-from runner.execute.plan import InProcess, LocalRanks, SlurmRanks, plan
+from runner.execute.plan import InProcess, Ranks, plan
 from runner.execute.slurm_ranks import SlurmTask
 from tests.helpers import REPO, compose_cfg
 
@@ -27,7 +27,7 @@ def test_a_single_process_job_is_measured_in_process_on_the_workload_built_here(
 
 def test_ranks_on_this_host_get_a_slot_each_and_time_their_steps_in_their_own_process(tmp_path: Path) -> None:
     execution = plan(spec_of("distributed.ranks=2", "measure.processes=0"), tmp_path)
-    assert isinstance(execution, LocalRanks) and len(execution.slots) == 2
+    assert isinstance(execution, Ranks) and isinstance(execution.where, list) and len(execution.where) == 2
     assert execution.spec.measure.processes == 0
     assert execution.placement == "2 ranks, each on its own share of the machine"
 
@@ -36,7 +36,7 @@ def test_task_0_of_a_slurm_job_plans_to_lead_its_ranks(tmp_path: Path, monkeypat
     task = SlurmTask(rank=0, world=2, local_rank=0, tasks_per_node=1, node=0, job_id="42")
     monkeypatch.setattr(planning, "slurm_task", lambda: task)
     execution = plan(spec_of("distributed.ranks=2", "measure.processes=0"), tmp_path)
-    assert isinstance(execution, SlurmRanks) and execution.task == task
+    assert isinstance(execution, Ranks) and execution.where == task
     with pytest.raises(ConfigError, match=r"distributed.ranks=3, but the Slurm job has 2 tasks"):
         plan(spec_of("distributed.ranks=3", "measure.processes=0"), tmp_path)
 
