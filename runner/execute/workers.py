@@ -7,6 +7,7 @@ pools, the profiler's initialisation), and a median that depends on it moves fro
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import multiprocessing
 import os
@@ -49,8 +50,8 @@ class WorkerStart:
 def worker_start(requested: str = "auto") -> WorkerStart:
     """A fork of the fork server where the platform and `measure.worker_start` allow it, else a spawn.
 
-    Every device allows it: the server starts no CUDA context (a child forked after one cannot use
-    CUDA) and no Neuron runtime (autoload waits for first use; reference: sections 5.1, 10.6).
+    Every device allows it: the server touches no device (a child forked after CUDA or the Neuron
+    runtime started cannot use it; autoload waits for first use; reference: sections 5.1, 10.6).
     """
     if requested == "spawn":
         return WorkerStart("spawn", "measure.worker_start=spawn")
@@ -100,11 +101,25 @@ def _worker(
         raise
 
 
+def device_runtime_installed() -> bool:
+    """Whether torch here could start a device runtime: a CUDA build, or torch-neuronx installed (no runtime starts).
+
+    A process forked after the runtime started, or after CUDA's device count was asked, cannot use
+    the device ("Cannot re-initialize CUDA in forked subprocess"). Importing the compiler asks it on
+    a CUDA build: on an H200 every compiled job's forked workers failed so, and CPU jobs' too.
+    """
+    return torch.backends.cuda.is_built() or importlib.util.find_spec("torch_neuronx") is not None
+
+
 def prepare_workers(specs: list[RunSpec]) -> None:
-    """Start a fork server now, its imports beside the job's work; import here what the job needs before it times."""
+    """Start a fork server now, its imports beside the job's work; import here what the job needs before it times.
+
+    The server preloads the compiler only where no device runtime is installed (`device_runtime_installed`).
+    """
     forked = [spec for spec in specs if worker_start(spec.measure.worker_start).method == "forkserver"]
     if forked:
-        compiled = {backend_class(spec.backend.name) for spec in forked if spec.workload.compile}
+        compiling = [] if device_runtime_installed() else [spec for spec in forked if spec.workload.compile]
+        compiled = {backend_class(spec.backend.name) for spec in compiling}
         preload = dict.fromkeys(module for backend in compiled for module in backend.compiler_preload)
         start_fork_server(preload)
         profiled = PROFILER_PRELOAD if any(spec.profiler.enabled for spec in specs) else ()

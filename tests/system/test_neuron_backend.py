@@ -23,7 +23,7 @@ from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import datasheet_peak
 from runner.config import BackendConfig, NeuronBackendConfig, load_run_spec
 from runner.measure.build import build_workload
-from tests.helpers import REPO, STANDIN, STANDIN_PATH, all_runs, compose_cfg
+from tests.helpers import HELPERS, REPO, STANDIN, STANDIN_PATH, all_runs, compose_cfg
 
 pytestmark = pytest.mark.slow
 SECRET = "do-not-leak-4f2a"
@@ -371,6 +371,24 @@ def test_the_fork_server_starts_no_runtime_and_its_children_start_their_own(tmp_
     events = [e["event"] for e in calls(tmp_path)]
     assert events.count("import") >= 2 and events.count("runtime_start") == 1
     assert [e["visible_cores"] for e in calls(tmp_path) if e["event"] == "runtime_start"] == ["1"]
+
+
+def test_the_fork_server_preloads_no_compiler_where_a_device_runtime_is_installed(tmp_path: Path) -> None:
+    """On an H200 the compiler the server preloaded asked CUDA for its devices: every worker forked after failed.
+
+    torch-neuronx is installed here (the stand-in, not autoloaded: the CPU job compiles for the CPU).
+    """
+    witness = tmp_path / "forks.jsonl"
+    env = neuron_host(tmp_path, RUNNER_FORK_WITNESS=str(witness), TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    env["PYTHONPATH"] = os.pathsep.join([str(STANDIN), str(HELPERS / "fork_witness")])
+    cmd = [sys.executable, "-m", "runner", "+workload=rmsnorm_compiled", "workload.hidden=16", "workload.seq_len=2",
+           "measure=quick", "measure.processes=1", "profiler=none", "backend=cpu", f"hydra.run.dir={tmp_path}/run"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    forks = [json.loads(line) for line in witness.read_text().splitlines()]
+    assert [fork for fork in forks if fork["fork_server"]]  # the worker was forked from the server
+    assert not [fork for fork in forks if fork["cuda_initialized"] or fork["neuron_runtime"]]
+    assert not [fork for fork in forks if fork["fork_server"] and fork["compiler"]]
 
 
 def test_the_core_scaling_study_runs_on_neuron(tmp_path: Path, tracking_uri: str) -> None:
