@@ -382,8 +382,8 @@ def test_the_fork_server_preloads_no_compiler_where_a_device_runtime_is_installe
     env = neuron_host(tmp_path, RUNNER_FORK_WITNESS=str(witness), TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     env["PYTHONPATH"] = os.pathsep.join([str(STANDIN), str(HELPERS / "fork_witness")])
     cmd = [sys.executable, "-m", "runner", "+workload=rmsnorm_compiled", "workload.hidden=16", "workload.seq_len=2",
-           "measure=quick", "measure.processes=1", "profiler=none", "backend=cpu", f"hydra.run.dir={tmp_path}/run"]  # fmt: skip
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+           "measure=quick", "measure.processes=1", "profiler=none", "backend=cpu"]  # fmt: skip
+    done = subprocess.run([*cmd, f"hydra.run.dir={tmp_path}/run"], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     forks = [json.loads(line) for line in witness.read_text().splitlines()]
     assert [fork for fork in forks if fork["fork_server"]]  # the worker was forked from the server
