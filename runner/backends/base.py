@@ -268,7 +268,7 @@ class Backend(ABC):
             out.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(out / names.TRACE_FILE))
 
-        return {"on_trace_ready": write}
+        return {"on_trace_ready": write, "acc_events": True}
 
     def inspect_capture(
         self, capture_dir: Path, profiler: ProfilerConfig, profiler_output: str, framework_device_ms: float

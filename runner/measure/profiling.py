@@ -96,7 +96,7 @@ def build_profiler(
         return NullProfiler()
     kwargs: dict[str, Any] = backend.profiler_kwargs(profiler, capture_dir)
     kwargs["on_trace_ready"] = recorder.wrap(kwargs.get("on_trace_ready"))
-    # so key_averages() covers every cycle; only then, as Neuron's documentation does not list acc_events
+    # so key_averages() covers every cycle; on Neuron only then, as its documentation does not list acc_events
     if schedule.repeat > 1:
         kwargs["acc_events"] = True
     return torch.profiler.profile(

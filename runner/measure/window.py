@@ -62,7 +62,9 @@ def profiler_cost(workload: BuiltWorkload, backend: Backend, profiler: ProfilerC
             for _ in range(SETTLE_STEPS):
                 timed_step(workload, backend)
             reference.append(timed_step(workload, backend))
-            with torch.profiler.profile(activities=[ProfilerActivity.CPU], schedule=SESSION, **options) as prof:
+            with torch.profiler.profile(
+                activities=[ProfilerActivity.CPU], schedule=SESSION, acc_events=True, **options
+            ) as prof:
                 for kind in ([], first, later):  # a warm-up step (SESSION), then two recorded ones
                     kind.append(timed_step(workload, backend))
                     prof.step()

@@ -31,6 +31,7 @@ from runner.measure.build import build_workload
 from runner.measure.host_memory import is_glibc
 from runner.measure.loop import FEWEST_TIMED_STEPS, SETTLE_CALLS, steady_state
 from runner.measure.phases import Measurement, measure
+from runner.measure.profiling import CycleRecorder, build_profiler
 from runner.measure.result import collect_result, derived_metrics, rounds_table
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
@@ -428,6 +429,13 @@ def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:
     assert rsqrt["cycle_self_ms_std"] == pytest.approx(statistics.stdev(samples), rel=1e-2, abs=1e-5)
     # per-step samples over 5 cycles of 2 steps add back up to the row's total self time
     assert sum(samples) * 2 == pytest.approx(rsqrt["self_cpu_ms"], rel=1e-3)
+
+
+def test_a_one_cycle_window_keeps_every_cycles_events(tmp_path: Path) -> None:
+    """torch 2.11 warns on a one-cycle schedule that it clears events at each cycle's end: a test's error there."""
+    spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu"))
+    profiler = build_profiler(CpuBackend(spec.backend), spec.profiler, spec.schedule, tmp_path, CycleRecorder(False))
+    assert spec.schedule.repeat == 1 and isinstance(profiler, torch.profiler.profile) and profiler.acc_events
 
 
 def test_a_roofline_above_its_peak_warns_that_the_peak_reads_low(tmp_path: Path) -> None:
