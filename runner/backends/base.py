@@ -261,7 +261,11 @@ class Backend(ABC):
         return output_dir / names.TRACE_FOLDER
 
     def profiler_kwargs(self, profiler: ProfilerConfig, capture_dir: Path) -> dict[str, Any]:
-        """Extra torch.profiler.profile arguments: here, an exporter of each cycle's Chrome trace."""
+        """Extra torch.profiler.profile arguments: here, an exporter of each cycle's trace; every cycle's events kept.
+
+        Kept even for one cycle: torch 2.11 then warns that it clears events at each cycle's end
+        (a warning torch 2.13 fires only where cycles repeat).
+        """
 
         def write(prof: torch.profiler.profile) -> None:
             out = capture_dir / names.TRACE_ITER_FOLDER.format(step=prof.step_num)
