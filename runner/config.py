@@ -219,8 +219,10 @@ class MeasureConfig:
     keep_freed_memory: bool = True
     # latency: synchronized steps; throughput: also blocks of `inflight` steps per synchronize
     mode: str = "latency"
-    # steps queued between synchronizes in throughput mode
+    # steps queued between synchronizes in throughput mode, and where device events time the steady state
     inflight: int = 8
+    # where device events time the steady state (cuda): evict the last-level cache before each step
+    flush_cache: bool = False
     # cold: compile caches start empty in a fresh compile_cache_dir; warm: as a cold job left them; null: the user's
     compile_cache: str | None = None
     compile_cache_dir: str | None = None

@@ -25,6 +25,11 @@ PROCESS_CV = "time/process_cv"
 # about the 95% half-width of time/step_median_ms, in percent
 STEP_MEDIAN_UNCERTAINTY_PCT = "time/step_median_uncertainty_pct"
 FIRST_CALL_S = "time/first_call_s"
+# where the steady state is timed by device events (runner.step_clock): the synchronized step's wall time, the
+# profiler's device time per step, and the rest of the wall (launches, the host's Python, idle), all in ms
+SYNC_STEP_MS = "time/sync_step_ms"
+DEVICE_BUSY_MS = "time/device_busy_ms"
+HOST_AND_IDLE_MS = "time/host_and_idle_ms"
 MEASURED_S = "time/measured_s"
 JOB_S = "time/job_s"
 PROFILED_STEP_MS = "time/profiled_step_ms"
@@ -116,6 +121,10 @@ TAG_VERSION_PREFIX = "runner.version."
 TAG_ENV_PREFIX = "env."
 TAG_TOP_OP = "runner.top_op"
 TAG_DEVICE_TIME = "runner.device_time"
+# what timed the steady state (time/step_*): STEP_CLOCK_HOST or STEP_CLOCK_DEVICE, and whether caches were flushed
+TAG_STEP_CLOCK = "runner.step_clock"
+STEP_CLOCK_HOST = "host"
+STEP_CLOCK_DEVICE = "device"
 TAG_ERROR = "runner.error"
 TAG_ARTIFACTS_KEPT_LOCAL = "runner.artifacts_kept_local"
 # "warning" when the output holds NaN or infinity, with the count in the detail

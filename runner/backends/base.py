@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -55,6 +57,19 @@ ADVISED_PROCESSES = ADVISED_REPEATS = 5
 def more_repeats(spec: RunSpec) -> str:
     """Advice for a job that cannot have (more) worker processes: more repeats of its phases."""
     return f"more repeats (measure.repeats={max(ADVISED_REPEATS, 2 * spec.measure.repeats)})"
+
+
+def check_cache_flush(spec: RunSpec, backend: type[Backend]) -> None:
+    """Refuse measure.flush_cache where the host's clock times each step: the flush is for a device's cache.
+
+    Raises:
+        ConfigError: naming the key and the backends that flush.
+    """
+    if spec.measure.flush_cache and backend.step_clock == names.STEP_CLOCK_HOST:
+        raise ConfigError(
+            f"measure.flush_cache=true: backend={backend.name} times each step by the host's clock, with nothing "
+            "to flush between steps; it is for a device timed by its own events (backend=cuda)"
+        )
 
 
 @dataclass
@@ -140,6 +155,9 @@ class Backend(ABC):
     measures_profiler_cost: ClassVar[bool] = True
     # what the workers' fork server imports for workers that torch.compile, so that each need not (seconds)
     compiler_preload: ClassVar[tuple[str, ...]] = ("torch._dynamo", "torch._inductor.compile_fx")
+    # what times the steady state's steps: the host's clock around each synchronized step, or the
+    # device's own events around steps launched back to back (`time_steps`); names.STEP_CLOCK_*
+    step_clock: ClassVar[str] = names.STEP_CLOCK_HOST
     # Config keys this device reads once per process, with what reads them: a later job runs on the first's values
     process_keys: ClassVar[dict[str, str]] = {}
     # Config keys that need a process no job has measured in unless they hold the value given, with why
@@ -251,6 +269,25 @@ class Backend(ABC):
 
     def synchronize(self) -> None:  # noqa: B027  (a no-op default, by design)
         """Wait for queued device work; the default device has none."""
+
+    def synchronized_steps(self, step: Callable[[], object], count: int) -> list[float]:
+        """`count` steps' wall times in ms, each synchronized and timed alone: what the host waits for one step."""
+        times = []
+        for _ in range(count):
+            self.synchronize()
+            start = time.perf_counter()
+            step()
+            self.synchronize()
+            times.append((time.perf_counter() - start) * 1000)
+        return times
+
+    def time_steps(self, step: Callable[[], object], count: int, flush_cache: bool) -> list[float]:
+        """The steady state's times of `count` steps in ms, by `step_clock`: here the synchronized steps'.
+
+        On a host CPU the step is the device's work: nothing is queued that a synchronize would wait for.
+        `flush_cache` is refused before a job runs where `step_clock` is the host's (runner.execute.plan).
+        """
+        return self.synchronized_steps(step, count)
 
     def activities(self) -> list[ProfilerActivity]:
         """torch.profiler activities that cover this device."""

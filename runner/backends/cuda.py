@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity
 
+from runner import names
 from runner.backends.base import Backend, MemoryHistory, Slot
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.config import BackendConfig
@@ -15,6 +17,9 @@ from runner.config import BackendConfig
 # GPU name fragment -> conf/peaks.yaml entry
 GPU_PEAKS = {"H200": "h200_sxm", "H100": "h100_sxm"}
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+# the buffer zeroed before each step to evict the L2 cache (measure.flush_cache): Triton's do_bench zeroes
+# 256 MB; twice the L2 where that is larger (the H200's L2 is 60 MB)
+FLUSH_BYTES = 256 * 2**20
 # Python frames only: C++ frames ("all") are symbolised slowly at the dump; the bound keeps long histories finite
 CUDA_HISTORY_OPTIONS = {"stacks": "python", "max_entries": 1_000_000}
 
@@ -34,6 +39,8 @@ class CudaBackend(Backend):
     system_monitor = "nvml"
     # no process_keys: CUDA reads CUDA_VISIBLE_DEVICES once per process, but a launcher's slot sets it, no config key
     manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
+    # the host's clock around a synchronized step counts its launches and Python: 1.8-4.8x Timer's on an H200
+    step_clock = names.STEP_CLOCK_DEVICE
 
     @classmethod
     def available(cls) -> bool:
@@ -67,6 +74,30 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         """CUDA kernels run asynchronously; wait so timings and traces are complete."""
         torch.cuda.synchronize(self.device)
+
+    def time_steps(self, step: Callable[[], object], count: int, flush_cache: bool) -> list[float]:
+        """Each step between two CUDA events, the steps launched back to back and synchronized once, as do_bench times.
+
+        A step's time then runs on the device's clock from where the host began the step to where
+        its last kernel ended: its work and its waits for launches, never a drained queue. With
+        `flush_cache` an L2-sized buffer is zeroed before each step, outside its events, so a
+        workload whose data fits in the L2 reads it from HBM.
+        """
+        flush = None
+        if flush_cache:  # the caching allocator hands the same block back each time
+            l2_bytes = torch.cuda.get_device_properties(self.device).L2_cache_size
+            flush = torch.empty(max(FLUSH_BYTES, 2 * l2_bytes), dtype=torch.int8, device=self.device)
+        timing = {"enable_timing": True}
+        events = [(torch.cuda.Event(**timing), torch.cuda.Event(**timing)) for _ in range(count)]  # type: ignore[no-untyped-call]
+        self.synchronize()
+        for start, end in events:
+            if flush is not None:
+                flush.zero_()
+            start.record()
+            step()
+            end.record()
+        self.synchronize()
+        return [start.elapsed_time(end) for start, end in events]
 
     def activities(self) -> list[ProfilerActivity]:
         """CPU ops plus CUDA kernels and memcpys."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from runner.backends.base import Backend, Slot
+from runner.backends.base import Backend, Slot, check_cache_flush
 from runner.backends.peaks import Peak
 from runner.backends.registry import make_backend
 from runner.config import ConfigError, RunSpec
@@ -111,6 +111,7 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path
     use_compile_cache(spec)  # before the backend loads its libraries, and before anything compiles
     backend = make_backend(spec.backend)
     backend.worker_processes(spec.measure.processes, spec.distributed.ranks)
+    check_cache_flush(spec, type(backend))
     if spec.measure.memory_snapshot:
         memory_source(backend, spec.profiler)
     if (task := slurm_task()) is not None:

@@ -46,6 +46,7 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
     try:
         spec = load_run_spec(compose_config(*overrides))
         # torch loads only past a config that composed: a refusal takes a second, not an import of torch
+        from runner.backends.base import check_cache_flush
         from runner.backends.registry import make_backend
         from runner.execute.workers import steady_state_in_processes
         from runner.measure.compile_cache import use_compile_cache
@@ -53,6 +54,7 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
         use_compile_cache(spec)  # before anything compiles, as a job does
         backend = make_backend(spec.backend)
         backend.worker_processes(1)  # a device whose process holds it refuses workers
+        check_cache_flush(spec, type(backend))
     except Exception as err:  # noqa: BLE001  (bad config, an unknown option: the client reports it)
         _say(answers, {"error": refusal(err) if isinstance(err, CompactHydraException) else one_line(err)})
         return 1

@@ -108,7 +108,7 @@ def device_runtime_installed() -> bool:
     the device ("Cannot re-initialize CUDA in forked subprocess"). Importing the compiler asks it on
     a CUDA build: on an H200 every compiled job's forked workers failed so, and CPU jobs' too.
     """
-    return torch.backends.cuda.is_built() or importlib.util.find_spec("torch_neuronx") is not None
+    return torch.version.cuda is not None or importlib.util.find_spec("torch_neuronx") is not None
 
 
 def prepare_workers(specs: list[RunSpec]) -> None:

@@ -76,11 +76,7 @@ SteadyStateSource = Callable[[], SteadyState]
 
 def timed_step(workload: BuiltWorkload, backend: Backend) -> float:
     """One synchronized step's wall time in seconds."""
-    backend.synchronize()
-    start = time.perf_counter()
-    workload.step()
-    backend.synchronize()
-    return time.perf_counter() - start
+    return backend.synchronized_steps(workload.step, 1)[0] / 1000
 
 
 class Progress:
@@ -127,7 +123,10 @@ def stretch_ends(steps: int, stretches: int) -> list[int]:
 def timed_steps(
     workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = NO_TURNS
 ) -> list[float]:
-    """`steps` synchronized steps, each timed alone, in ms, in `measure.layouts` stretches of memory, each in turn."""
+    """`steps` steps' times in ms by the backend's step clock, in `measure.layouts` stretches of memory, each in turn.
+
+    The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`).
+    """
     stretches = min(backend.memory_layouts(spec.measure.layouts), steps)
     layouts = MemoryLayouts(workload.inputs)
     samples: list[float] = []
@@ -139,7 +138,8 @@ def timed_steps(
             for _ in range(SETTLE_CALLS):
                 workload.step()
         while len(samples) < end:
-            samples.append(timed_step(workload, backend) * 1000)
+            count = min(spec.measure.inflight, end - len(samples))
+            samples += backend.time_steps(workload.step, count, spec.measure.flush_cache)
             progress.step(len(samples))
         turns.give()
     return samples

@@ -16,7 +16,7 @@ from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.host_memory import keep_freed_memory
-from runner.measure.loop import Progress, SteadyState, SteadyStateSource, timed_step, warm_up
+from runner.measure.loop import Progress, SteadyState, SteadyStateSource, steps_to_time, timed_step, warm_up
 from runner.measure.memory import MemoryPeak, recording, window_memory
 from runner.measure.optable import OpTable, build_op_table, summary_metrics
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
@@ -54,6 +54,8 @@ class Measurement:
     profiler_cost: ProfilerCost | None = None
     # measure.memory_snapshot: the profiled window's memory peak and its allocation sites
     memory: MemoryPeak | None = None
+    # where device events time the steady state: synchronized steps' wall times in ms, timed in this process
+    sync_ms: list[float] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
         """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
@@ -68,9 +70,12 @@ class Measurement:
         if len(self.steady.step_ms[0]) > 1:
             repeat_medians = [statistics.median(repeat) for process in self.steady.step_ms for repeat in process]
             metrics[names.REPEAT_CV] = coefficient_of_variation(repeat_medians)
-        if self.profiled_ms:
+        if self.sync_ms:
+            metrics[names.SYNC_STEP_MS] = statistics.median(self.sync_ms)
+        if self.profiled_ms:  # its steps are synchronized: against synchronized ones
             metrics[names.PROFILER_STEP_MS] = profiled = statistics.median(self.profiled_ms)
-            metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / metrics[names.STEP_MEDIAN_MS] - 1) * 100
+            unprofiled = metrics.get(names.SYNC_STEP_MS, metrics[names.STEP_MEDIAN_MS])
+            metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / unprofiled - 1) * 100
         if self.steady.copies_window_s:  # measure.copies: per-step medians would hide time-slicing
             metrics[names.SCALING_COPIES] = float(len(self.steady.step_ms))
             metrics[names.SCALING_THROUGHPUT] = len(self.samples()) / self.steady.copies_window_s
@@ -87,6 +92,10 @@ class Measurement:
     def samples(self) -> list[float]:
         """Every steady-state step time, in ms."""
         return [ms for process in self.steady.step_ms for repeat in process for ms in repeat]
+
+    def synchronized_samples(self) -> list[float]:
+        """Every synchronized step time in ms, timed as the profiled window's are: the steady state's, or `sync_ms`."""
+        return self.sync_ms or self.samples()
 
     def process_medians(self) -> list[float]:
         """The median step time of each process, in ms."""
@@ -163,6 +172,11 @@ def measure(
     if not steady.in_job_process:
         # this process sat idle since its first call: the window would read it cold (threads asleep, caches cold)
         warm_up(workload, backend, spec)
+    sync_ms = []
+    if backend.step_clock != names.STEP_CLOCK_HOST:  # the steady state did not time what the host waits for a step
+        steps = steps_to_time(spec, warm_up(workload, backend, spec), backend)
+        log.info("synchronized steps: %d, each timed alone by the host's clock ...", steps)
+        sync_ms = backend.synchronized_steps(workload.step, steps)
     throughput = spec.measure.mode == "throughput"
     block_s = queued_blocks(workload, backend, spec) if throughput else []
     measures_cost = spec.profiler.enabled and backend.measures_profiler_cost
@@ -185,4 +199,5 @@ def measure(
         inflight=spec.measure.inflight if throughput else 0,
         profiler_cost=cost,
         memory=memory,
+        sync_ms=sync_ms,
     )

@@ -69,19 +69,37 @@ class JobResult:
     system: list[SystemSample] = field(default_factory=list)
 
 
-def profiled_window_report(
-    spec: RunSpec, result: Measurement, median_ms: float
-) -> tuple[dict[str, float], dict[str, Any]]:
+def profiled_window_report(spec: RunSpec, result: Measurement) -> tuple[dict[str, float], dict[str, Any]]:
     """The profiler's measured cost per step and whether the window read the steady state (copies share: no verdict)."""
     if result.profiler_cost is None or not result.profiled_ms:
         return {}, {}
     metrics = {names.PROFILER_COST_MS: statistics.fmean(result.profiler_cost.per_recorded_step(spec.schedule))}
     if not result.table.rows or result.steady.copies_window_s is not None:
         return metrics, {}
+    synchronized = result.synchronized_samples()  # the window's steps are synchronized ones
     reason = judge_window(
-        result.profiled_ms, result.profiler_cost, spec.schedule, result.samples(), median_ms, spec.measure.steps
+        result.profiled_ms,
+        result.profiler_cost,
+        spec.schedule,
+        synchronized,
+        statistics.median(synchronized) if result.sync_ms else statistics.median(result.process_medians()),
+        spec.measure.steps,
     )
     return metrics, {names.TAG_WINDOW_REPRESENTATIVE: "false" if reason else "true", names.TAG_WINDOW_REASON: reason}
+
+
+def wall_breakdown(metrics: dict[str, float]) -> dict[str, float]:
+    """The synchronized step's wall time as the device's busy time per profiled step, and the rest.
+
+    The rest is the host's: launches, Python, idle. Only where device events time the steady state
+    (it then times the synchronized step apart) and the profiler saw the device.
+    """
+    if names.SYNC_STEP_MS not in metrics or not metrics.get(names.PROFILER_ACTIVE_STEPS):
+        return {}
+    if (device_ms := metrics.get(names.DEVICE_SELF_TOTAL_MS)) is None:
+        return {}
+    busy = device_ms / metrics[names.PROFILER_ACTIVE_STEPS]
+    return {names.DEVICE_BUSY_MS: busy, names.HOST_AND_IDLE_MS: max(0.0, metrics[names.SYNC_STEP_MS] - busy)}
 
 
 def derived_metrics(
@@ -99,7 +117,10 @@ def derived_metrics(
     reasons = instability_reasons(result.steady.step_ms)
     tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
     tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
-    window_metrics, window_tags = profiled_window_report(spec, result, metrics[names.STEP_MEDIAN_MS])
+    flushed = ", cache flushed before each step" if spec.measure.flush_cache else ""
+    tags[names.TAG_STEP_CLOCK] = backend.step_clock + flushed
+    metrics.update(wall_breakdown(metrics))
+    window_metrics, window_tags = profiled_window_report(spec, result)
     metrics.update(window_metrics)
     tags.update(window_tags)
     # after the phases, so compilation stays in the first call; module and reference share the trained weights

@@ -60,6 +60,28 @@ def _memory(tags: dict[str, object], result: JobResult, folder: Path) -> str:
     )
 
 
+def _clock(tags: dict[str, object]) -> str:
+    """What timed the steady state, where it is not the host's clock around each synchronized step."""
+    clock = str(tags.get(names.TAG_STEP_CLOCK, names.STEP_CLOCK_HOST))
+    if clock == names.STEP_CLOCK_HOST:
+        return ""
+    return f" (by {clock.replace(names.STEP_CLOCK_DEVICE, 'device events', 1)}, steps back to back)"
+
+
+def _synchronized_step(m: dict[str, float]) -> str:
+    """Where device events timed the steady state: the synchronized step's wall time, and where it goes."""
+    wall = m[names.SYNC_STEP_MS]
+    if names.DEVICE_BUSY_MS not in m:
+        return (
+            f"synchronized step: {wall:.4f} ms wall, launch to completion (the device's busy share needs the profiler)"
+        )
+    busy, rest = m[names.DEVICE_BUSY_MS], m[names.HOST_AND_IDLE_MS]
+    return (
+        f"synchronized step: {wall:.4f} ms wall = {busy:.4f} ms device busy ({busy / wall:.0%}) + {rest:.4f} ms "
+        f"launches, host Python and idle ({rest / wall:.0%})"
+    )
+
+
 def job_summary(run_name: str, placement: str, result: JobResult, where: str) -> str:
     """A short block: where it ran, headline numbers, the top ops, warnings, the trace and the run."""
     m, tags, table, trace_dir = result.metrics, result.tags, result.table, result.capture_dir
@@ -68,10 +90,13 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
     lines = [
         f"== {run_name} ==",
         f"ran on: {placement}",
-        f"steady state: median {m[names.STEP_MEDIAN_MS]:.4f} ms/step{within} over {m[names.STEPS_TIMED]:.0f} steps "
+        f"steady state{_clock(tags)}: median {m[names.STEP_MEDIAN_MS]:.4f} ms/step{within} over "
+        f"{m[names.STEPS_TIMED]:.0f} steps "
         f"(p10 {m[names.STEP_P10_MS]:.4f}, "
         f"p90 {m[names.STEP_P90_MS]:.4f}, cv {m[names.STEP_CV]:.2f}); first call {m[names.FIRST_CALL_S]:.3f} s",
     ]
+    if names.SYNC_STEP_MS in m:
+        lines.append(_synchronized_step(m))
     if names.ROUNDS_FILE in result.tables:
         lines.append(_rounds(result.tables[names.ROUNDS_FILE]))
     if names.PROFILER_OVERHEAD_PCT in m:

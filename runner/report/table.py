@@ -87,6 +87,8 @@ COLUMNS: dict[str, Callable[[Run], Any]] = {
     "status": lambda r: r.info.status,
     "backend": lambda r: f"{r.data.tags.get(names.TAG_BACKEND, '-')} ({r.data.tags.get(names.TAG_DEVICE, '-')})",
     "median ms ± IQR": _median,
+    # what timed it, and so the speedup, the GB/s and the roofline: the host's clock or the device's events
+    "step clock": lambda r: r.data.tags.get(names.TAG_STEP_CLOCK, "-"),
     "stable": lambda r: {"true": "yes", "false": "NO"}.get(r.data.tags.get(names.TAG_TIMING_STABLE, ""), "-"),
     "device ms/step": lambda r: _fmt(_device_per_step(r), 4),
     "lowering": _lowering,

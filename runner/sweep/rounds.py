@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner import names
-from runner.backends.base import Backend, Slot
+from runner.backends.base import Backend, Slot, check_cache_flush
 from runner.backends.registry import backend_class
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.execute.processes import Child, ChildFailed, answered, stop
@@ -50,7 +50,12 @@ class RoundJob:
 
 
 def rounds_of(spec: RunSpec, backend: type[Backend]) -> tuple[int, str]:
-    """The rounds a job takes part in (0: none) and, for none, why it times its own steady state."""
+    """The rounds a job takes part in (0: none) and, for none, why it times its own steady state.
+
+    Raises:
+        ConfigError: the job cannot run here (it says so itself when it runs).
+    """
+    check_cache_flush(spec, backend)
     if spec.measure.copies is not None:
         return 0, "its copies time their steps side by side"
     if spec.distributed.ranks > 1:

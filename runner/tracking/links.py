@@ -31,6 +31,7 @@ KEY_COLUMNS = {
     f"metrics.`{names.STEP_MEDIAN_MS}`": 160,
     f"metrics.`{names.STEP_P10_MS}`": 140,
     f"metrics.`{names.STEP_P90_MS}`": 140,
+    f"tags.`{names.TAG_STEP_CLOCK}`": 120,
     f"tags.`{names.TAG_COMPARE_SPEEDUP}`": 240,
     f"tags.`{names.TAG_TIMING_STABLE}`": 110,
     f"tags.`{names.TAG_ACCURACY}`": 120,

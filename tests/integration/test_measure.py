@@ -10,7 +10,9 @@ import re
 import signal
 import statistics
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -32,7 +34,7 @@ from runner.measure.host_memory import is_glibc
 from runner.measure.loop import FEWEST_TIMED_STEPS, SETTLE_CALLS, steady_state
 from runner.measure.phases import Measurement, measure
 from runner.measure.profiling import CycleRecorder, build_profiler
-from runner.measure.result import collect_result, derived_metrics, rounds_table
+from runner.measure.result import collect_result, derived_metrics, rounds_table, wall_breakdown
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
@@ -177,9 +179,11 @@ def test_accuracy_passes_and_fails_without_raising() -> None:
     )
 
 
-def run_phases(tmp_path: Path, *overrides: str) -> tuple[Measurement, dict[str, float], dict[str, object]]:
+def run_phases(
+    tmp_path: Path, *overrides: str, backend_class: type[Backend] = CpuBackend
+) -> tuple[Measurement, dict[str, float], dict[str, object]]:
     spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", *overrides))
-    backend = CpuBackend(spec.backend)
+    backend = backend_class(spec.backend)
     workload = build_workload(spec.workload, backend)
     result = measure(
         workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload), tmp_path / "memory"
@@ -494,6 +498,66 @@ def test_non_finite_output_is_tagged_for_any_workload(tmp_path: Path) -> None:
     assert tags[names.TAG_OUTPUT_FINITE] == "false: 8 of 8 elements are NaN or infinite"
     _, _, tags = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=8")
     assert tags[names.TAG_OUTPUT_FINITE] == "true"
+
+
+class DeviceClocked(CpuBackend):
+    """The CPU with a device clock that reads every step as DEVICE_MS, as CUDA events would time it."""
+
+    step_clock = names.STEP_CLOCK_DEVICE
+    DEVICE_MS = 0.005
+    blocks: ClassVar[list[tuple[int, bool]]] = []
+
+    def time_steps(self, step: Callable[[], object], count: int, flush_cache: bool) -> list[float]:
+        self.blocks.append((count, flush_cache))
+        for _ in range(count):
+            step()
+        return [self.DEVICE_MS] * count
+
+
+def test_a_device_clock_times_the_steady_state_in_blocks_and_the_synchronized_step_apart(tmp_path: Path) -> None:
+    DeviceClocked.blocks.clear()
+    result, metrics, tags = run_phases(
+        tmp_path,
+        "+workload=rmsnorm_naive",
+        "workload.hidden=16",
+        "measure.inflight=8",
+        "measure.layouts=1",
+        backend_class=DeviceClocked,
+    )
+    assert DeviceClocked.blocks == [(8, False), (8, False), (4, False)]  # measure=quick's 20 steps
+    assert (
+        result.samples() == [DeviceClocked.DEVICE_MS] * 20 and metrics[names.STEP_MEDIAN_MS] == DeviceClocked.DEVICE_MS
+    )
+    assert tags[names.TAG_STEP_CLOCK] == "device"
+    # the synchronized step is the host's clock around one step: what the profiled window's steps are judged against
+    assert len(result.sync_ms) == 20 and metrics[names.SYNC_STEP_MS] == statistics.median(result.sync_ms)
+    assert metrics[names.PROFILER_OVERHEAD_PCT] == pytest.approx(
+        (metrics[names.PROFILER_STEP_MS] / metrics[names.SYNC_STEP_MS] - 1) * 100
+    )
+    DeviceClocked.blocks.clear()
+    _, _, tags = run_phases(
+        tmp_path,
+        "+workload=rmsnorm_naive",
+        "workload.hidden=16",
+        "measure.flush_cache=true",
+        backend_class=DeviceClocked,
+    )
+    assert {flush for _, flush in DeviceClocked.blocks} == {True}
+    assert tags[names.TAG_STEP_CLOCK] == "device, cache flushed before each step"
+
+
+def test_the_host_clock_times_each_synchronized_step_and_nothing_apart(tmp_path: Path) -> None:
+    result, metrics, tags = run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16")
+    assert tags[names.TAG_STEP_CLOCK] == "host" and not result.sync_ms and names.SYNC_STEP_MS not in metrics
+    assert len(set(result.samples())) > 1  # each step timed alone by the host's clock
+
+
+def test_the_synchronized_step_is_explained_as_device_busy_time_and_the_rest() -> None:
+    metrics = {names.SYNC_STEP_MS: 0.0818, names.DEVICE_SELF_TOTAL_MS: 0.0132, names.PROFILER_ACTIVE_STEPS: 2.0}
+    assert wall_breakdown(metrics) == pytest.approx({names.DEVICE_BUSY_MS: 0.0066, names.HOST_AND_IDLE_MS: 0.0752})
+    assert wall_breakdown({**metrics, names.SYNC_STEP_MS: 0.005})[names.HOST_AND_IDLE_MS] == 0.0  # never below zero
+    assert wall_breakdown({names.SYNC_STEP_MS: 0.0818, names.PROFILER_ACTIVE_STEPS: 1.0}) == {}  # no device time
+    assert wall_breakdown({names.DEVICE_SELF_TOTAL_MS: 0.0132, names.PROFILER_ACTIVE_STEPS: 2.0}) == {}  # host clock
 
 
 def test_throughput_mode_queues_blocks_of_steps_beside_the_synchronized_latency(tmp_path: Path) -> None:

@@ -140,6 +140,11 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
             id="neuron-key-off-neuron",
         ),
         pytest.param(
+            ["+workload=rmsnorm_naive", "backend=cpu", "measure.flush_cache=true"],
+            "measure.flush_cache=true: backend=cpu times each step by the host's clock",
+            id="flush-on-host-clock",
+        ),
+        pytest.param(
             ["+workload=rmsnorm_naive", "backend=neuron", "backend.inflight_requests=4"],
             "backend.inflight_requests was removed: it set NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, which no "
             "longer enables asynchronous execution since Neuron SDK 2.31",
