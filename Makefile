@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: help setup run sweep-demo doctor test test-all test-gpu lint format type imports bench ui
+.PHONY: help setup run sweep-demo doctor test test-all test-gpu gpu-check lint format type imports bench ui
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ test-all: setup ## every test: unit, integration, system (CLI, launchers, Slurm,
 
 test-gpu: setup ## run only the CUDA tests
 	$(PY) -m pytest -m gpu
+
+gpu-check: setup ## on a GPU: the CUDA tests, the study under each launcher, the runner beside Timer (docs/benchmarks.md)
+	$(PY) benchmarks/gpu_check.py
 
 lint: setup ## ruff check, ruff format check and yamllint over conf/
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m yamllint --strict conf/

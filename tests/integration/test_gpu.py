@@ -38,6 +38,21 @@ def test_cuda_run_reports_device_time(tmp_path: Path, workload: str) -> None:
     assert run.data.tags[names.TAG_BACKEND] == "cuda" and run.data.tags[names.TAG_DEVICE_TIME] == "reported"
     table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{names.OP_TABLE_FILE}")
     assert "self_device_ms" in table["columns"]
+    # the steady state by CUDA events; the synchronized step apart, as the device's busy time and the host's rest
+    assert run.data.tags[names.TAG_STEP_CLOCK] == "device"
+    busy, rest = metrics[names.DEVICE_BUSY_MS], metrics[names.HOST_AND_IDLE_MS]
+    assert busy > 0 and busy + rest == pytest.approx(metrics[names.SYNC_STEP_MS])
+    assert metrics[names.STEP_MEDIAN_MS] < metrics[names.SYNC_STEP_MS]  # no synchronize, no launch wait between steps
+
+
+def test_a_flushed_cache_reads_the_data_from_memory_each_step(tmp_path: Path) -> None:
+    """An input that fits in the H200's 60 MB L2: warm, repeated steps find it there; flushed, they read HBM."""
+    shape = ("+workload=rmsnorm_builtin", "backend=cuda", "workload.batch=4", "workload.seq_len=512", "profiler=none")
+    warm = run_cuda(tmp_path / "warm", *shape)
+    flushed = run_cuda(tmp_path / "flushed", *shape, "measure.flush_cache=true")
+    assert flushed[names.STEP_MEDIAN_MS] > warm[names.STEP_MEDIAN_MS]
+    tags = {run.data.tags[names.TAG_STEP_CLOCK] for run in all_runs()}
+    assert tags == {"device", "device, cache flushed before each step"}
 
 
 def test_auto_picks_cuda_when_no_neuron(tmp_path: Path) -> None:
