@@ -10,9 +10,15 @@ from typing import Any
 # (so a run keeps the hash it had before `monitor` existed). Every other key is in, cache folders too (a cold job's
 # folder decides what a warm one finds).
 UNHASHED_TOP = ("tracking", "resume", "monitor")
+# keys added after runs were stored, with the value those runs measured with: hashed only when set otherwise, so a
+# stored run keeps its hash (a sweep's resume and the history find it)
+ADDED_KEYS = {("measure", "flush_cache"): False}
 
 
 def config_hash(resolved: dict[str, Any]) -> str:
     """A short hash of what a job measures: its resolved config without where results go."""
     identity = {k: v for k, v in resolved.items() if k not in UNHASHED_TOP}
+    for (group, key), stored in ADDED_KEYS.items():
+        if isinstance(identity.get(group), dict) and identity[group].get(key, stored) == stored:
+            identity[group] = {k: v for k, v in identity[group].items() if k != key}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -18,7 +18,7 @@ from runner import names
 from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, TimeRatio, holm
 from runner.report.pairing import compare_times
-from runner.report.reader import Rounds, label, rounds, sweep_children
+from runner.report.reader import Rounds, configuration, label, rounds, sweep_children
 from runner.report.selection import find_run
 
 TIMES_LEGEND = (
@@ -66,11 +66,11 @@ def pair_up(jobs: list[Run], baselines: list[Run]) -> list[Pair]:
     if len(jobs) == 1 and len(baselines) == 1:
         return [Pair(jobs[0], baselines[0])]
     finished = sorted((r for r in baselines if r.info.status == JobStatus.FINISHED), key=lambda r: r.info.start_time)
-    by_hash = {run.data.tags.get(names.TAG_CONFIG_HASH, ""): run for run in finished}  # the newest wins
+    by_configuration = {configuration(run): run for run in finished}  # the newest wins
     job_ids = {job.info.run_id for job in jobs}
     pairs = []
     for job in jobs:
-        base = by_hash.get(job.data.tags.get(names.TAG_CONFIG_HASH, ""))
+        base = by_configuration.get(configuration(job))
         pairs.append(Pair(job, base if base is not None and base.info.run_id not in job_ids else None))
     return pairs
 

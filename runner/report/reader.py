@@ -27,6 +27,16 @@ def variant(run: Run) -> str:
     return str(run.data.tags.get(names.TAG_WORKLOAD) or label(run))
 
 
+def configuration(run: Run) -> str:
+    """What a run's step times compare within: its config hash, and the clock unless the host's (older runs').
+
+    The same config timed by another clock is another series: a new clock is not a step in its history.
+    """
+    config_hash = run.data.tags.get(names.TAG_CONFIG_HASH, "")
+    clock = run.data.tags.get(names.TAG_STEP_CLOCK, names.STEP_CLOCK_HOST).split(",")[0]
+    return config_hash if clock == names.STEP_CLOCK_HOST else f"{config_hash}-{clock}"
+
+
 def metric(run: Run, key: str) -> float | None:
     """A metric of the run, None when absent or NaN."""
     value = run.data.metrics.get(key)

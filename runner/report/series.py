@@ -14,7 +14,7 @@ from mlflow.entities import Run
 from runner import names
 from runner.measure.stats import geometric_interval
 from runner.report.change_points import ChangePoint, change_points
-from runner.report.reader import label, metric, rounds
+from runner.report.reader import configuration, label, metric, rounds
 
 # metrics where a fall is the regression (rates and shares of a peak); for every other one, a rise
 HIGHER_IS_BETTER = ("_per_s", "gbps", "gflops", "_fraction")
@@ -88,10 +88,10 @@ def point(client: MlflowClient, run: Run, key: str) -> Point:
 
 
 def by_configuration(runs: list[Run]) -> dict[str, list[Run]]:
-    """The runs grouped by config hash."""
+    """The runs grouped by config hash and step clock (`runner.report.reader.configuration`)."""
     groups: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
-        groups[run.data.tags[names.TAG_CONFIG_HASH]].append(run)
+        groups[configuration(run)].append(run)
     return dict(groups)
 
 

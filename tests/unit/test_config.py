@@ -28,6 +28,7 @@ from runner.config import (
     load_run_spec,
     unknown_key,
 )
+from runner.job.hashing import config_hash
 from runner.measure.build import build_workload
 from tests.helpers import compose_cfg
 
@@ -267,3 +268,11 @@ def test_help_shows_the_config_the_overrides_compose() -> None:
     assert measure.startswith("  warmup: 1\n") and "\n  steps: 20\n" in measure
     assert "\nworkload:\n" in text and "hydra:" not in text and "$CONFIG" not in text
     assert "measure: default, quick, stable\n" in text
+
+
+def test_a_cache_flush_left_off_keeps_the_config_hash_a_run_had_before_the_key_existed() -> None:
+    resolved = OmegaConf.to_container(compose_cfg("+workload=rmsnorm_naive"), resolve=True)
+    flushed = OmegaConf.to_container(compose_cfg("+workload=rmsnorm_naive", "measure.flush_cache=true"), resolve=True)
+    assert isinstance(resolved, dict) and isinstance(flushed, dict) and resolved["measure"]["flush_cache"] is False
+    older = {**resolved, "measure": {k: v for k, v in resolved["measure"].items() if k != "flush_cache"}}
+    assert config_hash(resolved) == config_hash(older) != config_hash(flushed)

@@ -211,6 +211,18 @@ def test_fail_on_regression_judges_the_newest_segment(
     assert exit_code == code and len(report["regressions"]) == (code == history.REGRESSION_EXIT)
 
 
+def test_a_new_step_clock_starts_a_series_of_its_own_not_a_step(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CUDA configuration's runs before the steady state was timed by device events, and after: 1.3x apart."""
+    store.series(STEADY[:10])
+    for run_id in store.series([1.3 * v for v in STEADY[10:20]]):
+        store.client.set_tag(run_id, names.TAG_STEP_CLOCK, names.STEP_CLOCK_DEVICE)
+    code, report, _ = run_history(capsys, "--fail-on-regression", "10")
+    assert code == 0 and report["regressions"] == []
+    assert sorted(c["config_hash"] for c in report["configurations"]) == ["cfg-a", "cfg-a-device"]
+
+
 def test_fail_on_regression_that_judged_nothing_exits_3_and_says_why(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
