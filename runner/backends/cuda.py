@@ -39,7 +39,7 @@ class CudaBackend(Backend):
     system_monitor = "nvml"
     # no process_keys: CUDA reads CUDA_VISIBLE_DEVICES once per process, but a launcher's slot sets it, no config key
     manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
-    # the host's clock around a synchronized step counts its launches and Python: 1.8-4.8x Timer's on an H200
+    # the host's clock around a synchronized step counts its launches and Python: 1.8-4.8x Timer's on an H200 (issue 48)
     step_clock = names.STEP_CLOCK_DEVICE
 
     @classmethod
