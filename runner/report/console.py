@@ -62,10 +62,10 @@ def _memory(tags: dict[str, object], result: JobResult, folder: Path) -> str:
 
 def _clock(tags: dict[str, object]) -> str:
     """What timed the steady state, where it is not the host's clock around each synchronized step."""
-    clock = str(tags.get(names.TAG_STEP_CLOCK, names.STEP_CLOCK_HOST))
+    clock, _, flushed = str(tags.get(names.TAG_STEP_CLOCK, names.STEP_CLOCK_HOST)).partition(", ")
     if clock == names.STEP_CLOCK_HOST:
         return ""
-    return f" (by {clock.replace(names.STEP_CLOCK_DEVICE, 'device events', 1)}, steps back to back)"
+    return f" (by device events, steps back to back{'; ' + flushed if flushed else ''})"
 
 
 def _synchronized_step(m: dict[str, float]) -> str:

@@ -114,3 +114,19 @@ def test_the_rounds_say_whether_the_workers_ran_alone_or_interleaved_with_the_sw
 def test_the_steady_state_line_says_how_many_steps_it_timed(tmp_path: Path) -> None:
     # measure.steps_s may have timed fewer than measure.steps: the count is what the median rests on
     assert "steady state: median 1.0000 ms/step over 600 steps (p10 0.9000," in summary(tmp_path, {}, {})
+
+
+def test_a_device_clocked_job_names_its_clock_and_explains_its_synchronized_step(tmp_path: Path) -> None:
+    """The compiled RMSNorm on an H200 (issue 48): its wall step 12x its device time; where the rest went."""
+    wall = {names.SYNC_STEP_MS: 0.0818, names.DEVICE_BUSY_MS: 0.0066, names.HOST_AND_IDLE_MS: 0.0752}
+    text = summary(tmp_path, wall, {names.TAG_STEP_CLOCK: "device, cache flushed before each step"})
+    assert "steady state (by device events, steps back to back; cache flushed before each step): median 1.0000" in text
+    explained = "0.0818 ms wall = 0.0066 ms device busy (8%) + 0.0752 ms launches, host Python and idle (92%)"
+    assert f"synchronized step: {explained}" in text
+    unprofiled = summary(tmp_path, {names.SYNC_STEP_MS: 0.0818}, {names.TAG_STEP_CLOCK: "device"})
+    assert (
+        "synchronized step: 0.0818 ms wall, launch to completion (the device's busy share needs the profiler)"
+        in unprofiled
+    )
+    host = summary(tmp_path, {}, {names.TAG_STEP_CLOCK: "host"})
+    assert "steady state: median 1.0000 ms/step" in host and "synchronized step" not in host
