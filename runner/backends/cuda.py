@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,10 @@ VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 FLUSH_BYTES = 256 * 2**20
 # Python frames only: C++ frames ("all") are symbolised slowly at the dump; the bound keeps long histories finite
 CUDA_HISTORY_OPTIONS = {"stacks": "python", "max_entries": 1_000_000}
+
+
+def _timing_event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
 
 def _visible_gpus() -> list[str]:
@@ -76,28 +81,32 @@ class CudaBackend(Backend):
         torch.cuda.synchronize(self.device)
 
     def time_steps(self, step: Callable[[], object], count: int, flush_cache: bool) -> list[float]:
-        """Each step between two CUDA events, the steps launched back to back and synchronized once, as do_bench times.
+        """The steps launched back to back, timed by CUDA events, and synchronized once.
 
-        A step's time then runs on the device's clock from where the host began the step to where
-        its last kernel ended: its work and its waits for launches, never a drained queue. With
-        `flush_cache` an L2-sized buffer is zeroed before each step, outside its events, so a
-        workload whose data fits in the L2 reads it from HBM.
+        Each step runs on the device's clock from the previous step's end mark to its own, so the
+        steps add up to the block, waits for launches included, as Timer's mean over a block of
+        calls reads. With `flush_cache` each step has its own pair of events and an L2-sized
+        buffer is zeroed between them (Triton's do_bench), so data that fits in the L2 comes from HBM.
         """
-        flush = None
-        if flush_cache:  # the caching allocator hands the same block back each time
+        self.synchronize()
+        if flush_cache:  # the caching allocator hands the same block back each call
             l2_bytes = torch.cuda.get_device_properties(self.device).L2_cache_size
             flush = torch.empty(max(FLUSH_BYTES, 2 * l2_bytes), dtype=torch.int8, device=self.device)
-        timing = {"enable_timing": True}
-        events = [(torch.cuda.Event(**timing), torch.cuda.Event(**timing)) for _ in range(count)]  # type: ignore[no-untyped-call]
-        self.synchronize()
-        for start, end in events:
-            if flush is not None:
+            spans = [(_timing_event(), _timing_event()) for _ in range(count)]
+            for start, end in spans:
                 flush.zero_()
-            start.record()
-            step()
-            end.record()
+                start.record()
+                step()
+                end.record()
+        else:
+            marks = [_timing_event() for _ in range(count + 1)]
+            marks[0].record()
+            for mark in marks[1:]:
+                step()
+                mark.record()
+            spans = list(itertools.pairwise(marks))
         self.synchronize()
-        return [start.elapsed_time(end) for start, end in events]
+        return [start.elapsed_time(end) for start, end in spans]
 
     def activities(self) -> list[ProfilerActivity]:
         """CPU ops plus CUDA kernels and memcpys."""

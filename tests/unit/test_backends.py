@@ -88,3 +88,65 @@ def test_the_manifest_says_how_workers_start_and_why_they_are_spawned() -> None:
     spawn = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "measure.worker_start=spawn"))
     asked = build_manifest(backend, spawn, environ={})["workers"]
     assert asked == {"start_method": "spawn", "why": "measure.worker_start=spawn"}
+
+
+class Clock:
+    """Where there is no GPU: time that passes only as the fakes below say, the same on every host."""
+
+    now = 0.0
+    RECORD_MS, STEP_MS, FLUSH_MS = 1.0, 2.0, 20.0
+
+    @classmethod
+    def spend(cls, ms: float) -> None:
+        cls.now += ms
+
+
+class ClockEvent:
+    """Stands in for torch.cuda.Event: its time is the clock's when it was recorded, and recording costs time."""
+
+    def __init__(self, enable_timing: bool) -> None:
+        assert enable_timing
+        self.at = float("nan")
+
+    def record(self) -> None:
+        self.at = Clock.now
+        Clock.spend(Clock.RECORD_MS)
+
+    def elapsed_time(self, end: ClockEvent) -> float:
+        return end.at - self.at
+
+
+@pytest.fixture
+def cuda_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> CudaBackend:
+    """CudaBackend with its events, synchronize, device properties and flush answered on the CPU, by `Clock`."""
+    monkeypatch.setattr(torch.cuda, "Event", ClockEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("Props", (), {"L2_cache_size": 64}))
+    monkeypatch.setattr("runner.backends.cuda.FLUSH_BYTES", 1024)
+    monkeypatch.setattr(CudaBackend, "device", property(lambda self: torch.device("cpu")))
+    return CudaBackend(BackendConfig(name="cuda"))
+
+
+def test_cuda_steps_back_to_back_add_up_to_their_block_waits_between_them_included(
+    cuda_on_the_cpu: CudaBackend,
+) -> None:
+    started = Clock.now
+    times = cuda_on_the_cpu.time_steps(lambda: Clock.spend(Clock.STEP_MS), 4, flush_cache=False)
+    # each from the previous step's mark to its own: every record but the last falls inside a step
+    assert times == [Clock.STEP_MS + Clock.RECORD_MS] * 4 and sum(times) == Clock.now - started - Clock.RECORD_MS
+
+
+def test_cuda_steps_with_the_cache_flushed_leave_the_flush_outside_their_events(
+    cuda_on_the_cpu: CudaBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushed: list[int] = []
+
+    def zero_(tensor: torch.Tensor) -> torch.Tensor:
+        flushed.append(tensor.numel())
+        Clock.spend(Clock.FLUSH_MS)
+        return tensor
+
+    monkeypatch.setattr(torch.Tensor, "zero_", zero_)
+    times = cuda_on_the_cpu.time_steps(lambda: Clock.spend(Clock.STEP_MS), 3, flush_cache=True)
+    assert flushed == [1024] * 3  # max(FLUSH_BYTES, 2 x L2) bytes, before each step
+    assert times == [Clock.RECORD_MS + Clock.STEP_MS] * 3  # each step's own pair; the flush between pairs
