@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import io
+import math
 import multiprocessing
 import os
 import signal
@@ -27,7 +28,7 @@ from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
-from runner.signals import signals_held
+from runner.signals import raise_if_stopped, signals_held
 
 StartMethod = Literal["spawn", "forkserver"]
 # what the fork server imports so that its children need not (named, not imported: this module
@@ -36,6 +37,9 @@ FORK_SERVER_PRELOAD = ("torch", "runner.execute.workers", "workloads")
 
 # seconds a child gets to end after a terminate (or a release) before it is killed
 STOP_GRACE_S = 5.0
+# how often a wait on children looks for a stop Python dropped (runner.signals): a stop that landed in a
+# garbage-collector callback just before a wait on an endless child left the job waiting for ever
+SAFE_POINT_S = 0.5
 # prctl(2): the signal the kernel sends this process when the thread that started it ends
 PR_SET_PDEATHSIG = 1
 
@@ -242,8 +246,11 @@ class Child:
             ChildDied: the process ended without an answer.
             ChildSilent: no answer within `timeout_s` (the child is left running).
         """
-        if timeout_s is not None and not self._answers.poll(timeout_s):
-            raise ChildSilent(self.name, timeout_s)
+        deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+        while not self._answers.poll(max(0.0, min(SAFE_POINT_S, deadline - time.monotonic()))):
+            raise_if_stopped()
+            if time.monotonic() >= deadline:
+                raise ChildSilent(self.name, timeout_s or 0.0)
         try:
             answer: Answer = self._answers.recv()
         except EOFError:
@@ -270,7 +277,9 @@ class Child:
 def answered(children: Iterable[Child]) -> list[Child]:
     """Wait until any of the children has an answer or has ended; those that have, in the order given."""
     children = list(children)
-    ready = set(wait([waitable for child in children for waitable in (child._answers, child._process.sentinel)]))
+    waitables = [waitable for child in children for waitable in (child._answers, child._process.sentinel)]
+    while not (ready := set(wait(waitables, timeout=SAFE_POINT_S))):
+        raise_if_stopped()
     return [child for child in children if child._answers in ready or child._process.sentinel in ready]
 
 

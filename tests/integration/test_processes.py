@@ -223,6 +223,38 @@ def test_a_ctrl_c_as_the_fork_server_is_asked_for_a_child_leaves_the_server_serv
     assert "Traceback" not in done.stderr
 
 
+STOP_DROPPED_BEFORE_THE_WAIT = """
+import signal, time, weakref
+from runner.execute.processes import Child
+from runner.signals import Interrupted, stop_on_signals
+class Held:
+    pass
+def stopped(_ref):  # a Ctrl-C that landed in a weakref callback, where Python cannot raise it
+    raise Interrupted(signal.SIGINT)
+if __name__ == "__main__":
+    stop_on_signals()
+    with Child("endless", time.sleep, 600) as child:
+        held = Held()
+        ref = weakref.ref(held, stopped)
+        del held  # the callback runs here; its stop is kept for the next safe point
+        started = time.monotonic()
+        try:
+            child.result()
+            print("not stopped")
+        except Interrupted:
+            print("stopped", round(time.monotonic() - started) < 3)
+"""
+
+
+def test_a_stop_python_dropped_just_before_a_wait_on_a_child_ends_the_wait(tmp_path: Path) -> None:
+    """Seen once in CI: a single run's Ctrl-C left it waiting on its endless worker until it was killed."""
+    (tmp_path / "main.py").write_text(STOP_DROPPED_BEFORE_THE_WAIT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "main.py"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert done.stdout.split() == ["stopped", "True"], done.stderr[-2000:]
+
+
 def test_the_fork_server_ends_with_the_process_that_started_it() -> None:
     """Not once it has imported torch and noticed, seconds later: a stopped job leaves nothing running."""
     script = (
