@@ -163,6 +163,13 @@ def test_a_child_is_born_ignoring_interrupts_and_the_parent_keeps_its_handler(st
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def run_main(folder: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """`script` as the main module of a fresh interpreter in `folder`, which is on its path beside the project."""
+    (folder / "main.py").write_text(script)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(folder)])}
+    return subprocess.run([sys.executable, "main.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=90)
+
+
 STOPPED_WHILE_THE_SERVER_IMPORTS = """
 import os, signal, threading, time
 from runner.execute.processes import Child, start_fork_server, stop
@@ -183,10 +190,7 @@ if __name__ == "__main__":
 def test_a_ctrl_c_while_the_fork_server_imports_stops_the_start_of_its_child(tmp_path: Path) -> None:
     """Asking the server for a child waits out its preloads: a Ctrl-C meanwhile is seen, not ignored."""
     (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(3)\n")
-    (tmp_path / "main.py").write_text(STOPPED_WHILE_THE_SERVER_IMPORTS)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
-    done = subprocess.run([sys.executable, "main.py"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    done = run_main(tmp_path, STOPPED_WHILE_THE_SERVER_IMPORTS)
     assert done.stdout.split() == ["stopped", "True"], done.stderr[-2000:]
 
 
@@ -215,10 +219,7 @@ if __name__ == "__main__":
 
 def test_a_ctrl_c_as_the_fork_server_is_asked_for_a_child_leaves_the_server_serving(tmp_path: Path) -> None:
     """The stop waits until the request is whole: the server gets no empty one to die of with a traceback."""
-    (tmp_path / "main.py").write_text(STOPPED_AS_THE_SERVER_IS_ASKED)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "main.py"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    done = run_main(tmp_path, STOPPED_AS_THE_SERVER_IS_ASKED)
     assert done.stdout.split() == ["stopped", "32"], done.stderr[-2000:]
     assert "Traceback" not in done.stderr
 
@@ -248,10 +249,7 @@ if __name__ == "__main__":
 
 def test_a_stop_python_dropped_just_before_a_wait_on_a_child_ends_the_wait(tmp_path: Path) -> None:
     """Seen once in CI: a single run's Ctrl-C left it waiting on its endless worker until it was killed."""
-    (tmp_path / "main.py").write_text(STOP_DROPPED_BEFORE_THE_WAIT)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "main.py"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    done = run_main(tmp_path, STOP_DROPPED_BEFORE_THE_WAIT)
     assert done.stdout.split() == ["stopped", "True"], done.stderr[-2000:]
 
 
