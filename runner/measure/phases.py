@@ -93,10 +93,6 @@ class Measurement:
         """Every steady-state step time, in ms."""
         return [ms for process in self.steady.step_ms for repeat in process for ms in repeat]
 
-    def synchronized_samples(self) -> list[float]:
-        """Every synchronized step time in ms, timed as the profiled window's are: the steady state's, or `sync_ms`."""
-        return self.sync_ms or self.samples()
-
     def process_medians(self) -> list[float]:
         """The median step time of each process, in ms."""
         return [statistics.median([ms for repeat in process for ms in repeat]) for process in self.steady.step_ms]
@@ -169,12 +165,15 @@ def measure(
     first_call_s = timed_step(workload, backend)
     log.info("first call took %.3f s", first_call_s)
     steady = steady_state()
-    if not steady.in_job_process:
+    # device events timed the steady state, not what the host waits for a step: the synchronized step is timed here
+    device_clocked = backend.step_clock != names.STEP_CLOCK_HOST
+    call_s = 0.0
+    if device_clocked or not steady.in_job_process:
         # this process sat idle since its first call: the window would read it cold (threads asleep, caches cold)
-        warm_up(workload, backend, spec)
+        call_s = warm_up(workload, backend, spec)
     sync_ms = []
-    if backend.step_clock != names.STEP_CLOCK_HOST:  # the steady state did not time what the host waits for a step
-        steps = steps_to_time(spec, warm_up(workload, backend, spec), backend)
+    if device_clocked:
+        steps = steps_to_time(spec, call_s, backend)
         log.info("synchronized steps: %d, each timed alone by the host's clock ...", steps)
         sync_ms = backend.synchronized_steps(workload.step, steps)
     throughput = spec.measure.mode == "throughput"

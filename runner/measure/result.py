@@ -69,21 +69,18 @@ class JobResult:
     system: list[SystemSample] = field(default_factory=list)
 
 
-def profiled_window_report(spec: RunSpec, result: Measurement) -> tuple[dict[str, float], dict[str, Any]]:
+def profiled_window_report(
+    spec: RunSpec, result: Measurement, median_ms: float
+) -> tuple[dict[str, float], dict[str, Any]]:
     """The profiler's measured cost per step and whether the window read the steady state (copies share: no verdict)."""
     if result.profiler_cost is None or not result.profiled_ms:
         return {}, {}
     metrics = {names.PROFILER_COST_MS: statistics.fmean(result.profiler_cost.per_recorded_step(spec.schedule))}
     if not result.table.rows or result.steady.copies_window_s is not None:
         return metrics, {}
-    synchronized = result.synchronized_samples()  # the window's steps are synchronized ones
+    synchronized = result.sync_ms or result.samples()  # the window's steps are synchronized ones
     reason = judge_window(
-        result.profiled_ms,
-        result.profiler_cost,
-        spec.schedule,
-        synchronized,
-        statistics.median(synchronized) if result.sync_ms else statistics.median(result.process_medians()),
-        spec.measure.steps,
+        result.profiled_ms, result.profiler_cost, spec.schedule, synchronized, median_ms, spec.measure.steps
     )
     return metrics, {names.TAG_WINDOW_REPRESENTATIVE: "false" if reason else "true", names.TAG_WINDOW_REASON: reason}
 
@@ -120,7 +117,8 @@ def derived_metrics(
     flushed = ", cache flushed before each step" if spec.measure.flush_cache else ""
     tags[names.TAG_STEP_CLOCK] = backend.step_clock + flushed
     metrics.update(wall_breakdown(metrics))
-    window_metrics, window_tags = profiled_window_report(spec, result)
+    synchronized_ms = metrics.get(names.SYNC_STEP_MS, metrics[names.STEP_MEDIAN_MS])
+    window_metrics, window_tags = profiled_window_report(spec, result, synchronized_ms)
     metrics.update(window_metrics)
     tags.update(window_tags)
     # after the phases, so compilation stays in the first call; module and reference share the trained weights
