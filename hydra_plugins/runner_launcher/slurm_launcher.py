@@ -10,13 +10,17 @@ The change goes through submitit's public plugin interface: `TolerantSlurmExecut
 registered as a submitit executor (entry point group `submitit`, in pyproject.toml), and
 its jobs collect a dead job's result as NaN. Inside the batch job nothing changes: the
 sbatch script still announces the `slurm` environment.
+
+Hydra lists (`--info plugins`) every launcher class it finds in a plugin module's namespace, under
+the class's own name, so the stock launcher is reached through its module, not imported by name:
+imported, it was listed a second time as `SlurmLauncher`, and this one a third.
 """
 
 import logging
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from submitit import SlurmExecutor, SlurmJob
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
@@ -45,7 +49,7 @@ class TolerantSlurmExecutor(SlurmExecutor):
     job_class = TolerantSlurmJob
 
 
-class SlurmLauncher(SubmititSlurmLauncher):  # type: ignore[misc]  # the plugin ships no types
-    """Submits one Slurm job per sweep job through `TolerantSlurmExecutor`."""
+class TolerantSlurmLauncher(submitit_launcher.SlurmLauncher):  # type: ignore[misc]  # the plugin ships no types
+    """Hydra's submitit `SlurmLauncher`, one Slurm job per sweep job, through `TolerantSlurmExecutor`."""
 
     _EXECUTOR = TolerantSlurmExecutor.name()

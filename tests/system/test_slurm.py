@@ -57,7 +57,11 @@ def test_a_dead_slurm_job_yields_nan_instead_of_stopping_the_sweep(
     from submitit.core import plugins
     from submitit.core.utils import UncompletedJobError
 
-    from hydra_plugins.runner_launcher.slurm_launcher import SlurmLauncher, TolerantSlurmExecutor, TolerantSlurmJob
+    from hydra_plugins.runner_launcher.slurm_launcher import (
+        TolerantSlurmExecutor,
+        TolerantSlurmJob,
+        TolerantSlurmLauncher,
+    )
 
     def results_of_a_dead_job(job: object) -> list[object]:
         raise UncompletedJobError("Job 7 (task: 0) has not produced any output (state: OUT_OF_MEMORY)")
@@ -66,7 +70,7 @@ def test_a_dead_slurm_job_yields_nan_instead_of_stopping_the_sweep(
     (ret,) = TolerantSlurmJob(folder=tmp_path, job_id="7").results()
     assert ret.status == JobStatus.COMPLETED and math.isnan(ret.return_value)
     # the launcher reaches that job class through submitit's executor plugins, by name
-    assert plugins.get_executors()[SlurmLauncher._EXECUTOR] is TolerantSlurmExecutor
+    assert plugins.get_executors()[TolerantSlurmLauncher._EXECUTOR] is TolerantSlurmExecutor
     assert TolerantSlurmExecutor.job_class is TolerantSlurmJob
 
 

@@ -55,3 +55,17 @@ def test_a_task_of_a_python_m_main_goes_by_name_and_any_other_as_itself(
         return 2
 
     assert portable(closure) is closure  # not an attribute of __main__: cloudpickle copies it
+
+
+def test_hydra_lists_each_launcher_once_under_its_own_name() -> None:
+    """`python -m runner --info plugins` lists the launchers Hydra discovers, by class name: the runner's
+    Slurm launcher was listed as a second and third `SlurmLauncher` beside the stock one."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    names = [launcher.__name__ for launcher in Plugins.instance().discover(Launcher)]
+    assert len(names) == len(set(names)), names
+    assert {"InProcessLauncher", "ProcessLauncher", "TolerantSlurmLauncher", "SlurmLauncher"} <= set(names)
+    target = compose_cfg("+workload=rmsnorm_naive", "hydra/launcher=slurm", with_hydra=True).hydra.launcher._target_
+    module, name = target.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), name).__name__ == name == "TolerantSlurmLauncher"
