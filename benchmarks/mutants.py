@@ -159,6 +159,20 @@ MUTANTS = [
     Mutant("locked-store-not-retried", "runner/tracking/run.py", "LOCKED_RETRIES = 12", "LOCKED_RETRIES = 1",
            ("tests/unit/test_job_status.py::test_a_dead_jobs_run_is_closed_through_a_locked_store",),
            "a run is not closed when a second connection holds the SQLite store locked"),
+    Mutant("blocks-halved", "runner/measure/stability.py", "BLOCKS = 8", "BLOCKS = 4",
+           (f"{VERDICTS}::test_a_repeat_is_cut_into_8_blocks",),
+           "a repeat is cut into 4 blocks, not the 8 docs/trust.md names: its median's interval from half the medians"),
+    Mutant("faster-by-point-estimate", "runner/report/gate_verdicts.py", "if estimate.high < 1:",
+           "if estimate.ratio < 1:", (f"{VERDICTS}::test_faster_needs_the_whole_interval_below_1_not_the_estimate",),
+           "a -3% [-15%, +14%] change reads \"faster\", not \"could not judge\""),
+    Mutant("caught-from-without-margin", "runner/report/gate_verdicts.py",
+           "return (1 + margin) * (1 + estimate.detectable) - 1", "return estimate.detectable",
+           (f"{VERDICTS}::test_caught_from_is_the_margin_plus_what_the_spread_hides",),
+           "a gate that catches +7.8% says it catches +2.7%: the margin left out of \"caught from\""),
+    Mutant("regression-counted-not-judged", "runner/report/gate_verdicts.py",
+           "return p_holm >= SIGNIFICANCE and estimate.high > 1 + margin", "return estimate.high > 1 + margin",
+           (f"{VERDICTS}::test_a_regression_is_not_counted_among_the_jobs_not_judged",),
+           "the summary counts a REGRESSION among the jobs \"not judged\""),
 ]  # fmt: skip
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE"]
 # pytest's exit statuses: tests failed, or collection failed (the mutant broke an import)

@@ -16,7 +16,8 @@ from scipy import stats
 from runner import gate
 from runner.execute import against
 from runner.measure.stability import BLOCKS, block_medians, instability_reasons, median_uncertainty
-from runner.measure.stats import paired_time_ratio, time_ratio
+from runner.measure.stats import TimeRatio, paired_time_ratio, time_ratio
+from runner.report.gate_verdicts import judged, measured, summary
 
 
 def quantiles(n: int) -> np.ndarray:
@@ -55,6 +56,11 @@ def test_blocks_are_the_stretches_the_loop_moves_memory_between() -> None:
     cuts = [i * 30 // BLOCKS for i in range(BLOCKS + 1)]
     repeat = [float(block) for block in range(BLOCKS) for _ in range(cuts[block + 1] - cuts[block])]
     assert block_medians([[repeat, [5.0, 6.0, 7.0]]]) == [*map(float, range(BLOCKS)), 5.0, 6.0, 7.0]
+
+
+def test_a_repeat_is_cut_into_8_blocks() -> None:
+    """8 blocks a repeat, as docs/trust.md says: 80 steps give 8 medians of 10 steps each, not 4 of 20."""
+    assert block_medians([[[float(step) for step in range(80)]]]) == [4.5 + 10 * block for block in range(8)]
 
 
 @pytest.mark.parametrize(
@@ -153,3 +159,36 @@ def test_the_against_gate_exits_1_only_on_a_significant_slowdown_past_the_margin
     exit_code = gate.main(args)
     (row,) = json.loads(capsys.readouterr().out)
     assert exit_code == code and re.fullmatch(verdict, row["verdict"]), row
+
+
+# -3% [-15%, +14%]: faster by the point estimate, but the interval reaches past a 5% margin, without significance
+NOISY = TimeRatio(0.97, 0.85, 1.14, p_value=0.6, p_slower=0.8, detectable=0.2)
+# +20% [+12%, +28%]: significantly slower than a 5% margin
+SLOWER = TimeRatio(1.2, 1.12, 1.28, p_value=1e-4, p_slower=1e-3, detectable=0.03)
+
+
+def test_faster_needs_the_whole_interval_below_1_not_the_estimate() -> None:
+    """A -3% change whose interval reaches +14% may be a slowdown past the margin: "could not judge", not "faster"."""
+    assert judged(NOISY, NOISY.p_slower, 0.05) == (
+        "could not judge: its 95% interval reaches +14.0%, past the +5% margin"
+    )
+    clearly_faster = TimeRatio(0.9, 0.85, 0.95, p_value=1e-3, p_slower=1.0, detectable=0.03)
+    assert judged(clearly_faster, clearly_faster.p_slower, 0.05) == "faster"
+
+
+def test_caught_from_is_the_margin_plus_what_the_spread_hides() -> None:
+    """A spread that hides 2.67% on top of a 5% margin: the gate catches 1.05 * 1.0267 - 1 = +7.8%, not +2.7%."""
+    estimate = TimeRatio(1.0, 0.98, 1.02, p_value=1.0, p_slower=1.0, detectable=0.0267)
+    row = measured([1.0, 1.0], [1.0, 1.0], estimate, estimate.p_slower, 0.05, "paired, 2 rounds", "one job")
+    assert row["caught from"] == "+7.8%"
+    assert summary([(estimate, estimate.p_slower)], 0, 5.0, "more rounds").startswith(
+        "smallest slowdown the gate catches 80% of the time here: +7.8%;"
+    )
+
+
+def test_a_regression_is_not_counted_among_the_jobs_not_judged() -> None:
+    """A significant slowdown is judged, a regression, though its interval reaches past the margin too."""
+    counts = summary([(SLOWER, SLOWER.p_slower), (NOISY, NOISY.p_slower)], 1, 5.0, "more rounds").splitlines()[-1]
+    assert counts == "gate: 1 regression(s) above +5% in 2 tested job(s), 1 of them not judged; 1 not tested"
+    alone = summary([(SLOWER, SLOWER.p_slower)], 0, 5.0, "more rounds").splitlines()[-1]
+    assert alone == "gate: 1 regression(s) above +5% in 1 tested job(s); 0 not tested"
