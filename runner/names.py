@@ -232,6 +232,7 @@ CONFIG_FILE = "config_resolved.yaml"
 HYDRA_FOLDER = "hydra"
 # TensorBoard's profiler plugin lists only *.pt.trace.json (older runs' trace.json is still read)
 TRACE_FOLDER = "trace"
+# one recorded cycle's trace, named by its last ProfilerStep#N (runs before 2026-12-05 by N + 1)
 TRACE_ITER_FOLDER = "iteration_{step}"
 TRACE_FILE = "trace.pt.trace.json"
 # the framework trace NeuronProfiler.export_trace writes into its capture

@@ -305,7 +305,9 @@ class Backend(ABC):
         """
 
         def write(prof: torch.profiler.profile) -> None:
-            out = capture_dir / names.TRACE_ITER_FOLDER.format(step=prof.step_num)
+            # the step() that ends a cycle calls this after counting the next step: the cycle's last is one before
+            # (the folder of ProfilerStep#3 is iteration_3; the runner's loop ends every cycle with a step() call)
+            out = capture_dir / names.TRACE_ITER_FOLDER.format(step=prof.step_num - 1)
             out.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(out / names.TRACE_FILE))
 

@@ -84,7 +84,7 @@ def test_four_processes_start_together_on_a_fresh_store(tmp_path: Path) -> None:
     for run in jobs:
         pid = int(run.data.tags[names.TAG_PID])
         assert owners[run.info.run_id] == pid  # the status file in its folder is its own
-        (trace,) = [a.path for a in client.list_artifacts(run.info.run_id, "trace/iteration_4")]
+        (trace,) = [a.path for a in client.list_artifacts(run.info.run_id, "trace/iteration_3")]
         events = json.loads(Path(client.download_artifacts(run.info.run_id, trace, str(tmp_path))).read_text())
         assert {e["pid"] for e in events["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("pid"), int)} == {
             pid
