@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from runner import names
@@ -10,6 +11,27 @@ from runner.measure.result import JobResult
 from runner.report.memory_diff import readable_bytes
 
 TOP_OPS = 5
+PERFETTO_HINT = "open in https://ui.perfetto.dev or chrome://tracing"
+# HolisticTraceAnalysis reads the trace files in the folder it is given, not in its subfolders, one file per rank
+HTA_HINT = "Holistic Trace Analysis reads its folder, not trace/"
+
+
+def _in_step_order(path: Path) -> list[int | str]:
+    """A path's sort key with its numbers compared as numbers: iteration_11 after iteration_3."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def _trace(trace_dir: Path) -> str | None:
+    """The trace line: the last cycle's trace and how to open it; None without a trace."""
+    traces = sorted(trace_dir.rglob("*.json"), key=_in_step_order) if trace_dir.is_dir() else []
+    if not traces:
+        return None
+    last, hints = traces[-1], [PERFETTO_HINT]
+    if last.name == names.TRACE_FILE:  # the profiler's own export, one per recorded cycle (the Neuron capture's differ)
+        cycles = sum(trace.name == names.TRACE_FILE for trace in traces)
+        hints += [f"the last of {cycles} cycles, a folder each"] if cycles > 1 else []
+        hints.append(HTA_HINT)
+    return f"trace: {last}  ({'; '.join(hints)})"
 
 
 def _collectives(m: dict[str, float], tags: dict[str, object]) -> str:
@@ -140,9 +162,9 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
         lines += [f"  {ms:10.3f} ms  {ms / total:6.1%}  {name}" for name, ms in list(by_op.items())[:TOP_OPS]]
     if tags.get(names.TAG_WINDOW_REPRESENTATIVE) == "false":
         lines.append(f"profiled window not representative of the steady state: {tags[names.TAG_WINDOW_REASON]}")
-    traces = sorted(trace_dir.rglob("*.json")) if trace_dir.is_dir() else []
-    if traces:
-        lines.append(f"trace: {traces[-1]}  (open in https://ui.perfetto.dev or chrome://tracing)")
+    trace = _trace(trace_dir)
+    if trace is not None:
+        lines.append(trace)
     lines += [f"WARNING: {warning}" for warning in result.warnings]
     lines.append(where)
     return "\n".join(lines)

@@ -130,3 +130,15 @@ def test_a_device_clocked_job_names_its_clock_and_explains_its_synchronized_step
     )
     host = summary(tmp_path, {}, {names.TAG_STEP_CLOCK: "host"})
     assert "steady state: median 1.0000 ms/step" in host and "synchronized step" not in host
+
+
+def test_the_trace_line_names_the_last_cycle_and_the_folder_hta_reads(tmp_path: Path) -> None:
+    """Holistic Trace Analysis finds no trace in trace/ itself: its trace_dir is a cycle's folder."""
+    for step in (3, 7, 11):  # schedule=repeat's cycles: iteration_11 sorts before iteration_3 as text
+        (tmp_path / names.TRACE_ITER_FOLDER.format(step=step)).mkdir()
+        (tmp_path / names.TRACE_ITER_FOLDER.format(step=step) / names.TRACE_FILE).write_text("{}")
+    (line,) = [line for line in summary(tmp_path, {}, {}).splitlines() if line.startswith("trace: ")]
+    assert line == (
+        f"trace: {tmp_path / 'iteration_11' / names.TRACE_FILE}  (open in https://ui.perfetto.dev or chrome://tracing; "
+        "the last of 3 cycles, a folder each; Holistic Trace Analysis reads its folder, not trace/)"
+    )
