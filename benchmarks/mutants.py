@@ -37,6 +37,7 @@ TRUST = "tests/unit/test_trust.py"
 AGAINST_GATE = f"{VERDICTS}::test_the_against_gate_exits_1_only_on_a_significant_slowdown_past_the_margin"
 PAIRED_TEST = f"{VERDICTS}::test_the_paired_test_asks_one_sided_whether_the_ratio_exceeds_the_margin"
 UNCERTAIN = f"{VERDICTS}::test_a_median_uncertain_by_more_than_5_percent_is_unstable"
+HIGHER_IS_BETTER = 'HIGHER_IS_BETTER = ("_per_s", "gbps", "gflops", "_fraction")'
 PAIRED_ONE_SIDED = 'slower = stats.ttest_1samp(log_ratios, np.log1p(margin), alternative="greater")'
 
 
@@ -173,6 +174,15 @@ MUTANTS = [
            "return p_holm >= SIGNIFICANCE and estimate.high > 1 + margin", "return estimate.high > 1 + margin",
            (f"{VERDICTS}::test_a_regression_is_not_counted_among_the_jobs_not_judged",),
            "the summary counts a REGRESSION among the jobs \"not judged\""),
+    Mutant("change-point-penalty-x10", "runner/report/change_points.py", "PENALTY = 2.0", "PENALTY = 20.0",
+           ("tests/unit/test_history.py::test_a_10_percent_step_through_5_percent_noise_is_found",),
+           "the README's 10% step through 5% noise, found in 100 of 100 series, is found in about 20"),
+    *(Mutant(f"{suffix.strip('_')}-fall-not-a-regression", "runner/report/series.py", HIGHER_IS_BETTER,
+             HIGHER_IS_BETTER.replace(f', "{suffix}"', ""),
+             (f"tests/unit/test_history.py::test_fail_on_regression_judges_the_newest_segment[{metric}-fell]",),
+             f"--fail-on-regression passes a *{suffix} metric that fell and fails one that rose")
+      for suffix, metric in [("gbps", "achieved_gbps"), ("gflops", "achieved_gflops"),
+                             ("_fraction", "compute_fraction")]),
 ]  # fmt: skip
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE"]
 # pytest's exit statuses: tests failed, or collection failed (the mutant broke an import)

@@ -90,6 +90,15 @@ def test_a_step_is_found_where_it_is_with_its_size_and_p() -> None:
     assert found[0].change == pytest.approx(0.2, abs=0.01) and found[0].p_value < 1e-6
 
 
+@pytest.mark.parametrize("seed", range(1, 7))
+def test_a_10_percent_step_through_5_percent_noise_is_found(seed: int) -> None:
+    """The README's case: a 5% spread, a 10% step, 30 runs either side; PELT's penalty decides whether it is found."""
+    noise = np.random.default_rng(seed).normal(0.0, 0.05, 60)
+    found = change_points(list(np.exp(noise) * np.where(np.arange(60) < 30, 1.0, 1.1)))
+    assert len(found) == 1 and abs(found[0].index - 30) <= 1, found
+    assert found[0].change == pytest.approx(0.1, abs=0.03)
+
+
 @pytest.mark.parametrize(
     "values",
     [
@@ -200,6 +209,16 @@ def test_unstable_runs_are_shown_but_left_out_and_said_so(store: Store, capsys: 
             history.REGRESSION_EXIT,
             id="throughput-fell",
         ),  # fmt: skip
+        # bandwidth, compute and a share of the peak: higher is better too
+        *(
+            pytest.param(
+                0.8,
+                ["--fail-on-regression", "10", "--metric", key],
+                history.REGRESSION_EXIT,
+                id=f"{key.rpartition('/')[2]}-fell",
+            )
+            for key in (names.ROOFLINE_ACHIEVED_GBPS, names.ROOFLINE_ACHIEVED_GFLOPS, names.ROOFLINE_COMPUTE_FRACTION)
+        ),
     ],
 )
 def test_fail_on_regression_judges_the_newest_segment(
