@@ -133,8 +133,12 @@ def _child(payload: bytes, env: dict[str, str], result: str) -> None:
     try:
         pickled = cloudpickle.dumps(ret)
     except Exception as err:  # what the job returned or raised cannot leave its process
-        what = type(ret._return_value).__name__
-        ret.status, ret.return_value = JobStatus.FAILED, JobDied(f"its result (a {what}) cannot be pickled: {err}")
+        value, what = ret._return_value, type(ret._return_value).__name__
+        if ret.status == JobStatus.FAILED:  # the job raised it: say what, as text
+            why = f"raised {what}: {value} (not picklable, sent as text: {err})"
+        else:
+            why = f"its result (a {what}) cannot be pickled: {err}"
+        ret.status, ret.return_value = JobStatus.FAILED, JobDied(why)
         pickled = cloudpickle.dumps(ret)
     Path(result).write_bytes(pickled)
 

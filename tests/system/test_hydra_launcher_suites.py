@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,25 @@ def test_a_value_that_cannot_be_pickled_fails_its_job_saying_so(
 
     cannot = r"^its result \(a generator\) cannot be pickled: .*generator"
     with pytest.raises(RuntimeError, match=cannot) as failed, sweep_of(hydra_sweep_runner, "isolated", task, tmp_path):
+        pass
+    assert is_job_died(failed.value)
+
+
+@pytest.mark.usefixtures("hydra_restore_singletons")
+def test_an_error_that_cannot_be_pickled_fails_its_job_saying_what_was_raised(
+    hydra_sweep_runner: TSweepRunner, tmp_path: Path
+) -> None:
+    class Unpicklable(RuntimeError):
+        def __init__(self, message: str) -> None:
+            super().__init__(message)
+            self.lock = threading.Lock()  # no pickle takes it
+
+    def task(cfg: DictConfig) -> Any:
+        raise Unpicklable(f"job {cfg.a} kept its lock")
+
+    # it said "its result (a Unpicklable) cannot be pickled", as if the job had returned it
+    raised = r"^raised Unpicklable: job 0 kept its lock \(not picklable, sent as text: .*lock"
+    with pytest.raises(RuntimeError, match=raised) as failed, sweep_of(hydra_sweep_runner, "isolated", task, tmp_path):
         pass
     assert is_job_died(failed.value)
 
