@@ -38,6 +38,8 @@ AGAINST_GATE = f"{VERDICTS}::test_the_against_gate_exits_1_only_on_a_significant
 PAIRED_TEST = f"{VERDICTS}::test_the_paired_test_asks_one_sided_whether_the_ratio_exceeds_the_margin"
 UNCERTAIN = f"{VERDICTS}::test_a_median_uncertain_by_more_than_5_percent_is_unstable"
 HIGHER_IS_BETTER = 'HIGHER_IS_BETTER = ("_per_s", "gbps", "gflops", "_fraction")'
+LAUNCHER = "tests/unit/test_process_launcher.py"
+SECRETS = "tests/unit/test_secrets.py::test_credentials_are_masked"
 PAIRED_ONE_SIDED = 'slower = stats.ttest_1samp(log_ratios, np.log1p(margin), alternative="greater")'
 
 
@@ -183,6 +185,34 @@ MUTANTS = [
              f"--fail-on-regression passes a *{suffix} metric that fell and fails one that rose")
       for suffix, metric in [("gbps", "achieved_gbps"), ("gflops", "achieved_gflops"),
                              ("_fraction", "compute_fraction")]),
+    Mutant("store-check-reads-only-the-schema", "runner/tracking/store.py",
+           'db.execute("PRAGMA quick_check(1)").fetchall()',
+           """db.execute("SELECT 'ok' FROM sqlite_master LIMIT 1").fetchall()""",
+           ("tests/unit/test_store.py::test_a_damaged_page_behind_an_intact_header_is_refused",),
+           "a store with a damaged page behind its intact header and schema passes the check; MLflow fails later"),
+    Mutant("dead-job-scores-0", "hydra_plugins/runner_launcher/process_launcher.py",
+           "status=JobStatus.COMPLETED, _return_value=NO_RESULT)", "status=JobStatus.COMPLETED, _return_value=0.0)",
+           (f"{LAUNCHER}::test_a_dead_job_in_the_runners_sweep_is_a_nan_result_and_its_status_says_why",),
+           "a dead job's result in the runner's sweep is 0.0: an optimizing sweeper takes it as the best"),
+    Mutant("dead-job-completed-in-a-plain-app", "hydra_plugins/runner_launcher/process_launcher.py",
+           "return JobReturn(overrides, status=JobStatus.FAILED,",
+           "return JobReturn(overrides, status=JobStatus.COMPLETED,",
+           (f"{LAUNCHER}::test_a_dead_job_fails_in_any_other_hydra_app",),
+           "a plain Hydra app's dead job is COMPLETED, its value the error object: the sweep goes on as if it ran"),
+    Mutant("azure-sas-sig-not-masked", "runner/secrets.py", "auth|sig))", "auth))",
+           (f"{SECRETS}[azure-sas-sig]",), "an Azure SAS URL's &sig=... is shown"),
+    Mutant("auth-not-masked", "runner/secrets.py", "access[_-]?key|auth|sig", "access[_-]?key|sig",
+           (f"{SECRETS}[query-auth]",), "?auth=... is shown"),
+    Mutant("aws-secret-access-key-not-masked", "runner/secrets.py", "access[_-]?key|", "",
+           (f"{SECRETS}[aws-secret-access-key]",), "AWS_SECRET_ACCESS_KEY=... is shown"),
+    Mutant("coverage-of-the-largest-profile", "runner/backends/neuron.py",
+           "summary.metrics.get(names.NEURON_TOTAL_TIME_SUM)",
+           'summary.metrics.get(f"{names.NEURON_SUMMARY_PREFIX}total_time")',
+           ("tests/unit/test_neuron_coverage.py::test_coverage_is_of_every_profiles_device_time_not_the_largest_ones",),
+           "device-time coverage against the largest profile, not all: over 100% when a job ran several NEFFs"),
+    Mutant("trn1-lnc-2-halves-its-cores", "runner/backends/cores.py", 'if generation == "trn1" or not value:',
+           "if not value:", ("tests/unit/test_neuron_settings.py::test_a_trn1_core_is_half_its_chip_whatever_the_lnc",),
+           "NEURON_LOGICAL_NC_CONFIG=2 on Trn1 (no LNC there) makes a core a whole chip: its peak doubled"),
 ]  # fmt: skip
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE"]
 # pytest's exit statuses: tests failed, or collection failed (the mutant broke an import)

@@ -10,8 +10,12 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import EventList, FunctionEvent
 
 from runner import names
+from runner.backends import neuron
+from runner.backends.neuron import NeuronBackend
 from runner.backends.neuron_coverage import device_time_coverage, driver_events
+from runner.config import NeuronBackendConfig, ProfilerConfig
 from runner.measure.optable import footer_device_us
+from tests.helpers import STANDIN_PATH
 
 TAG = names.TAG_NEURON_DEVICE_TIME_COVERAGE
 
@@ -79,3 +83,22 @@ def test_device_time_is_summed_as_the_profilers_footer_sums_it() -> None:
     averages = events.key_averages()
     assert sum(e.self_device_time_total for e in averages) == 10
     assert footer_device_us(averages) == 5
+
+
+def test_coverage_is_of_every_profiles_device_time_not_the_largest_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eager mode makes a profile per NEFF: the stand-in's Explorer gives 2 ms and 1 ms; the op table has all 3 ms."""
+    session = tmp_path / "cap" / "i-0abc_pid_42" / "20261129_120000_000"
+    session.mkdir(parents=True)
+    for name in ("ntrace.pb", "trace_info.pb", "neff_1_vnc_0.neff", "neff_2_vnc_0.neff", "profile_nc_0_session_0.ntff"):
+        (session / name).write_bytes(b"x")
+    (session / "trace.json").write_text("{}")
+    monkeypatch.setenv("PATH", f"{STANDIN_PATH}:/usr/bin:/bin")  # the stand-in's neuron-explorer
+    monkeypatch.setattr(neuron, "note_cpu_fallbacks", lambda report: None)  # it asks torch-neuronx, not here
+    backend = NeuronBackend.__new__(NeuronBackend)  # no torch-neuronx in this process: skip __init__
+    backend.config, backend.cores, backend.correlate_status = NeuronBackendConfig(cores="0"), [0], "unset"
+    report = backend.inspect_capture(tmp_path / "cap", ProfilerConfig(), "", framework_device_ms=3.0)
+    assert report.metrics[f"{names.NEURON_SUMMARY_PREFIX}total_time"] == pytest.approx(0.002)  # the larger profile
+    assert report.metrics[names.NEURON_DEVICE_TIME_COVERAGE] == pytest.approx(1.0)
+    assert report.tags[TAG].startswith("ok: key_averages() has 3.000 ms of the 3.000 ms of device time")

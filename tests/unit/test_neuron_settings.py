@@ -9,7 +9,7 @@ import pytest
 
 from runner import names
 from runner.backends import neuron_tools
-from runner.backends.cores import LNC_ENV
+from runner.backends.cores import LNC_ENV, logical_nc_config
 from runner.backends.neuron import COMPILE_CACHE_URL_ENV, NeuronBackend
 from runner.backends.peaks import CHIP_TO_CHIP, INTRA_CHIP, datasheet_peak, link_between
 from runner.backends.registry import COMPILE_CACHES
@@ -32,6 +32,16 @@ def test_a_trn2_core_follows_the_lnc(lnc: str | None, logical_cores: int, monkey
     assert core.cores_per_chip == logical_cores and f"{logical_cores} logical cores per chip" in core.source
     fp8 = datasheet_peak("trn2_core", 1, "float8")  # FP8 is shared out like every other figure
     assert fp8.gflops * logical_cores == pytest.approx(datasheet_peak("trn2_chip", 1, "float8").gflops)
+
+
+@pytest.mark.parametrize("lnc", ["1", "2"])
+def test_a_trn1_core_is_half_its_chip_whatever_the_lnc(lnc: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LNC "applies only to Trn2 and Trn3": at NEURON_LOGICAL_NC_CONFIG=2 a Trn1 chip still has 2 logical cores."""
+    monkeypatch.setenv(LNC_ENV, lnc)
+    chip, core = datasheet_peak("trn1_chip", 1, "bfloat16"), datasheet_peak("trn1_core", 1, "bfloat16")
+    assert core.cores_per_chip == 2 and core.gflops * 2 == pytest.approx(chip.gflops)
+    assert core.bandwidth_gbps * 2 == pytest.approx(chip.bandwidth_gbps)
+    assert logical_nc_config("trn1") == (1, f"1, the documented trn1 default ({LNC_ENV} does not apply)")
 
 
 def test_ranks_on_one_chip_at_lnc_1_cross_no_link(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
+import signal
 import sys
 import types
+from pathlib import Path
 
 import pytest
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from hydra_plugins.runner_launcher.process_launcher import InProcessLauncher, portable
+from hydra_plugins.runner_launcher import process_launcher
+from hydra_plugins.runner_launcher.process_launcher import InProcessLauncher, ProcessLauncher, portable
 from runner.compose import refusal
 from runner.sweep.jobs import IN_PROCESS_LAUNCHER
 from tests.helpers import compose_cfg
@@ -69,3 +75,33 @@ def test_hydra_lists_each_launcher_once_under_its_own_name() -> None:
     target = compose_cfg("+workload=rmsnorm_naive", "hydra/launcher=slurm", with_hydra=True).hydra.launcher._target_
     module, name = target.rsplit(".", 1)
     assert getattr(importlib.import_module(module), name).__name__ == name == "TolerantSlurmLauncher"
+
+
+def killed_job(tmp_path: Path, runner_sweep: bool) -> JobReturn:
+    """What the launcher returns for job 0, whose process died from SIGKILL without leaving a result."""
+    sweep = [f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=0", "tracking.enabled=false"]
+    config = compose_cfg("+workload=rmsnorm_naive", *sweep, with_hydra=True)
+    launcher = ProcessLauncher()
+    launcher.runner_sweep = runner_sweep
+    return launcher._collect(tmp_path / "no-result", config, -signal.SIGKILL, timed_out=False)
+
+
+@pytest.mark.usefixtures("hydra_restore_singletons")
+def test_a_dead_job_in_the_runners_sweep_is_a_nan_result_and_its_status_says_why(tmp_path: Path) -> None:
+    """NaN, as for a job that raised: an optimizing sweeper would take a 0.0 as the best result of the sweep."""
+    died = killed_job(tmp_path, runner_sweep=True)
+    assert died.status == JobStatus.COMPLETED and math.isnan(died.return_value)
+    status = json.loads((tmp_path / "0" / "job_status.json").read_text())
+    assert (status["status"], status["error"]) == ("FAILED", "died from signal SIGKILL")
+
+
+@pytest.mark.usefixtures("hydra_restore_singletons")
+def test_a_dead_job_fails_in_any_other_hydra_app(tmp_path: Path) -> None:
+    """A plain Hydra app has no summary to count the death: the job FAILED, its value raising why, as Hydra's do."""
+    died = killed_job(tmp_path, runner_sweep=False)
+    assert died.status == JobStatus.FAILED
+    with pytest.raises(RuntimeError, match="^job 0 died from signal SIGKILL$") as failed:
+        died.return_value  # noqa: B018  (reading it raises the job's error)
+    # looked up now: Hydra runs plugin modules again as it composes, so the class imported above is not the one raised
+    assert type(failed.value) is process_launcher.JobDied
+    assert not (tmp_path / "0").exists()  # the runner's status file is the runner's sweep's only

@@ -26,6 +26,13 @@ from runner.secrets import one_line, redact, redact_tree
         pytest.param("--O1 --password=s3cret", "--O1 --password=***", id="flag-equals-value"),
         pytest.param("got {'token': 'abc', 'n': 1}", "got {'token': '***', 'n': 1}", id="dict-in-a-message"),
         pytest.param('{"password": "s3cret"}', '{"password": "***"}', id="json"),
+        pytest.param(
+            "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig=abc%2Bdef&se=x",
+            "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig=***&se=x",
+            id="azure-sas-sig",
+        ),
+        pytest.param("https://h/api?auth=abc123&page=2", "https://h/api?auth=***&page=2", id="query-auth"),
+        pytest.param("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI", "AWS_SECRET_ACCESS_KEY=***", id="aws-secret-access-key"),
     ],
 )
 def test_credentials_are_masked(text: str, shown: str) -> None:
