@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner import names
-from runner.config import ConfigError, TrackingConfig
+from runner.config import ConfigError, TrackingConfig, check_launcher_limits
 from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus
 from runner.secrets import redact
 from runner.signals import ignore_later_stops, signals_held, stop_on_signals
@@ -136,7 +136,11 @@ class RunnerCallback(Callback):
         sys.exit(f"error: {error}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Check the sweep directory; create the store, experiment and parent run once, before the launcher starts."""
+        """Check the launcher and sweep directory; create the store, experiment and parent run once, before launch."""
+        try:  # Hydra sets the launcher up only after this: it would refuse them with the parent run open
+            check_launcher_limits(*(OmegaConf.select(config, f"hydra.launcher.{key}") for key in ("jobs", "timeout_s")))
+        except ConfigError as err:
+            sys.exit(f"error: {err}")
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)

@@ -52,6 +52,19 @@ def _at_most_a_day(key: str, value: float | None) -> None:
         raise ConfigError(f"{key}={value} is out of range: at most {DAY_S} seconds (one day)")
 
 
+def check_launcher_limits(jobs: int | None, timeout_s: float | None) -> None:
+    """Refuse what the runner's process launchers would hang or kill on: no job at a time, or every job timed out.
+
+    None: the launcher has no such key.
+    """
+    if jobs is not None and jobs < 0:
+        raise ConfigError(
+            f"hydra.launcher.jobs must be 0 (one per CPU core, GPU or NeuronCore group) or a count >= 1, got {jobs}"
+        )
+    if timeout_s is not None and timeout_s < 0:
+        raise ConfigError(f"hydra.launcher.timeout_s must be seconds >= 0 (0: no limit), got {timeout_s}")
+
+
 def _refuse_non_finite(value: Any, key: str) -> None:
     """Refuse inf and nan anywhere in a config: every bound check (`warmup_s >= 0`) lets them through."""
     if isinstance(value, dict):

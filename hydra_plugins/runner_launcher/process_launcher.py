@@ -53,6 +53,10 @@ class InProcessLauncherConf:
     """
 
     _target_: str = "hydra_plugins.runner_launcher.process_launcher.InProcessLauncher"
+    # in the runner's sweep, seconds each worker process of a job (its first call, each round of its steady state)
+    # may run before it is stopped and the job fails as hung; 0 = no limit. The job itself runs in this process:
+    # hydra/launcher=isolated bounds it whole
+    timeout_s: int = 3600
 
 
 @dataclass
@@ -67,7 +71,7 @@ class IsolatedLauncherConf:
     _target_: str = "hydra_plugins.runner_launcher.process_launcher.ProcessLauncher"
     # jobs at a time
     jobs: int = 1
-    # seconds before a job is killed; 0 = no limit
+    # seconds before a job is killed (in the runner's sweep, each of its worker processes too); 0 = no limit
     timeout_s: int = 3600
 
 
@@ -146,7 +150,12 @@ def _child(payload: bytes, env: dict[str, str], result: str) -> None:
 class RunnerLauncher(Launcher):
     """What the runner's launchers share: Hydra's set-up of a batch of jobs, and in the runner's sweep its rounds."""
 
-    def __init__(self) -> None:
+    def __init__(self, jobs: int = 1, timeout_s: int = 0) -> None:
+        from runner.config import check_launcher_limits
+
+        check_launcher_limits(jobs, timeout_s)  # the runner's sweep refuses them sooner, in one line
+        self.jobs = jobs
+        self.timeout_s = timeout_s
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
@@ -182,12 +191,15 @@ class RunnerLauncher(Launcher):
         if self.runner_sweep:
             from runner.sweep.rounds import before_launch
 
-            before_launch(self.config, configs, slots)
+            before_launch(self.config, configs, slots, self.timeout_s or None)
         return configs
 
 
 class InProcessLauncher(RunnerLauncher):
     """Runs the jobs one after another in this process, as Hydra's basic launcher does."""
+
+    def __init__(self, timeout_s: int = 0) -> None:
+        super().__init__(timeout_s=timeout_s)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run each job with Hydra's `run_job`; the sweep's logging is set again after each (a job may change it)."""
@@ -206,9 +218,7 @@ class ProcessLauncher(RunnerLauncher):
     """Runs each job in a spawned process; `jobs` at a time, each in its own slot."""
 
     def __init__(self, jobs: int = 1, timeout_s: int = 0, cores: str | None = None, cores_per_job: int = 1) -> None:
-        super().__init__()
-        self.jobs = jobs
-        self.timeout_s = timeout_s
+        super().__init__(jobs, timeout_s)
         self.cores = cores
         self.cores_per_job = cores_per_job
 
@@ -234,6 +244,8 @@ class ProcessLauncher(RunnerLauncher):
             free: list[Slot] = [("a process of its own", {})] * (self.jobs or os.cpu_count() or 1)
         else:
             free = [(slot.name, dict(slot.env)) for slot in planned]
+        if not free:
+            raise ValueError(f"hydra.launcher: no share of the machine to run a job in (jobs={self.jobs})")
         round_slots = planned if self.jobs != 1 else None
         pending = list(enumerate(self._job_configs(job_overrides, initial_job_idx, round_slots), initial_job_idx))
         log.info("Launching %d jobs, %d at a time, each in a fresh process", len(job_overrides), len(free))

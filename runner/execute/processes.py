@@ -274,12 +274,18 @@ class Child:
         stop([self])
 
 
-def answered(children: Iterable[Child]) -> list[Child]:
-    """Wait until any of the children has an answer or has ended; those that have, in the order given."""
+def answered(children: Iterable[Child], timeout_s: float | None = None) -> list[Child]:
+    """Wait until any of the children has an answer or has ended; those that have, in the order given.
+
+    None of them (an empty list) when `timeout_s` passed first.
+    """
     children = list(children)
     waitables = [waitable for child in children for waitable in (child._answers, child._process.sentinel)]
-    while not (ready := set(wait(waitables, timeout=SAFE_POINT_S))):
+    deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+    while not (ready := set(wait(waitables, timeout=max(0.0, min(SAFE_POINT_S, deadline - time.monotonic()))))):
         raise_if_stopped()
+        if time.monotonic() >= deadline:
+            break
     return [child for child in children if child._answers in ready or child._process.sentinel in ready]
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Protocol, TypeVar
 
-from runner.execute.processes import ChildFailed
+from runner.execute.processes import ChildFailed, ChildSilent
 from runner.measure.turns import TurnsAddress, give_turns, referee
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,11 @@ class Side(Protocol[Result]):
     def ended(self) -> bool:
         """Whether the worker has answered or died: one that ended before it came for turns is not waited for."""
 
-    def result(self) -> Result:
-        """What the worker timed, once it answers; ChildFailed (naming the side, saying how) if it failed."""
+    def result(self, timeout_s: float | None = None) -> Result:
+        """What the worker timed, once it answers; ChildFailed (naming the side, saying how) if it failed.
+
+        ChildSilent when no answer came in `timeout_s` (None: no limit).
+        """
 
     def stop(self) -> None:
         """Stop the worker if it still runs (an error or a stop elsewhere in the round); nothing if none."""
@@ -50,27 +54,36 @@ def round_orders(rounds: list[int], rng: random.Random) -> list[list[int]]:
     return orders
 
 
-def run_round(sides: Sequence[Side[Result]], number: int, in_turns: bool) -> list[Result | ChildFailed]:
+def run_round(
+    sides: Sequence[Side[Result]], number: int, in_turns: bool, timeout_s: float | None = None
+) -> list[Result | ChildFailed]:
     """One worker of each side, started in the order given: in turns a stretch at a time, or one after the other.
 
     Each side's entry is what its worker timed, or the error it failed with: the caller decides what that costs.
+    A worker that runs past `timeout_s` (None: no limit; in turns, its own turns add up) fails with ChildSilent.
     """
     try:
         if not in_turns or len(sides) < 2:
             results: list[Result | ChildFailed] = []
             for side in sides:
                 side.start(number, None)
-                results.append(or_failure(side.result))
+                results.append(or_failure(partial(side.result, timeout_s)))
             return results
         by_name = {side.name: side for side in sides}
+        hung: set[str] = set()
         with referee() as (path, listener):
             for side in sides:
                 side.start(number, TurnsAddress(path, side.name))
             try:
-                give_turns(listener, list(by_name), lambda name: by_name[name].ended())
+                hung = give_turns(listener, list(by_name), lambda name: by_name[name].ended(), timeout_s)
             except TimeoutError as err:  # the workers waiting for turns then fail too
                 log.warning("rounds: round %d: %s", number, err)
-            return [or_failure(side.result) for side in sides]
+            return [
+                ChildSilent(f"round {number} worker of side {side.name}", timeout_s or 0.0)
+                if side.name in hung
+                else or_failure(partial(side.result, timeout_s))
+                for side in sides
+            ]
     finally:  # a stop or an error on the way: no worker is left behind
         for side in sides:
             side.stop()

@@ -24,7 +24,7 @@ from hydra.errors import CompactHydraException
 
 from runner.compose import compose_config, refusal
 from runner.config import load_run_spec
-from runner.execute.processes import ChildFailed, die_with_parent, end_process
+from runner.execute.processes import ChildFailed, ChildSilent, die_with_parent, end_process
 from runner.measure.turns import TurnsAddress
 from runner.secrets import one_line
 from runner.signals import skip_final_collections
@@ -129,8 +129,14 @@ class SideServer:
         assert self._process.stdout is not None
         return bool(select.select([self._process.stdout], [], [], 0)[0])
 
-    def result(self) -> float:
-        """The worker's median step time in ms, once it answers (SideFailed: the worker failed, or the server ended)."""
+    def result(self, timeout_s: float | None = None) -> float:
+        """The worker's median step time in ms, once it answers (SideFailed: the worker failed, or the server ended).
+
+        ChildSilent: no answer within `timeout_s` (None: no limit); the worker ends with its server (`close`).
+        """
+        assert self._process.stdout is not None
+        if timeout_s is not None and not select.select([self._process.stdout], [], [], timeout_s)[0]:
+            raise ChildSilent(f"{self.name}: its worker", timeout_s)
         return float(self._answer()["median_ms"])
 
     def stop(self) -> None:

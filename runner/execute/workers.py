@@ -157,14 +157,17 @@ def start_steady_state(
     return _start(name, _worker, spec, None, _placement(spec, number, slot), turns_at, slot=slot)
 
 
-def _result(worker: Child) -> tuple[list[list[float]], float, float]:
-    with worker:  # a stop, or an error in the pipe: never leave a worker behind
-        return worker.result()  # type: ignore[no-any-return]
+def _result(worker: Child, timeout_s: float | None = None) -> tuple[list[list[float]], float, float]:
+    with worker:  # a stop, an error in the pipe, no answer in time: never leave a worker behind
+        return worker.result(timeout_s)  # type: ignore[no-any-return]
 
 
-def steps(worker: Child) -> list[list[float]]:
-    """A steady-state worker's per-repeat step times in ms, once it answers; it is stopped whatever happens."""
-    return _result(worker)[0]
+def steps(worker: Child, timeout_s: float | None = None) -> list[list[float]]:
+    """A steady-state worker's per-repeat step times in ms, once it answers (ChildSilent: not within `timeout_s`).
+
+    The worker is stopped whatever happens.
+    """
+    return _result(worker, timeout_s)[0]
 
 
 def steady_state_in_processes(spec: RunSpec, count: int, turns_at: TurnsAddress | None = None) -> SteadyState:

@@ -62,12 +62,30 @@ class SteadyState:
 
     @classmethod
     def load(cls, path: Path) -> SteadyState | None:
-        """What `save` wrote there; None when nothing was."""
+        """What `save` wrote there; None when nothing was.
+
+        Raises:
+            HungWorkload: `save_hung` wrote there instead.
+        """
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
+        if HUNG_KEY in data:
+            raise HungWorkload(data[HUNG_KEY])
         data["places"] = [RoundPlace(**place) for place in data["places"]]
         return cls(**data)
+
+
+class HungWorkload(RuntimeError):
+    """A sweep's rounds stopped the job's worker past its time: timing the workload again would hang the job too."""
+
+
+HUNG_KEY = "hung"
+
+
+def save_hung(path: Path, why: str) -> None:
+    """Leave, where the job reads its steady state (`SteadyState.load`), why its workload hung instead."""
+    write_whole(path, json.dumps({HUNG_KEY: why}))
 
 
 # what `measure()` calls for the steady state after the first call: the caller chooses the processes

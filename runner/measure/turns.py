@@ -6,6 +6,7 @@ Over a Unix socket each worker names itself, then for each part waits for `GO`, 
 
 from __future__ import annotations
 
+import math
 import socket
 import tempfile
 import time
@@ -96,12 +97,22 @@ def referee() -> Iterator[tuple[str, socket.socket]]:
             Path(path).unlink(missing_ok=True)
 
 
-def give_turns(listener: socket.socket, order: list[str], ended: Callable[[str], bool] = lambda name: False) -> None:
-    """Hand the turn round the workers in `order` until each says `DONE` or ends; TimeoutError if one never connects."""
+def give_turns(
+    listener: socket.socket,
+    order: list[str],
+    ended: Callable[[str], bool] = lambda name: False,
+    timeout_s: float | None = None,
+) -> set[str]:
+    """Hand the turn round the workers in `order` until each says `DONE` or ends; TimeoutError if one never connects.
+
+    A worker whose turns add up to more than `timeout_s` (None: no limit) is hung: it is left out, and
+    named in what this returns, so its side stops it; the others go on.
+    """
     listener.settimeout(CONNECT_POLL_S)
     workers: dict[str, socket.socket] = {}
     waiting = list(order)
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    hung: set[str] = set()
     try:
         while waiting := [name for name in waiting if name not in workers and not ended(name)]:
             if time.monotonic() > deadline:
@@ -114,16 +125,24 @@ def give_turns(listener: socket.socket, order: list[str], ended: Callable[[str],
                 continue
             connection.settimeout(None)
             workers[connection.makefile("rb").readline().decode().strip()] = connection
+        left = dict.fromkeys(workers, math.inf if timeout_s is None else timeout_s)
         queue = deque(name for name in order if name in workers)
         while queue:
             name = queue.popleft()
+            started = time.monotonic()
             try:
+                workers[name].settimeout(None if math.isinf(left[name]) else max(left[name], 0.0))
                 workers[name].sendall(GO)
                 answer = workers[name].recv(1)
+            except TimeoutError:
+                hung.add(name)
+                continue
             except OSError:  # it ended while it held the turn
                 answer = b""
+            left[name] -= time.monotonic() - started
             if answer == MORE:
                 queue.append(name)
     finally:
         for connection in workers.values():
             connection.close()
+    return hung

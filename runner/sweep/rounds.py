@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import shutil
+import time
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -22,11 +23,11 @@ from runner import names
 from runner.backends.base import Backend, Slot, check_cache_flush
 from runner.backends.registry import backend_class
 from runner.config import ConfigError, RunSpec, load_run_spec
-from runner.execute.processes import Child, ChildFailed, answered, stop
+from runner.execute.processes import Child, ChildFailed, ChildSilent, answered, stop
 from runner.execute.rounds import or_failure, round_orders, run_round
 from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps
 from runner.job import STATUS_FILE, SWEEP_ID_ENV, JobStatus, config_hash, finished_run_id, write_status
-from runner.measure.loop import RoundPlace, SteadyState
+from runner.measure.loop import RoundPlace, SteadyState, save_hung
 from runner.measure.turns import TurnsAddress
 from runner.secrets import redact
 
@@ -84,10 +85,10 @@ class JobSide:
         """Whether its worker has ended."""
         return self._worker is not None and not self._worker.is_alive()
 
-    def result(self) -> list[list[float]]:
+    def result(self, timeout_s: float | None = None) -> list[list[float]]:
         """Its worker's per-repeat step times in ms (the worker is stopped whatever happens)."""
         assert self._worker is not None
-        return steps(self._worker)
+        return steps(self._worker, timeout_s)
 
     def stop(self) -> None:
         """Stop its worker if it still runs."""
@@ -95,17 +96,36 @@ class JobSide:
             stop([self._worker])
 
 
+@dataclass
+class RoundsOutcome:
+    """What the rounds left each job, by its key: its steady state, or why it hung (timing it again would hang too)."""
+
+    steady: dict[str, SteadyState]
+    hung: dict[str, str]
+
+
 def time_rounds(
-    jobs: list[RoundJob], rounds_id: str, slots: list[Slot] | None = None, rng: random.Random | None = None
-) -> dict[str, SteadyState]:
-    """Each job's steady state by its key, timed in interleaved rounds; a job with a failed worker is left out."""
+    jobs: list[RoundJob],
+    rounds_id: str,
+    slots: list[Slot] | None = None,
+    rng: random.Random | None = None,
+    timeout_s: float | None = None,
+) -> RoundsOutcome:
+    """Each job's steady state, timed in interleaved rounds, each worker stopped past `timeout_s` (None: no limit).
+
+    A job whose worker failed is left out (it times its own steady state and meets its error itself);
+    one whose worker ran past `timeout_s` is left out as hung.
+    """
     failed: set[int] = set()
+    hung: dict[str, str] = {}
     prepare_workers([job.spec for job in jobs])
     for index, first in enumerate(jobs):
         log.info("rounds: first call %d/%d: %s ...", index + 1, len(jobs), first.name)
         try:
             with start_first_call(first.spec, first.name) as worker:
-                log.info("rounds: %s: first call took %.3f s", first.name, worker.result())
+                log.info("rounds: %s: first call took %.3f s", first.name, worker.result(timeout_s))
+        except ChildSilent:
+            hung[first.key] = _leave_out_hung(failed, index, first, "its first call", timeout_s)
         except ChildFailed as err:
             _leave_out(failed, index, first, err)
     orders = round_orders([job.rounds for job in jobs], rng or random.Random())
@@ -114,40 +134,52 @@ def time_rounds(
         order = [job for job in planned if job not in failed]
         log.info("rounds: round %d/%d: %s", number, len(orders), ", ".join(jobs[job].name for job in order))
         if slots:
-            results = _round_in_slots(jobs, order, number, slots)
+            results = _round_in_slots(jobs, order, number, slots, timeout_s)
         else:
             in_turns = all(backend_class(jobs[job].spec.backend.name).workers_take_turns for job in order)
-            results = run_round([JobSide(job, jobs[job]) for job in order], number, in_turns)
+            results = run_round([JobSide(job, jobs[job]) for job in order], number, in_turns, timeout_s)
         for position, (job, samples) in enumerate(zip(order, results, strict=True), 1):
-            if isinstance(samples, ChildFailed):
+            if isinstance(samples, ChildSilent):
+                hung[jobs[job].key] = _leave_out_hung(failed, job, jobs[job], f"round {number}", timeout_s)
+            elif isinstance(samples, ChildFailed):
                 _leave_out(failed, job, jobs[job], samples)
-                continue
-            steady[job].step_ms.append(samples)
-            steady[job].places.append(RoundPlace(number, position, len(order)))
-    return {jobs[index].key: timed for index, timed in steady.items() if index not in failed}
+            else:
+                steady[job].step_ms.append(samples)
+                steady[job].places.append(RoundPlace(number, position, len(order)))
+    return RoundsOutcome({jobs[index].key: timed for index, timed in steady.items() if index not in failed}, hung)
 
 
 def _round_in_slots(
-    jobs: list[RoundJob], order: list[int], number: int, slots: list[Slot]
+    jobs: list[RoundJob], order: list[int], number: int, slots: list[Slot], timeout_s: float | None
 ) -> list[list[list[float]] | ChildFailed]:
-    """One worker of each job in `order`, started in that order, each in a free slot; results in `order`."""
+    """One worker of each job in `order`, started in that order, each in a free slot; results in `order`.
+
+    A worker still running `timeout_s` after it started is stopped, its result a ChildSilent.
+    """
     results: dict[int, list[list[float]] | ChildFailed] = {}
     free = list(slots)
-    running: dict[Child, tuple[int, Slot]] = {}
+    running: dict[Child, tuple[int, Slot, float]] = {}
+
+    def collect(worker: Child) -> None:
+        done, slot, started = running.pop(worker)
+        left = None if timeout_s is None else max(0.0, started + timeout_s - time.monotonic())
+        results[done] = or_failure(partial(steps, worker, left))
+        free.append(slot)
+
     try:
         for job in order:
-            while not free:
-                for worker in answered(running):
-                    done, slot = running.pop(worker)
-                    results[done] = or_failure(partial(steps, worker))
-                    free.append(slot)
+            while not free:  # the first to answer, or past its time the oldest, frees its slot
+                oldest = min(running, key=lambda worker: running[worker][2])
+                wait_s = None if timeout_s is None else max(0.0, running[oldest][2] + timeout_s - time.monotonic())
+                for worker in answered(running, wait_s) or [oldest]:
+                    collect(worker)
             slot = free.pop(0)
             # the slot's environment places the worker; backend.cores would pin it back to the job's cores
             unpinned = replace(jobs[job].spec, backend=jobs[job].spec.backend.unpinned())
             name = f"round {number} worker of {jobs[job].name} [{slot.name}]"
-            running[start_steady_state(unpinned, name, number, slot)] = (job, slot)
-        for worker, (job, _) in running.items():
-            results[job] = or_failure(partial(steps, worker))
+            running[start_steady_state(unpinned, name, number, slot)] = (job, slot, time.monotonic())
+        for worker in list(running):
+            collect(worker)
     finally:
         stop(running)
     return [results[job] for job in order]
@@ -156,6 +188,14 @@ def _round_in_slots(
 def _leave_out(failed: set[int], index: int, job: RoundJob, err: ChildFailed) -> None:
     failed.add(index)
     log.warning("rounds: %s left out, it will time its own steady state: %s", job.name, str(err).splitlines()[0])
+
+
+def _leave_out_hung(failed: set[int], index: int, job: RoundJob, where: str, timeout_s: float | None) -> str:
+    """Leave the job out as hung (`where`: its worker past `timeout_s`); why, for the job to fail with."""
+    failed.add(index)
+    why = f"its workload hung: {where} gave no answer within {timeout_s or 0:g} s (hydra.launcher.timeout_s)"
+    log.error("rounds: %s left out, and fails without running: %s", job.name, why)
+    return why
 
 
 def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
@@ -178,11 +218,14 @@ def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
     return RoundJob(name, key, spec, count, bool(task.get("resume", True)))
 
 
-def before_launch(config: DictConfig, job_configs: list[DictConfig], slots: list[Slot] | None = None) -> None:
+def before_launch(
+    config: DictConfig, job_configs: list[DictConfig], slots: list[Slot] | None = None, timeout_s: float | None = None
+) -> None:
     """Before a launcher of the runner's sweep runs these jobs: mark each scheduled, then time them in rounds.
 
     A job a stop keeps from starting stays scheduled, which the sweep's summary counts as not run. `slots`: those the
     parallel launcher runs the jobs in, where the rounds run their workers too; None when jobs run one at a time.
+    `timeout_s`: the launcher's, which bounds each of a job's workers too (None: no limit).
     """
     swept, saved, sweep_id = names.swept_keys(), HydraConfig.instance().cfg, os.environ[SWEEP_ID_ENV]
     jobs = []
@@ -199,17 +242,27 @@ def before_launch(config: DictConfig, job_configs: list[DictConfig], slots: list
                 jobs.append(job)
     finally:
         HydraConfig.instance().cfg = saved
-    time_sweep_rounds(config, jobs, sweep_id, slots)
+    time_sweep_rounds(config, jobs, sweep_id, slots, timeout_s)
 
 
 def time_sweep_rounds(
-    config: DictConfig, candidates: list[RoundJob], sweep_id: str, slots: list[Slot] | None = None
+    config: DictConfig,
+    candidates: list[RoundJob],
+    sweep_id: str,
+    slots: list[Slot] | None = None,
+    timeout_s: float | None = None,
 ) -> None:
-    """Time the jobs' steady state in rounds (when two take part) into the folder they read, emptied of older rounds."""
+    """Time the jobs' steady state in rounds (when two take part) into the folder they read, emptied of older rounds.
+
+    A job whose workload hung finds why there instead, and fails without running it again.
+    """
     folder = Path(config.hydra.sweep.dir) / names.ROUNDS_FOLDER
     shutil.rmtree(folder, ignore_errors=True)
     jobs = [candidate for candidate in candidates if not candidate.skipped()]
     if len(jobs) < 2:
         return
-    for key, steady in time_rounds(jobs, sweep_id, slots).items():
+    outcome = time_rounds(jobs, sweep_id, slots, timeout_s=timeout_s)
+    for key, steady in outcome.steady.items():
         steady.save(folder / f"{key}.json")
+    for key, why in outcome.hung.items():
+        save_hung(folder / f"{key}.json", why)

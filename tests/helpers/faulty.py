@@ -18,7 +18,8 @@ class Faulty(nn.Module):
     """Behaves like an identity until its second call, then fails the way `fault` says.
 
     raise: a Python exception; abort: os.abort() (SIGABRT, like a native crash);
-    kill: SIGKILL to itself (like the out-of-memory killer); nonfinite: returns NaN without raising;
+    kill: SIGKILL to itself (like the out-of-memory killer); hang: never returns (a deadlock);
+    nonfinite: returns NaN without raising;
     slow: sleeps `slow_ms` in every call; anything else never fails. With `rank`, only that
     torch.distributed rank misbehaves; with `fail_after_s`, it fails no sooner than that many
     seconds after its first call.
@@ -54,6 +55,8 @@ class Faulty(nn.Module):
                 os.abort()
             if self.fault == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            while self.fault == "hang":
+                time.sleep(60)
         return x * float("nan") if self.fault == "nonfinite" else x * self.scale
 
 

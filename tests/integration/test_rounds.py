@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from pathlib import Path
 
-from runner.config import load_run_spec
+import pytest
+
+from runner.backends.cpu import CpuBackend
+from runner.config import BackendConfig, load_run_spec
 from runner.sweep.rounds import RoundJob, time_rounds
 from tests.helpers import compose_cfg
 
@@ -21,9 +25,9 @@ def test_a_job_whose_worker_fails_is_left_out_and_the_others_keep_their_rounds()
         "workload.inputs=[[4]]",
     ))  # fmt: skip
     jobs = [RoundJob("good", "a", good, 2), RoundJob("faulty", "b", faulty, 2)]
-    timed = time_rounds(jobs, "sweep-1", rng=random.Random(0))
-    assert list(timed) == ["a"]  # the faulty job times its own steady state when it runs
-    steady = timed["a"]
+    outcome = time_rounds(jobs, "sweep-1", rng=random.Random(0))
+    assert list(outcome.steady) == ["a"] and not outcome.hung  # the faulty job times its own steady state
+    steady = outcome.steady["a"]
     assert steady.rounds_id == "sweep-1" and len(steady.step_ms) == 2
     assert all(len(repeat) == 5 for process in steady.step_ms for repeat in process)
     # round 1 started both jobs' workers; round 2 only the one still taking part
@@ -54,3 +58,20 @@ def test_a_rounds_workers_take_turns_a_stretch_at_a_time(tmp_path: Path) -> None
     first, second = runs[0][0], runs[1][0]
     # in turns: the first call, the warm-up's call, then 3 stretches of 2 steps (2 settling calls before the later two)
     assert runs == [(label, count) for count in (1, 1, 2, 4, 4) for label in (first, second)]
+
+
+@pytest.mark.parametrize("where", ["in turns", "in slots"])
+def test_a_hung_job_is_stopped_past_its_time_and_the_others_keep_their_rounds(where: str) -> None:
+    good = load_run_spec(compose_cfg(*QUICK, "+workload=rmsnorm_naive", "workload.hidden=8"))
+    # passes its first call, then never returns from its round 1 worker's warm-up
+    hanging = load_run_spec(compose_cfg(
+        *QUICK, "+workload=custom", "workload._target_=tests.helpers.faulty.Faulty", "+workload.fault=hang",
+        "workload.inputs=[[4]]",
+    ))  # fmt: skip
+    slots = CpuBackend.plan_slots(BackendConfig(name="cpu"), 2, None, 1) if where == "in slots" else None
+    jobs = [RoundJob("good", "a", good, 2), RoundJob("hanging", "b", hanging, 2)]
+    started = time.monotonic()
+    outcome = time_rounds(jobs, "sweep-3", slots, random.Random(0), timeout_s=10)
+    assert time.monotonic() - started < 60
+    assert outcome.hung == {"b": "its workload hung: round 1 gave no answer within 10 s (hydra.launcher.timeout_s)"}
+    assert list(outcome.steady) == ["a"] and len(outcome.steady["a"].step_ms) == 2

@@ -159,6 +159,22 @@ def test_bad_input_is_one_line_with_no_traceback_and_no_run(
     assert_refused(done, message, tmp_path, tracking_uri)
 
 
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [
+        ("hydra.launcher.jobs=-1", "hydra.launcher.jobs must be 0 (one per CPU core, GPU or NeuronCore group) or a "
+         "count >= 1, got -1"),
+        ("hydra.launcher.timeout_s=-5", "hydra.launcher.timeout_s must be seconds >= 0 (0: no limit), got -5"),
+    ],
+)  # fmt: skip
+def test_a_sweep_refuses_a_launcher_limit_it_would_hang_or_kill_every_job_on_before_its_parent_run(
+    limit: str, message: str, tracking_uri: str, tmp_path: Path, runner_in_process: RunnerInProcess
+) -> None:
+    sweep_dir = f"hydra.sweep.dir={tmp_path}/outputs/sweep"
+    done = runner_in_process("-m", sweep_dir, "+workload=rmsnorm_naive", "hydra/launcher=parallel", limit)
+    assert_refused(done, message, tmp_path, tracking_uri)
+
+
 @pytest.mark.smoke
 def test_bad_input_in_a_real_process_is_one_line_with_no_traceback_and_no_run(
     tracking_uri: str, tmp_path: Path

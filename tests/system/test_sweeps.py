@@ -91,6 +91,28 @@ def test_faults_fail_alone_under_the_isolated_launcher(tmp_path: Path, tracking_
     assert parent.info.status == "FAILED" and parent.data.tags[names.TAG_FAILED_JOBS] == "3"
 
 
+@pytest.mark.parametrize("launcher", ["inprocess", "isolated", "parallel"])
+def test_a_hung_workload_fails_alone_within_its_timeout_under_each_launcher(
+    tmp_path: Path, tracking_uri: str, launcher: str
+) -> None:
+    # the rounds time both jobs first: the hanging one's round 1 worker never answers its warm-up
+    timeout_s = 30
+    jobs = ["hydra.launcher.jobs=2"] if launcher == "parallel" else []
+    started = time.monotonic()
+    done = sweep(
+        tmp_path, "+workload.fault=none,hang", "measure.processes=2", f"hydra/launcher={launcher}",
+        f"hydra.launcher.timeout_s={timeout_s}", *jobs, uri=tracking_uri, timeout=600,
+    )  # fmt: skip
+    assert time.monotonic() - started < 4 * timeout_s, "the sweep waited past its timeout"
+    assert done.returncode == 1, done.stderr[-3000:]
+    runs = {r.data.params["workload.fault"]: r for r in job_runs(tracking_uri)}
+    assert {fault: run.info.status for fault, run in runs.items()} == {"none": "FINISHED", "hang": "FAILED"}
+    hung = f"its workload hung: round 1 gave no answer within {timeout_s} s (hydra.launcher.timeout_s)"
+    assert runs["hang"].data.tags[names.TAG_ERROR] == f"HungWorkload: {hung}"
+    assert "sweep: 2 job(s): 1 finished, 0 skipped (already FINISHED), 1 failed" in done.stdout
+    assert not [r for r in all_runs(tracking_uri) if r.info.status == "RUNNING"]
+
+
 @pytest.mark.slow
 def test_a_killed_sweep_resumes_without_duplicates(tmp_path: Path, tracking_uri: str) -> None:
     labels = "+workload.label=a,b,c,d"

@@ -6,12 +6,13 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from runner import names
 from runner.execute.rounds import round_orders
 from runner.files import write_whole
-from runner.measure.loop import RoundPlace, SteadyState
+from runner.measure.loop import HungWorkload, RoundPlace, SteadyState, save_hung
 from runner.sweep.rounds import time_sweep_rounds
 
 
@@ -54,3 +55,11 @@ def test_a_file_another_process_reads_is_written_whole_as_text_or_bytes(tmp_path
     write_whole(tmp_path / "a" / "rounds.json", "{}")
     assert (tmp_path / "a" / "result.pkl").read_bytes() == b"\x80\x05result"
     assert sorted(path.name for path in (tmp_path / "a").iterdir()) == ["result.pkl", "rounds.json"]  # no draft left
+
+
+def test_a_job_its_sweeps_rounds_found_hung_fails_with_why_instead_of_timing_it_again(tmp_path: Path) -> None:
+    why = "its workload hung: round 2 gave no answer within 30 s (hydra.launcher.timeout_s)"
+    save_hung(tmp_path / "key.json", why)
+    with pytest.raises(HungWorkload) as hung:
+        SteadyState.load(tmp_path / "key.json")
+    assert str(hung.value) == why

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,19 +12,23 @@ from runner.measure import turns
 from runner.measure.turns import RefereedTurns, TurnsAddress, TurnsLost, give_turns, referee
 
 
-def take_turns(path: str, name: str, parts: int, events: list[str], hang_up_after: int | None = None) -> None:
-    """A worker of `parts` parts, each logged in its turn; it may hang up without saying it is done."""
+def take_turns(
+    path: str, name: str, parts: int, events: list[str], hang_up_after: int | None = None, part_s: float = 0.0
+) -> None:
+    """A worker of `parts` parts of `part_s` each, logged in its turn; it may hang up without saying it is done."""
     worker = RefereedTurns(TurnsAddress(path, name))
     try:
         for part in range(parts):
             worker.take()
+            time.sleep(part_s)
             events.append(f"{name}{part}")
             if part + 1 == hang_up_after:
                 worker._socket.close()  # as a worker that failed mid-way
                 return
             worker.give()
         worker.finish()
-    except TurnsLost:
+    except (TurnsLost, OSError):  # the referee ended, or hung up on this worker
+        worker._socket.close()
         events.append(f"{name} lost its referee")
 
 
@@ -76,3 +81,26 @@ def test_a_worker_that_ended_before_it_came_is_left_out_at_once() -> None:
         give_turns(listener, ["b", "a"], ended=lambda name: name == "b")
         alone.join(timeout=10)
     assert events == ["a0", "a1"]
+
+
+def test_a_worker_that_holds_its_turn_past_its_time_is_left_out_and_named() -> None:
+    with referee() as (path, listener):
+        events: list[str] = []
+        hung = RefereedTurns(TurnsAddress(path, "b"))  # it comes, then never answers its turn
+        fine = threading.Thread(target=take_turns, args=(path, "a", 3, events))
+        fine.start()
+        assert give_turns(listener, ["b", "a"], timeout_s=0.3) == {"b"}
+        fine.join(timeout=10)
+        hung._socket.close()
+    assert events == ["a0", "a1", "a2"]  # the others went on
+
+
+def test_a_worker_slow_in_every_turn_is_hung_once_its_turns_add_up_past_its_time() -> None:
+    with referee() as (path, listener):
+        events: list[str] = []
+        slow = threading.Thread(target=take_turns, args=(path, "a", 20, events, None, 0.05))
+        slow.start()
+        assert give_turns(listener, ["a"], timeout_s=0.3) == {"a"}
+        slow.join(timeout=10)
+    parts = [event for event in events if event != "a lost its referee"]
+    assert 3 <= len(parts) < 20  # each turn well within the limit, but not all of them
