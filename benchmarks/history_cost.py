@@ -7,7 +7,7 @@ each store (the order reversed every other round, so the host's drift falls on b
 its report and plots written to a folder of its own. Prints the median, min and max wall time per
 store and the host's load average before and after.
 
-python benchmarks/history_cost.py [rounds]
+python benchmarks/history_cost.py [rounds] [--large N]   (--large: the large store's runs, default 600)
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from runner import names
+from runner.config import TrackingConfig
 
-STORES = {"12 runs, 1 configuration": (12, 1), "600 runs, 3 configurations": (600, 3)}
+SMALL_RUNS, LARGE_RUNS, LARGE_CONFIGURATIONS = 12, 600, 3
 SPREAD = 0.05
 HOUR_MS = 3_600_000
 
@@ -36,7 +37,8 @@ HOUR_MS = 3_600_000
 def fill(uri: str, runs: int, configurations: int, rng: np.random.Generator) -> None:
     """`runs` FINISHED job runs spread over `configurations`, an hour apart, each at a commit of its own."""
     client = MlflowClient(uri)
-    (experiment_id,) = [experiment.experiment_id for experiment in client.search_experiments()]
+    # a new store holds MLflow's `Default` experiment too: the runs go to the runner's
+    experiment_id = client.get_experiment_by_name(TrackingConfig.experiment).experiment_id
     for k in range(runs):
         start = 1_700_000_000_000 + HOUR_MS * k
         tags = {
@@ -63,20 +65,24 @@ def history_seconds(uri: str, out: Path) -> float:
     return seconds
 
 
-def main(rounds: int) -> None:
+def main(rounds: int, large: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="history-cost-"))
     rng = np.random.default_rng(0)
+    stores = {
+        f"{SMALL_RUNS} runs, 1 configuration": (SMALL_RUNS, 1),
+        f"{large} runs, {LARGE_CONFIGURATIONS} configurations": (large, LARGE_CONFIGURATIONS),
+    }
     uris = {}
-    for name, (runs, configurations) in STORES.items():
+    for name, (runs, configurations) in stores.items():
         folder = work / f"{runs}_runs"
         folder.mkdir()
         progress(f"filling the store of {name} in {folder}")
         uris[name] = new_store(folder)
         fill(uris[name], runs, configurations, rng)
     load_before = os.getloadavg()
-    seconds: dict[str, list[float]] = {name: [] for name in STORES}
+    seconds: dict[str, list[float]] = {name: [] for name in stores}
     for round_index in range(rounds):
-        order = list(STORES) if round_index % 2 == 0 else list(reversed(STORES))
+        order = list(stores) if round_index % 2 == 0 else list(reversed(stores))
         for name in order:
             seconds[name].append(history_seconds(uris[name], work / f"out-{round_index}-{len(seconds[name])}"))
             progress(f"round {round_index + 1}: {name}: {seconds[name][-1]:.2f} s")
@@ -90,4 +96,6 @@ def main(rounds: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rounds", type=int, nargs="?", default=3, help="rounds, each timing both stores (default 3)")
-    main(parser.parse_args().rounds)
+    parser.add_argument("--large", type=int, default=LARGE_RUNS, help=f"the large store's runs (default {LARGE_RUNS})")
+    args = parser.parse_args()
+    main(args.rounds, args.large)

@@ -3,9 +3,10 @@
 Runs each variant with the reference schedule (1 active step) and with 20 active steps,
 whose median is steadier, and prints profiler/overhead_pct and profiler/cost_ms for both.
 
-python benchmarks/profiler_overhead.py
+python benchmarks/profiler_overhead.py [--variant V ...] [--set KEY=VALUE ...]
 """
 
+import argparse
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -24,23 +25,31 @@ def overhead(variant: str, *overrides: str) -> tuple[float, float, float]:
     backend = CpuBackend(spec.backend)
     with TemporaryDirectory() as out:
         workload = build_workload(spec.workload, backend)
-        result = measure(workload, backend, spec, Path(out), steady_state_source(spec, backend, workload))
+        source = steady_state_source(spec, backend, workload)
+        result = measure(workload, backend, spec, Path(out), source, Path(out) / names.MEMORY_FOLDER)
     metrics = result.metrics()
     cost, _ = profiled_window_report(spec, result, metrics[names.STEP_MEDIAN_MS])
     return metrics[names.STEP_MEDIAN_MS], metrics[names.PROFILER_OVERHEAD_PCT], cost[names.PROFILER_COST_MS]
 
 
-def main() -> None:
+VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
+
+
+def main(variants: list[str], extra: list[str]) -> None:
     one_active, twenty_active = (
         f"{'1 active: overhead':>19} {'cost ms':>8}",
         f"{'20 active: overhead':>20} {'cost ms':>8}",
     )
     print(f"{'variant':18} {'median ms':>10} {one_active} {twenty_active}")
-    for variant in ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled"):
-        median, one, one_cost = overhead(variant)
-        _, twenty, twenty_cost = overhead(variant, "schedule.active=20")
+    for variant in variants:
+        median, one, one_cost = overhead(variant, *extra)
+        _, twenty, twenty_cost = overhead(variant, *extra, "schedule.active=20")
         print(f"{variant:18} {median:10.4f} {one:18.1f}% {one_cost:8.4f} {twenty:19.1f}% {twenty_cost:8.4f}")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", action="append", choices=VARIANTS, help="only these variants (default: all)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override")
+    args = parser.parse_args()
+    main(args.variant or list(VARIANTS), args.set)

@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 import torch
+from timing_fidelity import independent_median, progress  # benchmarks/timing_fidelity.py, beside this script
 
-from benchmarks.timing_fidelity import independent_median, progress
 from runner.compose import compose_config
 from runner.config import RunSpec, load_run_spec
 from runner.execute.workers import prepare_workers, steady_state_in_processes
