@@ -3,9 +3,10 @@
 Runs `python -m runner -m +experiment=rmsnorm_comparison` into a fresh SQLite store and reads
 each child's time/job_s and time/measured_s back from MLflow.
 
-python benchmarks/sweep_overhead.py
+python benchmarks/sweep_overhead.py [--set KEY=VALUE ...]
 """
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -19,12 +20,12 @@ from runner import names
 REPO = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
+def main(extra: list[str]) -> None:
     work = Path(tempfile.mkdtemp(prefix="runner-sweep-"))
     uri = f"sqlite:///{work / 'mlflow.db'}"
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "runner", "-m", "+experiment=rmsnorm_comparison", "backend=cpu",
+        [sys.executable, "-m", "runner", "-m", "+experiment=rmsnorm_comparison", "backend=cpu", *extra,
          f"tracking.uri={uri}", f"hydra.sweep.dir={work / 'sweep'}"],
         cwd=REPO, check=True, capture_output=True,
     )  # fmt: skip
@@ -43,4 +44,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override")
+    main(parser.parse_args().set)

@@ -16,7 +16,8 @@ medians and `time/step_median_uncertainty_pct`) as JSON: A/A data, which `--cali
 reads back to print the same report and, for each bound the verdict could put on that
 uncertainty, the share of runs it would flag and the share of the others within 5% of the reference.
 
-python benchmarks/timing_fidelity.py [runs] [--quick] [--shape BxSxH ...] [--save FILE] | --calibrate FILE
+python benchmarks/timing_fidelity.py [runs] [--quick] [--shape BxSxH ...] [--variant V ...] [--save FILE] \
+    | --calibrate FILE
 """
 
 from __future__ import annotations
@@ -274,8 +275,8 @@ def calibrate(saved: Path) -> None:
         print(f"{bound:8g} {flagged:>3}/{len(judged)} ({flagged / len(judged):.0%}) {in_share:>30}")
 
 
-def main(runs: int, shapes: list[tuple[int, int, int]], save: Path | None) -> None:
-    cells = [Cell(v, s) for s in shapes for v in VARIANTS]
+def main(runs: int, shapes: list[tuple[int, int, int]], variants: list[str], save: Path | None) -> None:
+    cells = [Cell(v, s) for s in shapes for v in variants]
     try:
         measure(cells, runs, Path(tempfile.mkdtemp(prefix="timing-fidelity-")))
     finally:  # what was measured is kept and reported, even when a run failed or Ctrl-C stopped it
@@ -289,6 +290,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("runs", nargs="?", type=int, default=10, help="runs per cell (default 10)")
     parser.add_argument("--quick", action="store_true", help="only the smallest shape, one cell per variant")
     parser.add_argument("--shape", action="append", metavar="BxSxH", help="these shapes instead (repeatable)")
+    parser.add_argument("--variant", action="append", choices=VARIANTS, help="only these variants (default: all)")
     parser.add_argument("--save", type=Path, help="write every run's numbers to this JSON file")
     parser.add_argument("--calibrate", type=Path, help="read a --save file: flags and agreement per uncertainty bound")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -303,4 +305,4 @@ if __name__ == "__main__":
         calibrate(args.calibrate)
     else:
         shapes = [tuple(map(int, s.split("x"))) for s in args.shape] if args.shape else list(SHAPES)
-        main(args.runs, shapes[:1] if args.quick else shapes, args.save)  # type: ignore[arg-type]
+        main(args.runs, shapes[:1] if args.quick else shapes, args.variant or list(VARIANTS), args.save)  # type: ignore[arg-type]
