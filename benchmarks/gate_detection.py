@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from gating import (
+    SPREADS_LEGEND,
     TRY_HEADER,
     add_gate_options,
     gate_against,
@@ -67,6 +68,7 @@ def main(tries: int, fail_above: float, rounds: int | None, shape: dict[str, int
         seconds.append(attempt.seconds)
         print(try_line(i, attempt), flush=True)
         progress(f"try {i}/{tries} done [{time.perf_counter() - start:.0f} s]")
+    print(SPREADS_LEGEND)
     print(f"\n{SLOWER_REPEATS} against {BASE_REPEATS} RMSNorms: +{SLOWER_REPEATS / BASE_REPEATS - 1:.0%} work")
     slow = sum(s > TRY_LIMIT_S for s in seconds)
     print(

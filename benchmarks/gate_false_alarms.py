@@ -5,7 +5,8 @@ times as CI would, `python -m runner.gate --against HEAD --fail-above PCT` with 
 (rmsnorm_naive at its default shape, backend=cpu, default measure): the baseline's worktree
 and the candidate hold the same code, so every exit status 1 is a false alarm. Prints each
 try's change with its interval, the gate's "caught from" (the smallest slowdown it would catch
-80% of the time at that spread) and the seconds per try. Target: <= 5% false alarms.
+80% of the time at that spread), the seconds per try, and the spread of log(job / baseline) over
+its rounds and over its server pairs (docs/gate.md's "round sd" and "server pair sd"). Target: <= 5% false alarms.
 
 python benchmarks/gate_false_alarms.py [N] [--fail-above PCT] [--rounds R] \
     [--batch B] [--seq-len S] [--hidden H] [--set KEY=VALUE]
@@ -20,12 +21,14 @@ import time
 from pathlib import Path
 
 from gating import (
+    SPREADS_LEGEND,
     TRY_HEADER,
     add_gate_options,
     gate_against,
     progress,
     project_copy,
     rate_line,
+    spreads,
     try_line,
 )  # benchmarks/gating.py, beside this script
 
@@ -44,18 +47,26 @@ def main(n: int, fail_above: float, rounds: int | None, shape: list[str]) -> Non
     overrides = ["+workload=rmsnorm_naive", "backend=cpu", *shape]
     start = time.perf_counter()
     print(TRY_HEADER)
-    alarms, caught, seconds = 0, [], []
+    alarms, caught, seconds, round_sds, pair_sds = 0, [], [], [], []
     for i in range(1, n + 1):
         attempt = gate_against(repo, "HEAD", fail_above, rounds, overrides)
         alarms += attempt.code == 1
         seconds.append(attempt.seconds)
         if (value := percent(attempt.row["caught from"])) is not None:
             caught.append(value)
+        round_sd, pair_sd, _ = spreads(attempt.row)
+        round_sds.append(round_sd)
+        pair_sds.append(pair_sd)
         print(try_line(i, attempt), flush=True)
         progress(f"try {i}/{n} done [{time.perf_counter() - start:.0f} s]")
+    print(SPREADS_LEGEND)
     print(f"\n{n} gates of {' '.join(overrides)} against the same commit, {attempt.row['rounds']} rounds each")
     print(f"seconds per try: median {statistics.median(seconds):.0f}, max {max(seconds):.0f}")
     print(rate_line("false alarms in gates", alarms, n, fail_above, f"<= {TARGET_RATE:.0%}"))
+    print(
+        f"round sd: median {statistics.median(round_sds):.1%} ({min(round_sds):.1%}-{max(round_sds):.1%}); "
+        f"server pair sd: median {statistics.median(pair_sds):.1%} ({min(pair_sds):.1%}-{max(pair_sds):.1%})"
+    )
     if caught:
         quartiles = statistics.quantiles(caught, n=4, method="inclusive") if len(caught) > 1 else caught * 3
         print(

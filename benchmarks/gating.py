@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from git_copy import project_repository  # benchmarks/git_copy.py, beside this script
 from mlflow import MlflowClient
 from mlflow.entities import Run
@@ -90,17 +91,36 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def spreads(row: dict[str, Any]) -> tuple[float, float, int]:
+    """The sd of log(job / baseline) over a gate's rounds and over its server pairs, and the rounds the job read slower.
+
+    A server pair's log ratio is that of its rounds' geometric means (the values the gate's test pairs).
+    """
+    logs = np.log(np.asarray(row["job rounds ms"]) / np.asarray(row["baseline rounds ms"]))
+    servers = np.asarray(row["servers"])
+    pairs = [logs[servers == number].mean() for number in sorted(set(row["servers"]))]
+    return float(np.std(logs, ddof=1)), float(np.std(pairs, ddof=1)), int((logs > 0).sum())
+
+
 def try_line(number: int, attempt: GateTry) -> str:
-    """One try's row: times, change, what the gate could catch, exit status, verdict, seconds."""
+    """One try's row: times, change, what the gate could catch, exit status, seconds, spreads, verdict."""
     row = attempt.row
+    round_sd, pair_sd, slower = spreads(row)
+    slower_text = f"{slower}/{len(row['servers'])}"
     return (
         f"{number:>4} {row['baseline ms']:>11} {row['job ms']:>9}  {row['change (95% CI)']:26} "
-        f"{row['caught from']:>11}  {attempt.code:>4}  {attempt.seconds:>5.0f}  {row['verdict']}"
+        f"{row['caught from']:>11}  {attempt.code:>4}  {attempt.seconds:>5.0f}  {round_sd:>8.1%} {pair_sd:>7.1%} "
+        f"{slower_text:>7}  {row['verdict']}"
     )
 
 
 TRY_HEADER = (
-    f"{'try':>4} {'baseline ms':>11} {'job ms':>9}  {'change (95% CI)':26} {'caught from':>11}  exit  {'s':>5}  verdict"
+    f"{'try':>4} {'baseline ms':>11} {'job ms':>9}  {'change (95% CI)':26} {'caught from':>11}  exit  {'s':>5}  "
+    f"{'round sd':>8} {'pair sd':>7} {'slower':>7}  verdict"
+)
+SPREADS_LEGEND = (
+    "round sd, pair sd: the sd of log(job / baseline) over the rounds and over the server pairs (each pair's "
+    "rounds' geometric means); slower: the rounds in which the job read slower"
 )
 
 
