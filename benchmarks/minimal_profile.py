@@ -28,6 +28,8 @@ def export(prof: profile) -> None:
 
 
 mlflow.set_tracking_uri(uri)
+if mlflow.get_experiment_by_name("runner") is None:  # as the runner does: artifacts not in ./mlruns of the checkout
+    mlflow.create_experiment("runner", artifact_location=(out / "mlruns").resolve().as_uri())
 mlflow.set_experiment("runner")
 with mlflow.start_run(run_name="minimal"), torch.no_grad():
     mlflow.log_params({"variant": variant, "hidden": hidden, "batch": batch, "seq_len": seq_len})

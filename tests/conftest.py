@@ -1,6 +1,6 @@
-"""Fixtures every layer shares: a migrated MLflow store per test, the calibration cache out of $HOME, the CLI run
-in this process for bad input, and each test's layer as a marker (unit, integration, system: its folder), so `-m`
-selects by layer.
+"""Fixtures every layer shares: a migrated MLflow store per test, a check that no test wrote MLflow data into the
+checkout, the calibration cache out of $HOME, the CLI run in this process for bad input, and each test's layer as a
+marker (unit, integration, system: its folder), so `-m` selects by layer.
 
 Plain helpers (all_runs, job_for, serve_mlflow, ...) live in tests/helpers, imported by name.
 """
@@ -21,9 +21,11 @@ import pytest
 
 from runner.signals import STOP_SIGNALS
 from runner.tracking.run import PARENT_RUN_ENV
-from tests.helpers import RunnerInProcess
+from tests.helpers import REPO, RunnerInProcess
 
 LAYERS = ("unit", "integration", "system")
+# what MLflow writes into the working directory, the checkout, when a store or an experiment is given no place
+CHECKOUT_STORES = ("mlruns", "mlflow.db", "mlartifacts")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -71,6 +73,36 @@ def calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(cache))
         yield cache
+
+
+def store_stamps() -> dict[Path, int]:
+    """The modification times of the checkout's MLflow folders and files and of each experiment folder in them.
+
+    A new run's folder changes its experiment folder's time, a new experiment's the store folder's: a
+    few stats per test, however many runs a developer's own `make run` left there.
+    """
+    stamps = {}
+    for path in (REPO / name for name in CHECKOUT_STORES):
+        for item in [path, *(path.iterdir() if path.is_dir() else ())]:
+            if item.exists():
+                stamps[item] = item.stat().st_mtime_ns
+    return stamps
+
+
+@pytest.fixture(autouse=True)
+def checkout_untouched(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that wrote MLflow data into the checkout.
+
+    An experiment created without an artifact_location keeps its artifacts in ./mlruns of the
+    process's working directory, the checkout here: a test's experiment that logs artifacts
+    names a folder under tmp_path (the runner's own experiments are put beside their store).
+    """
+    before = store_stamps()
+    yield
+    after = store_stamps()
+    changed = sorted(str(path.relative_to(REPO)) for path in after if after[path] != before.get(path))
+    if changed:
+        pytest.fail(f"{request.node.nodeid} wrote into the checkout: {', '.join(changed)}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

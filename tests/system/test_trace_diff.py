@@ -10,11 +10,11 @@ import mlflow
 import pytest
 
 from tests.helpers import REPO, TRACES, all_runs
-from tests.unit.test_trace_diff import log_traces
+from tests.unit.test_trace_diff import log_traces, runner_experiment
 
 
-def test_a_run_without_traces_is_refused_in_one_line(tracking_uri: str) -> None:
-    mlflow.set_experiment("runner")
+def test_a_run_without_traces_is_refused_in_one_line(tracking_uri: str, tmp_path: Path) -> None:
+    runner_experiment(tmp_path / "artifacts")
     naive = log_traces("naive", TRACES / "naive")
     untraced = log_traces("untraced", None)
     done = subprocess.run(

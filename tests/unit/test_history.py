@@ -25,10 +25,11 @@ STEADY = list(1.0 + 0.01 * np.random.default_rng(0).standard_normal(24))
 class Store:
     """The runner's experiment in the test's store, and runs logged into it as jobs log them."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, artifacts: Path) -> None:
         self.uri = uri
         self.client = mlflow.MlflowClient(uri)
-        self.experiment_id = self.client.create_experiment("runner")
+        # its artifacts (the history reports) in the test's folder: without a location, ./mlruns of the checkout
+        self.experiment_id = self.client.create_experiment("runner", artifact_location=artifacts.as_uri())
         self.count = 0
 
     def run(
@@ -69,8 +70,8 @@ class Store:
 
 
 @pytest.fixture
-def store(tracking_uri: str) -> Store:
-    return Store(tracking_uri)
+def store(tracking_uri: str, tmp_path: Path) -> Store:
+    return Store(tracking_uri, tmp_path / "artifacts")
 
 
 def run_history(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict, str]:

@@ -147,6 +147,12 @@ def test_the_perfetto_file_draws_one_step_of_each_run_with_the_matches_labelled(
     assert all(starts[i]["pid"] == 1 and ends[i]["pid"] == 2 and ends[i]["bp"] == "e" for i in starts)
 
 
+def runner_experiment(artifacts: Path) -> None:
+    """The runner's experiment as the active one, its artifacts in `artifacts`: without a location, ./mlruns of the
+    checkout."""
+    mlflow.set_experiment(experiment_id=mlflow.create_experiment("runner", artifact_location=artifacts.as_uri()))
+
+
 def log_traces(name: str, trace_dir: Path | None) -> str:
     with mlflow.start_run(run_name=name) as run:
         if trace_dir is not None:
@@ -166,9 +172,9 @@ def named_as_now(trace_dir: Path, copy: Path) -> Path:
 def test_compare_diff_prints_the_tree_and_logs_it_to_the_newer_run(
     tracking_uri: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    mlflow.set_experiment("runner")
+    runner_experiment(tmp_path / "artifacts")
     naive = log_traces("naive", TRACES / "naive")  # an older run's trace/iteration_N/trace.json
-    builtin = log_traces("builtin", named_as_now(TRACES / "builtin", tmp_path))
+    builtin = log_traces("builtin", named_as_now(TRACES / "builtin", tmp_path / "builtin"))
     assert compare.main(["--diff", naive[:8], builtin, "--depth", "1"]) == 0
     out = capsys.readouterr()
     assert "~ replaced [3x aten::mul, aten::mean, aten::add, ... (6 spans)] by [aten::rms_norm]" in out.out
