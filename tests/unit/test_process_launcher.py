@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from hydra_plugins.runner_launcher import process_launcher
 from hydra_plugins.runner_launcher.process_launcher import InProcessLauncher, ProcessLauncher, portable
 from runner.compose import refusal
+from runner.config import ConfigError
 from runner.sweep.jobs import IN_PROCESS_LAUNCHER
 from tests.helpers import compose_cfg
 
@@ -34,6 +35,16 @@ def test_each_launcher_composes_into_the_runners_config_with_typed_keys(launcher
     assert refusal(refused.value) == (  # the line `python -m runner` prints
         "Error merging override hydra.launcher.jobs=two; Value 'two' of type 'str' could not be converted to Integer"
     )
+
+
+@pytest.mark.parametrize(
+    ("launcher", "key"), [(ProcessLauncher, "jobs"), (ProcessLauncher, "timeout_s"), (InProcessLauncher, "timeout_s")]
+)
+def test_a_launcher_refuses_a_limit_that_would_hang_or_kill_every_job_in_any_hydra_app(
+    launcher: type[InProcessLauncher | ProcessLauncher], key: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^hydra.launcher.{key} must be .*, got -1$"):
+        launcher(**{key: -1})
 
 
 def test_the_runners_sweeps_launch_in_process_by_default() -> None:
