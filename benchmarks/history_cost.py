@@ -37,8 +37,11 @@ HOUR_MS = 3_600_000
 def fill(uri: str, runs: int, configurations: int, rng: np.random.Generator) -> None:
     """`runs` FINISHED job runs spread over `configurations`, an hour apart, each at a commit of its own."""
     client = MlflowClient(uri)
-    # a new store holds MLflow's `Default` experiment too: the runs go to the runner's
-    experiment_id = client.get_experiment_by_name(TrackingConfig.experiment).experiment_id
+    # a new store holds MLflow's `Default` experiment too: the runs go to the runner's, which new_store made
+    experiment = client.get_experiment_by_name(TrackingConfig.experiment)
+    if experiment is None:
+        raise SystemExit(f"{uri}: no experiment {TrackingConfig.experiment!r}")
+    experiment_id = experiment.experiment_id
     for k in range(runs):
         start = 1_700_000_000_000 + HOUR_MS * k
         tags = {

@@ -16,7 +16,8 @@ command's wall time, time/job_s, time/measured_s and time/process_cv, the runner
 inside the job (job_s - measured_s) and outside it (wall - job_s: interpreter, imports,
 Hydra), the extra wall time against processes=0, and the runs' timing.stable verdicts.
 
-python benchmarks/processes_cost.py [rounds] [--starts N]   (rounds=0: the start comparison only)
+python benchmarks/processes_cost.py [rounds] [--starts N] [--variant V ...]
+    (rounds=0: the start comparison only; --variant: only these variants in (c))
 
 The workers import this script as their main module, as a spawned child does: it imports at
 the top only what a runner worker imports (torch and the runner), the rest inside functions.
@@ -82,10 +83,12 @@ def round_s(jobs: list[RoundJob], method: StartMethod) -> float:
     return time.monotonic() - started
 
 
-def compare_starts(rounds: int) -> None:
+VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
+
+
+def compare_starts(rounds: int, variants: list[str]) -> None:
     """Spawn against forkserver, interleaved, after one untimed worker of each (the page cache, the server)."""
     spec = load_run_spec(compose_config("+workload=rmsnorm_naive", "backend=cpu", "tracking=off"))
-    variants = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
     specs = [load_run_spec(compose_config(f"+workload={name}", "backend=cpu", "tracking=off")) for name in variants]
     jobs = [RoundJob(variant, variant, variant_spec, 1) for variant, variant_spec in zip(variants, specs, strict=True)]
     prepare_workers(specs)  # the fork server, with torch.compile's modules for the compiled variant
@@ -103,7 +106,7 @@ def compare_starts(rounds: int) -> None:
     measured = (
         ("start", "Child() to target's first line"),
         ("worker", "a whole default worker"),
-        ("round", "a round of the 3-variant sweep"),
+        ("round", f"a round of the {len(variants)}-variant sweep"),
     )
     for what, label in measured:
         for method in START_METHODS:
@@ -173,6 +176,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rounds", nargs="?", type=int, default=2, help="interleaved rounds of jobs (default 2)")
     parser.add_argument("--starts", type=int, default=5, help="interleaved rounds of worker starts (default 5)")
+    parser.add_argument("--variant", action="append", choices=VARIANTS, help="the sweep's variants (default: all)")
     args = parser.parse_args()
     if args.rounds < 0 or args.starts < 1:
         parser.error("rounds must be >= 0 and --starts >= 1")
@@ -181,6 +185,6 @@ def parse_args() -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse_args()
-    compare_starts(arguments.starts)
+    compare_starts(arguments.starts, arguments.variant or list(VARIANTS))
     if arguments.rounds:
         main(arguments.rounds)

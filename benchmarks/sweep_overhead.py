@@ -31,8 +31,8 @@ def main(extra: list[str]) -> None:
     )  # fmt: skip
     wall = time.perf_counter() - start
     client = mlflow.MlflowClient(uri)
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    runs = [r for r in runs if r.data.tags.get(names.TAG_SWEEP) != "true"]
+    every = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    runs = [r for r in every if r.data.tags.get(names.TAG_SWEEP) != "true"]
     print(f"{'job':18} {'job s':>7} {'measured s':>11} {'runner s':>9} {'runner %':>9}")
     for run in sorted(runs, key=lambda r: r.info.start_time):
         job, measured = run.data.metrics[names.JOB_S], run.data.metrics[names.MEASURED_S]

@@ -198,14 +198,15 @@ def measure(cells: list[Cell], runs: int, work: Path) -> None:
     rng, start = random.Random(0), time.perf_counter()
     for number in range(runs):
         for index, cell in enumerate(cells):
-            got: dict[str, object] = {}
+            runner, independent = None, {}
             for side in rng.sample(SIDES, len(SIDES)):
                 if side == "runner":
-                    got[side] = runner_job(cell, uri, work / f"run{number}-cell{index}")
+                    runner = runner_job(cell, uri, work / f"run{number}-cell{index}")
                 else:
-                    got[side] = independent_median(cell.overrides(), side)
-            runner_ms, stable, reasons, medians, uncertainty = got["runner"]  # type: ignore[misc]
-            cell.runs.append(Run(runner_ms, stable, reasons, medians, uncertainty, got["Timer"], got["plain loop"]))  # type: ignore[arg-type]
+                    independent[side] = independent_median(cell.overrides(), side)
+            assert runner is not None  # SIDES holds it
+            runner_ms, stable, reasons, medians, uncertainty = runner
+            cell.runs.append(Run(*runner, independent["Timer"], independent["plain loop"]))
             last = cell.runs[-1]
             progress(
                 f"run {number + 1}/{runs} {cell.name}: runner {runner_ms:.4f} ms (stable={str(stable).lower()}), "
