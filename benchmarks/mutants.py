@@ -213,6 +213,22 @@ MUTANTS = [
     Mutant("trn1-lnc-2-halves-its-cores", "runner/backends/cores.py", 'if generation == "trn1" or not value:',
            "if not value:", ("tests/unit/test_neuron_settings.py::test_a_trn1_core_is_half_its_chip_whatever_the_lnc",),
            "NEURON_LOGICAL_NC_CONFIG=2 on Trn1 (no LNC there) makes a core a whole chip: its peak doubled"),
+    Mutant("turns-not-added-up", "runner/measure/turns.py", "left[name] -= time.monotonic() - started",
+           "left[name] -= 0.0",
+           ("tests/unit/test_turns.py::test_a_worker_slow_in_every_turn_is_hung_once_its_turns_add_up_past_its_time",),
+           "a worker slow in every turn runs for ever: only one turn at a time is bounded"),
+    Mutant("hung-job-times-its-own", "runner/sweep/rounds.py", "if isinstance(samples, ChildSilent):", "if False:",
+           ("tests/integration/test_rounds.py::test_a_hung_job_is_stopped_past_its_time_and_the_others_keep_their_rounds",),
+           "a job whose round worker hung is left to time its own steady state, where it hangs again"),
+    Mutant("hung-record-ignored", "runner/measure/loop.py", "raise HungWorkload(data[HUNG_KEY])", "return None",
+           ("tests/unit/test_rounds.py::"
+            "test_a_job_its_sweeps_rounds_found_hung_fails_with_why_instead_of_timing_it_again",),
+           "a job the rounds found hung times its own steady state and hangs the sweep"),
+    Mutant("negative-jobs-accepted", "runner/config.py", "if jobs is not None and jobs < 0:",
+           "if jobs is not None and jobs < -1:",
+           ("tests/unit/test_process_launcher.py::"
+            "test_a_launcher_refuses_a_limit_that_would_hang_or_kill_every_job_in_any_hydra_app",),
+           "hydra.launcher.jobs=-1 leaves no slot and the launcher polls for ever"),
 ]  # fmt: skip
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE"]
 # pytest's exit statuses: tests failed, or collection failed (the mutant broke an import)

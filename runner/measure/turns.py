@@ -131,7 +131,9 @@ def give_turns(
             name = queue.popleft()
             started = time.monotonic()
             try:
-                workers[name].settimeout(None if math.isinf(left[name]) else max(left[name], 0.0))
+                if left[name] <= 0:  # (a timeout of 0 would make the socket non-blocking)
+                    raise TimeoutError
+                workers[name].settimeout(None if math.isinf(left[name]) else left[name])
                 workers[name].sendall(GO)
                 answer = workers[name].recv(1)
             except TimeoutError:

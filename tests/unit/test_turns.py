@@ -98,9 +98,9 @@ def test_a_worker_that_holds_its_turn_past_its_time_is_left_out_and_named() -> N
 def test_a_worker_slow_in_every_turn_is_hung_once_its_turns_add_up_past_its_time() -> None:
     with referee() as (path, listener):
         events: list[str] = []
-        slow = threading.Thread(target=take_turns, args=(path, "a", 20, events, None, 0.05))
+        slow = threading.Thread(target=take_turns, args=(path, "a", 20, events, None, 0.2))
         slow.start()
-        assert give_turns(listener, ["a"], timeout_s=0.3) == {"a"}
+        assert give_turns(listener, ["a"], timeout_s=1.0) == {"a"}
         slow.join(timeout=10)
     parts = [event for event in events if event != "a lost its referee"]
-    assert 3 <= len(parts) < 20  # each turn well within the limit, but not all of them
+    assert 2 <= len(parts) < 20  # each turn well within the limit, but not all of them
