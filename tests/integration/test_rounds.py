@@ -71,7 +71,7 @@ def test_a_hung_job_is_stopped_past_its_time_and_the_others_keep_their_rounds(wh
     slots = CpuBackend.plan_slots(BackendConfig(name="cpu"), 2, None, 1) if where == "in slots" else None
     jobs = [RoundJob("good", "a", good, 2), RoundJob("hanging", "b", hanging, 2)]
     started = time.monotonic()
-    outcome = time_rounds(jobs, "sweep-3", slots, random.Random(0), timeout_s=10)
-    assert time.monotonic() - started < 60
-    assert outcome.hung == {"b": "its workload hung: round 1 gave no answer within 10 s (hydra.launcher.timeout_s)"}
+    outcome = time_rounds(jobs, "sweep-3", slots, random.Random(0), timeout_s=5)
+    assert time.monotonic() - started < 40
+    assert outcome.hung == {"b": "its workload hung: round 1 gave no answer within 5 s (hydra.launcher.timeout_s)"}
     assert list(outcome.steady) == ["a"] and len(outcome.steady["a"].step_ms) == 2
