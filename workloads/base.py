@@ -53,6 +53,19 @@ class CostModel(Protocol):
         ...
 
 
+@runtime_checkable
+class LncKernels(Protocol):
+    """A workload whose NKI kernels launch on the Neuron runtime's logical NeuronCore (LNC); optional.
+
+    A launch's LNC must match the runtime's or the call fails (SDK:nki/api/nki/__init__.py, `jit`);
+    only the runner knows that LNC, so it calls `launch_at_lnc` once, before the first forward.
+    """
+
+    def launch_at_lnc(self, lnc: int) -> None:
+        """Launch every kernel as `kernel[lnc](...)`: one program per physical NeuronCore of the LNC."""
+        ...
+
+
 class TokenWorkload(nn.Module):
     """A workload over activations of shape (batch, seq_len, hidden), the usual transformer layout."""
 

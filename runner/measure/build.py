@@ -10,8 +10,11 @@ import torch
 from torch import nn
 
 from runner.backends.base import Backend
+from runner.backends.cores import LNC_ENV, logical_nc_config
+from runner.backends.neuron import trainium_generation
 from runner.config import ConfigError, WorkloadSpec, locate_target
 from runner.measure.collectives import GradientAverager
+from workloads.base import LncKernels
 
 
 @dataclass
@@ -76,6 +79,20 @@ def _inputs(module: nn.Module, spec: WorkloadSpec, dtype: torch.dtype) -> tuple[
     return tuple(make(dtype, generator))
 
 
+def runtime_lnc() -> int:
+    """The Neuron runtime's LNC, which an NKI kernel's launch must match; it is the host's, whatever the backend.
+
+    Raises:
+        ConfigError: it is unknown (Trn3 with NEURON_LOGICAL_NC_CONFIG unset), or the variable is not 1 or 2.
+    """
+    lnc, words = logical_nc_config(trainium_generation())
+    if lnc is None:
+        raise ConfigError(
+            f"workload: an NKI kernel launches at the Neuron runtime's LNC, {words}; set {LNC_ENV}, one of: 1, 2"
+        )
+    return lnc
+
+
 def build_workload(spec: WorkloadSpec, backend: Backend) -> BuiltWorkload:
     """Instantiate, seed, cast and place the workload, compiled when `workload.compile`; ConfigError on bad kwargs."""
     torch.manual_seed(spec.seed)
@@ -85,6 +102,8 @@ def build_workload(spec: WorkloadSpec, backend: Backend) -> BuiltWorkload:
         raise ConfigError(str(err) if str(err).startswith("workload.") else f"workload: {err}") from None
     if not isinstance(module, nn.Module):
         raise ConfigError(f"workload._target_={spec.target!r} must build a torch.nn.Module")
+    if isinstance(module, LncKernels):
+        module.launch_at_lnc(runtime_lnc())
     dtype = getattr(torch, spec.dtype)
     inputs = tuple(t.to(backend.device) for t in _inputs(module, spec, dtype))
     eager = module.to(backend.device, dtype).eval()
