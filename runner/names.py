@@ -91,6 +91,8 @@ NEURON_PB_FILES = "neuron/pb_files"
 NEURON_DROPPED_EVENTS = "neuron/dropped_events"
 NEURON_PROFILES = "neuron/profiles"
 NEURON_TOTAL_TIME_SUM = "neuron/total_time_sum"
+# Explorer's busy time (total_active_time) summed over the profiles, in seconds: coverage's denominator
+NEURON_TOTAL_ACTIVE_TIME_SUM = "neuron/total_active_time_sum"
 # neuron-explorer's own summary metrics are logged under this prefix, with its names
 NEURON_SUMMARY_PREFIX = "neuron/"
 # key_averages()'s device time in ms, and it over Explorer's on-device total, as a fraction
@@ -183,6 +185,8 @@ TAG_NEURON_EXPLORER_SCHEMA = "neuron.explorer_schema"
 TAG_NEURON_DEVICE_TIME_COVERAGE = "neuron.device_time_coverage"
 # set when a job pins more NeuronCores than its workload executes on
 TAG_NEURON_IDLE_CORES = "neuron.idle_cores"
+# ok, or where the physical NeuronCores per logical one disagree with the LNC the runner uses
+TAG_NEURON_LNC_CHECK = "neuron.lnc_check"
 # the CPU fallback ops' names, "none", or why this torch-neuronx could not tell
 TAG_NEURON_CPU_FALLBACKS = "neuron.cpu_fallbacks"
 

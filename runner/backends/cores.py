@@ -15,6 +15,9 @@ CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
 # default is given (SDK:about-neuron/arch/neuron-features/logical-neuroncore-config.rst)
 LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
 DEFAULT_LNC = {"trn1": 1, "trn2": 2}
+# the runtime's physical NeuronCores per virtual (logical) one, the LNC under another name; documented default 1
+# (SDK:tools/neuron-explorer/environment-variables.rst; glossary.rst, "VNC")
+VIRTUAL_CORE_SIZE_ENV = "NEURON_RT_VIRTUAL_CORE_SIZE"
 
 
 def parse_cores(spec: str, key: str) -> list[int]:
@@ -77,3 +80,21 @@ def logical_nc_config(generation: str, environ: Mapping[str, str] = os.environ) 
     if value not in ("1", "2"):
         raise ConfigError(f"{LNC_ENV}={value!r} is not allowed; choose one of: 1, 2")
     return int(value), f"{value}, from {LNC_ENV}"
+
+
+def lnc_check(lnc: int | None, others: dict[str, str | None]) -> tuple[str, list[str]]:
+    """The `neuron.lnc_check` tag, and one warning line per source whose LNC differs from the runner's `lnc`.
+
+    `others` maps a source (a variable, a tool's field) to the physical NeuronCores per logical one it
+    gives, None where it gives none: a disagreement means the roofline's per-core share and the link
+    classes are computed for cores the job does not have.
+    """
+    given = {source: value for source, value in others.items() if value is not None}
+    if lnc is None or not given:
+        return f"unchecked: the runner's LNC is {lnc or 'unknown'}; compared with {', '.join(given) or 'nothing'}", []
+    differ = {source: value for source, value in given.items() if value != str(lnc)}
+    lines = [f"{source}={value} disagrees with the runner's LNC {lnc}" for source, value in differ.items()]
+    if lines:
+        fix = f"set {LNC_ENV} to the LNC the job runs at"
+        return f"warning: {'; '.join(lines)}", [f"LNC mismatch: {'; '.join(lines)} ({fix})"]
+    return f"ok: LNC {lnc}, as {', '.join(given)} give", []

@@ -18,7 +18,15 @@ from torch.profiler import ProfilerActivity
 
 from runner import names
 from runner.backends.base import Backend, CaptureReport, MemoryHistory, Slot, more_repeats, require_complete_traces
-from runner.backends.cores import consecutive_runs, format_cores, logical_nc_config, parse_core_range, parse_cores
+from runner.backends.cores import (
+    VIRTUAL_CORE_SIZE_ENV,
+    consecutive_runs,
+    format_cores,
+    lnc_check,
+    logical_nc_config,
+    parse_core_range,
+    parse_cores,
+)
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.neuron_coverage import device_time_coverage, driver_events
 from runner.backends.neuron_fallback import count_fallbacks_from_now, note_cpu_fallbacks
@@ -41,6 +49,8 @@ COMPILE_CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
 # where those two caches go when nothing moves them: a cache job must leave them as they were
 DEFAULT_CACHES = (Path(DEFAULT_NEFF_CACHE), Path("/var/tmp/neuron-compile-cache"))
+# where Explorer gives the physical NeuronCores per logical one (profile-schema-reference.rst, Metadata)
+EXPLORER_LNC = "Explorer's Metadata.num_physical_cores"
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
 DRIVER_VERSION = Path("/sys/module/neuron/version")
 # the allocation history calls a memory snapshot needs (runner.backends.base.MemoryHistory)
@@ -319,7 +329,8 @@ class NeuronBackend(Backend):
             report.tags[names.TAG_NEURON_IDLE_CORES] = idle
             report.warnings.append(f"{idle} (set backend.cores={self.cores[0]})")
         note_cpu_fallbacks(report)
-        summary = explorer_summary(session_dirs(capture_dir), self.config.explorer_timeout_s)
+        timeouts_s = self.config.explorer_timeout_s, self.config.explorer_view_timeout_s
+        summary = explorer_summary(session_dirs(capture_dir), timeouts_s[0], view_timeout_s=timeouts_s[1])
         report.metrics.update(summary.metrics)
         report.tags.update(summary.tags)
         report.warnings.extend(summary.warnings)
@@ -330,10 +341,17 @@ class NeuronBackend(Backend):
             summary.metrics.get(names.NEURON_TOTAL_TIME_SUM),
             driver_events(capture_dir),
             summary.tags[names.TAG_NEURON_EXPLORER],
+            busy_s=summary.metrics.get(names.NEURON_TOTAL_ACTIVE_TIME_SUM),
         )
         report.metrics.update(coverage.metrics)
         report.tags.update(coverage.tags)
         report.warnings.extend(coverage.warnings)
+        explorer_lnc = ", ".join(map(str, sorted(summary.physical_cores))) or None
+        others = {VIRTUAL_CORE_SIZE_ENV: os.environ.get(VIRTUAL_CORE_SIZE_ENV), EXPLORER_LNC: explorer_lnc}
+        report.tags[names.TAG_NEURON_LNC_CHECK], lnc_warnings = lnc_check(
+            logical_nc_config(trainium_generation())[0], others
+        )
+        report.warnings.extend(lnc_warnings)
         return report
 
     def reset_peak_memory(self) -> None:

@@ -37,8 +37,22 @@ EXPLORER_FORMATS = (PARQUET, SUMMARY_JSON)
 # fields: profile-schema-reference.rst). That 12.0.1's Summary keeps 7.4.0's total_time (seconds) is
 # inferred, so a Summary without it is read as an unknown schema
 KNOWN_SCHEMAS = {"7": "7.x (7.4.0: Neuron SDK 2.31)", "12": "12.x (12.0.1: Neuron SDK 2.33)"}
-# the Summary column of on-device time: device-time coverage needs it
+# the Summary column of on-device time, idle gaps included: device-time coverage needs it
 TOTAL_TIME = "total_time"
+# the Summary column of busy time, "the union of all active intervals" of engines, DMA and collectives
+# (profile-schema-reference.rst, Summary): coverage's denominator where every profile has it
+TOTAL_ACTIVE_TIME = "total_active_time"
+# SchemaFields' `field_unit` of a time field, in seconds each: the reference writes "seconds" (Summary) and
+# "nanoseconds" (timestamps); the other spellings are accepted, unconfirmed by any document
+SECONDS_PER_UNIT = {
+    "seconds": 1.0, "s": 1.0, "milliseconds": 1e-3, "ms": 1e-3,
+    "microseconds": 1e-6, "us": 1e-6, "nanoseconds": 1e-9, "ns": 1e-9,
+}  # fmt: skip
+# the Summary's other units in schema 7.4.0: logged as they are
+UNITS_AS_IS = ("percent", "flops", "bytes", "cycles")
+# a Parquet `view` past this key's seconds is left for summary-json (processing can stall: troubleshooting.rst)
+VIEW_TIMEOUT_KEY = "backend.explorer_view_timeout_s"
+VIEW_TIMED_OUT = "did not finish in {seconds} s (" + VIEW_TIMEOUT_KEY + ")"
 UNVERSIONED = "unversioned (summary-json carries no schema version)"
 NO_SOURCE = "none"
 NOT_RUN = "not run: the capture holds no device profile (no NTFF beside its NEFF)"
@@ -181,14 +195,25 @@ def system_profile_metrics(folder: Path) -> dict[str, float]:
             if (source := row["trace_event_source"]) in EVENT_SOURCES:
                 metrics[names.NEURON_SYSTEM_EVENTS.format(source=source)] += 1
                 metrics[names.NEURON_SYSTEM_MS.format(source=source)] += row["duration_ns"] / 1e6
-    hbm = [
-        row["total_bytes"]
-        for p in parquet_tables(folder, "SystemProfileHbmUsage")
-        for row in pq.read_table(p).to_pylist()
-    ]
+    hbm = [row for p in parquet_tables(folder, "SystemProfileHbmUsage") for row in pq.read_table(p).to_pylist()]
     if hbm:
-        metrics[names.NEURON_SYSTEM_HBM_PEAK_BYTES] = float(max(hbm))
+        metrics[names.NEURON_SYSTEM_HBM_PEAK_BYTES] = device_hbm_peak(hbm)
     return dict(metrics)
+
+
+def device_hbm_peak(rows: list[dict[str, Any]]) -> float:
+    """The most HBM a device had in use: at each sample its stacks' latest `total_bytes` summed, the highest device's.
+
+    A SystemProfileHbmUsage row is one HBM stack's (`hbm_idx` on `device_idx` of `instance_id`), and
+    several NeuronCores may share a stack (profile-schema-reference.rst), so one row's is no device's.
+    """
+    devices: defaultdict[tuple[Any, Any], dict[Any, int]] = defaultdict(dict)
+    peak = 0
+    for row in sorted(rows, key=lambda row: row["timestamp"]):
+        stacks = devices[row.get("instance_id"), row.get("device_idx")]
+        stacks[row.get("hbm_idx")] = row["total_bytes"]
+        peak = max(peak, sum(stacks.values()))
+    return float(peak)
 
 
 def add_system_metrics(total: dict[str, float], session: dict[str, float]) -> None:
@@ -203,12 +228,41 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str]:
-    """The `Summary` rows of a processed profile and its `profile_schema_version`.
+def summary_units(folder: Path) -> dict[str, str]:
+    """SchemaFields' `field_unit` of each Summary field; empty without that table (the documented units hold)."""
+    import pyarrow.parquet as pq
+
+    rows = [row for path in parquet_tables(folder, "SchemaFields") for row in pq.read_table(path).to_pylist()]
+    summary = (row for row in rows if row["table_name"] == "Summary" and row.get("field_unit"))
+    return {row["field_name"]: row["field_unit"] for row in summary}
+
+
+def in_seconds(metrics: dict[str, float], units: dict[str, str], where: Path) -> dict[str, float]:
+    """One Summary row with its time fields in seconds, the unit the runner logs and compares them in.
+
+    Raises:
+        UnknownSchema: a field in a unit the runner neither converts nor logs as it is (field and unit named).
+    """
+    converted = {}
+    for name, value in metrics.items():
+        unit = units.get(name)
+        if unit is not None and unit not in SECONDS_PER_UNIT and unit not in UNITS_AS_IS:
+            known = ", ".join([*SECONDS_PER_UNIT, *UNITS_AS_IS])
+            raise UnknownSchema(f"{where}: Summary field {name} is in {unit!r}, not a unit the runner reads ({known})")
+        converted[name] = value * SECONDS_PER_UNIT.get(unit or "", 1.0)
+    return converted
+
+
+def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str, set[int]]:
+    """A processed profile's `Summary` rows (times in seconds), `profile_schema_version` and `num_physical_cores`.
+
+    Rows are keyed by their file's path in `folder` and row number: Explorer may write a Summary per
+    profile in folders of their own (`profiles/global/<display-name>@latest/`), all named alike.
 
     Raises:
         ValueError: the folder holds no Summary or no Metadata table.
-        UnknownSchema: a schema whose MAJOR version the runner does not read, or a Summary without total_time.
+        UnknownSchema: a schema whose MAJOR version the runner does not read, a Summary without total_time,
+            or a Summary field in a unit the runner does not read.
     """
     import pyarrow.parquet as pq
 
@@ -216,8 +270,11 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
     if not metadata or not summaries:
         raise ValueError(f"no Summary and Metadata tables in Explorer's Parquet output {folder}")
     versions = []
+    physical_cores: set[int] = set()
     for path in metadata:
         for row in pq.read_table(path).to_pylist():
+            if row.get("num_physical_cores") is not None:
+                physical_cores.add(int(row["num_physical_cores"]))
             version = str(row.get("profile_schema_version") or "(none)")
             if version.split(".")[0] not in KNOWN_SCHEMAS:
                 raise UnknownSchema(
@@ -225,14 +282,15 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
                     f"(it reads {', '.join(KNOWN_SCHEMAS.values())})"
                 )
             versions.append(version)
+    units = summary_units(folder)
     entries = {
-        f"{path.stem}#{number}": numeric(row)
+        f"{path.relative_to(folder)}#{number}": in_seconds(numeric(row), units, path)
         for path in summaries
         for number, row in enumerate(pq.read_table(path).to_pylist())
     }
     if not all(TOTAL_TIME in row for row in entries.values()):
         raise UnknownSchema(f"{summaries[0]}: profile schema {versions[0]} has no Summary column {TOTAL_TIME}")
-    return entries, ", ".join(sorted(set(versions)))
+    return entries, ", ".join(sorted(set(versions))), physical_cores
 
 
 @dataclass
@@ -240,10 +298,21 @@ class ExplorerSummary(CaptureReport):
     """Device-side metrics from neuron-explorer, how getting them went, and the summary as JSON."""
 
     raw: str = ""
+    # Metadata's num_physical_cores (physical NeuronCores per logical one) of each profile; Parquet only
+    physical_cores: set[int] = field(default_factory=set)
 
 
-# one session's summary: metrics by profile, the schema version, the summary as JSON, its system-profile metrics
-Summary = tuple[dict[str, dict[str, float]], str, str, dict[str, float]]
+@dataclass
+class Summary:
+    """One session's summary in one format."""
+
+    # metrics by profile, time fields in seconds
+    profiles: dict[str, dict[str, float]]
+    schema: str
+    # the summary as JSON, for the run's artifact
+    raw: str
+    system: dict[str, float] = field(default_factory=dict)
+    physical_cores: set[int] = field(default_factory=set)
 
 
 def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
@@ -252,15 +321,19 @@ def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
     if fmt == SUMMARY_JSON:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
         found = parse_summary_json(done.stdout, str(session))
-        return found, UNVERSIONED, json.dumps(first_json_object(done.stdout)), {}
+        return Summary(found, UNVERSIONED, json.dumps(first_json_object(done.stdout)))
     with tempfile.TemporaryDirectory(prefix="neuron_explorer_") as out:
         subprocess.run([*cmd, "--output-file", out], capture_output=True, text=True, timeout=timeout_s, check=True)
-        found, schema = read_parquet_summary(Path(out))
-        return found, schema, json.dumps(found), system_profile_metrics(Path(out))
+        found, schema, physical_cores = read_parquet_summary(Path(out))
+        return Summary(found, schema, json.dumps(found), system_profile_metrics(Path(out)), physical_cores)
 
 
-def _summarise(tool: str, session: Path, formats: tuple[str, ...], timeout_s: int) -> tuple[str, Summary, list[str]]:
-    """The first of `formats` read, the session's summary in it, and why earlier formats were not (unknown schemas).
+def _summarise(
+    tool: str, session: Path, formats: tuple[str, ...], timeouts_s: dict[str, int]
+) -> tuple[str, Summary, list[str]]:
+    """The first of `formats` read, the session's summary in it, and why earlier formats were not read.
+
+    Not read: an unknown schema, or a `view` past its format's timeout in `timeouts_s`.
 
     Raises:
         UnknownSchema: the last format's output is in a schema the runner does not read.
@@ -269,25 +342,32 @@ def _summarise(tool: str, session: Path, formats: tuple[str, ...], timeout_s: in
     unread: list[str] = []
     for fmt in formats:
         try:
-            return fmt, _view(tool, session, fmt, timeout_s), unread
+            return fmt, _view(tool, session, fmt, timeouts_s[fmt]), unread
         except (OSError, subprocess.SubprocessError, ValueError) as err:
             if fmt == formats[-1]:
                 raise
             detail = getattr(err, "stderr", None) or str(err)
             log.info("%s gave no %s summary of %s (%s); asking for the next format", tool, fmt, session, detail)
-            if isinstance(err, UnknownSchema):
+            if isinstance(err, subprocess.TimeoutExpired):
+                unread.append(f"{tool} view --output-format {fmt} {VIEW_TIMED_OUT.format(seconds=timeouts_s[fmt])}")
+            elif isinstance(err, UnknownSchema):
                 unread.append(str(err))
     raise ValueError("no Explorer format to ask for")
 
 
 def explorer_summary(
-    sessions: list[Path], timeout_s: int, formats: tuple[str, ...] = EXPLORER_FORMATS
+    sessions: list[Path],
+    timeout_s: int,
+    formats: tuple[str, ...] = EXPLORER_FORMATS,
+    view_timeout_s: int | None = None,
 ) -> ExplorerSummary:
     """Summarise each device profile with neuron-explorer, Parquet first where pyarrow can read it; never raise.
 
     Parquet in an unknown schema falls back to summary-json (troubleshooting.rst: "Is summary-json still
-    supported? Yes"). With several profiles (one per NEFF in eager mode), `neuron/<metric>` comes from
-    the one with the largest total_time, and `neuron/total_time_sum` adds them all up.
+    supported? Yes"), and so does a Parquet `view` running past `view_timeout_s` (default `timeout_s`); after
+    one such, no later session asks for Parquet. With several profiles (one per NEFF in eager mode),
+    `neuron/<metric>` comes from the one with the largest total_time, and `neuron/total_time_sum` adds them
+    all up, as `neuron/total_active_time_sum` adds their busy time where every profile gives it.
     """
     tags: dict[str, Any] = {names.TAG_NEURON_EXPLORER_SOURCE: NO_SOURCE}
     if not sessions:
@@ -298,18 +378,20 @@ def explorer_summary(
         tags[names.TAG_NEURON_EXPLORER] = "not on PATH nor in /opt/aws/neuron/bin (install aws-neuronx-tools)"
         return ExplorerSummary(tags=tags)
     unread: dict[str, None] = {}  # why Parquet was not read, in order, once each
-    fell_back = False  # from Parquet in an unknown schema to summary-json
+    fell_back = False  # from Parquet in an unknown schema, or past its timeout, to summary-json
     if PARQUET in formats and not parquet_available():
         formats = tuple(f for f in formats if f != PARQUET)
         unread["pyarrow is not installed"] = None
+    timeouts_s = {SUMMARY_JSON: timeout_s, PARQUET: view_timeout_s or timeout_s}
     entries: dict[str, dict[str, float]] = {}
     system_metrics: dict[str, float] = {}
+    physical_cores: set[int] = set()
     sources: set[str] = set()  # the neuron.explorer_source tag: parquet-<MAJOR> or summary-json
     schemas: set[str] = set()
     outputs = []
     for session in sessions:
         try:
-            fmt, (profiles, schema, raw, system), schemas_unread = _summarise(tool, session, formats, timeout_s)
+            fmt, summary, schemas_unread = _summarise(tool, session, formats, timeouts_s)
         except UnknownSchema as err:
             tags[names.TAG_NEURON_EXPLORER] = f"{tool}: {err}"
             return ExplorerSummary(tags=tags, warnings=[f"neuron-explorer's summary is not read: {err}"])
@@ -320,11 +402,15 @@ def explorer_summary(
             return ExplorerSummary(tags=tags)
         unread.update(dict.fromkeys(schemas_unread))
         fell_back = fell_back or bool(schemas_unread)
-        sources.add(f"{fmt}-{schema.split('.')[0]}" if fmt == PARQUET else fmt)
-        schemas.add(schema)
-        outputs.append(raw)
-        add_system_metrics(system_metrics, system)
-        entries.update({f"{session.name}/{name}": metrics for name, metrics in profiles.items()})
+        if any(VIEW_TIMEOUT_KEY in why for why in schemas_unread):
+            formats = tuple(f for f in formats if f != PARQUET)
+        sources.add(f"{fmt}-{summary.schema.split('.')[0]}" if fmt == PARQUET else fmt)
+        schemas.add(summary.schema)
+        outputs.append(summary.raw)
+        add_system_metrics(system_metrics, summary.system)
+        physical_cores |= summary.physical_cores
+        # by the whole path: sessions of two processes can share a timestamp folder name
+        entries.update({f"{session}/{name}": metrics for name, metrics in summary.profiles.items()})
     tags[names.TAG_NEURON_EXPLORER_SOURCE] = ", ".join(sorted(sources))
     tags[names.TAG_NEURON_EXPLORER_SCHEMA] = ", ".join(sorted(schemas))
     not_read = "; ".join(unread)
@@ -334,5 +420,9 @@ def explorer_summary(
     metrics = {f"{names.NEURON_SUMMARY_PREFIX}{k}": v for k, v in largest.items()}
     metrics[names.NEURON_PROFILES] = float(len(entries))
     metrics[names.NEURON_TOTAL_TIME_SUM] = sum(m.get(TOTAL_TIME, 0.0) for m in entries.values())
+    if entries and all(TOTAL_ACTIVE_TIME in m for m in entries.values()):
+        metrics[names.NEURON_TOTAL_ACTIVE_TIME_SUM] = sum(m[TOTAL_ACTIVE_TIME] for m in entries.values())
     metrics.update(system_metrics)
-    return ExplorerSummary(metrics=metrics, tags=tags, raw="\n".join(outputs), warnings=warnings)
+    return ExplorerSummary(
+        metrics=metrics, tags=tags, raw="\n".join(outputs), warnings=warnings, physical_cores=physical_cores
+    )

@@ -1,7 +1,10 @@
 """Device-time coverage: how much of the device time Explorer measured key_averages() accounts for.
 
-The denominator sums Explorer's `total_time` (on-device, idle gaps included: the Parquet schema reference); in
-session mode one NTFF covers every NEFF the session ran (troubleshooting.rst), more than the profiled step.
+The denominator sums Explorer's busy time, `total_active_time` ("the union of all active intervals" of engines,
+DMA and collectives), where every profile has it, else `total_time` (on-device, idle gaps included), both
+from the Parquet schema reference's Summary: the ops' device time is busy time, so idle gaps in the
+denominator read as missing ops. In session mode one NTFF covers every NEFF the session ran
+(troubleshooting.rst), more than the profiled step.
 key_averages() gets no Neuron device time: Kineto defines PrivateUse1 driver events as host-side (libkineto
 ActivityType.h; pytorch issue 166205) and TorchNeuron feeds no device event back (its source, Feb 2026).
 """
@@ -43,22 +46,26 @@ def missing_device_time(framework_ms: float, drivers: int) -> str:
     )
 
 
-def device_time_coverage(framework_ms: float, explorer_s: float | None, drivers: int, explorer: str) -> CaptureReport:
-    """Compare key_averages()'s device time (ms) with Explorer's on-device total (s): metrics, tag, a low one's warning.
+def device_time_coverage(
+    framework_ms: float, explorer_s: float | None, drivers: int, explorer: str, busy_s: float | None = None
+) -> CaptureReport:
+    """Compare key_averages()'s device time (ms) with Explorer's (s): metrics, tag, a low one's warning.
 
-    `drivers` counts privateuse1_driver events; `explorer` says how Explorer went, for the tag without a total.
+    The denominator is `busy_s` (summed total_active_time) where Explorer gave it, else `explorer_s` (summed
+    total_time); `drivers` counts privateuse1_driver events; `explorer` says how Explorer went, for the tag
+    without a total.
     """
     metrics = {names.NEURON_FRAMEWORK_DEVICE_MS: framework_ms}
     if not explorer_s:
         tag = f"unknown: neuron-explorer gave no on-device total_time ({explorer})"
         return CaptureReport(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: tag})
-    explorer_ms = explorer_s * MS_PER_S
+    explorer_ms = (busy_s or explorer_s) * MS_PER_S
     fraction = framework_ms / explorer_ms
     metrics[names.NEURON_DEVICE_TIME_COVERAGE] = fraction
-    found = (
-        f"key_averages() has {framework_ms:.3f} ms of the {explorer_ms:.3f} ms of device time in neuron-explorer's "
-        f"total_time, idle gaps included ({fraction:.0%})"
-    )
+    idle = "in neuron-explorer's total_time, idle gaps included"
+    of_what = "busy in neuron-explorer's total_active_time" if busy_s else idle
+    found = f"key_averages() has {framework_ms:.3f} ms of the {explorer_ms:.3f} ms of device time {of_what}"
+    found += f" ({fraction:.0%})"
     if fraction >= COVERAGE_WARN:
         return CaptureReport(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"ok: {found}"})
     missing = f"missing {explorer_ms - framework_ms:.3f} ms, {missing_device_time(framework_ms, drivers)}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import mlflow
@@ -10,7 +11,7 @@ import pytest
 
 from runner import names
 from runner.backends import neuron_capture
-from runner.backends.cores import format_cores, parse_core_range, parse_cores
+from runner.backends.cores import format_cores, lnc_check, parse_core_range, parse_cores
 from runner.backends.neuron_capture import (
     UnknownSchema,
     check_capture,
@@ -188,7 +189,125 @@ def test_a_summary_without_total_time_is_an_unknown_schema(tmp_path: Path) -> No
     with pytest.raises(UnknownSchema, match=r"Summary.parquet: profile schema 12.0.1 has no Summary column total_time"):
         neuron_capture.read_parquet_summary(tmp_path)
     pq.write_table(pa.Table.from_pylist([{"total_time": 0.5, "name": "x"}]), tmp_path / "Summary.parquet")
-    assert neuron_capture.read_parquet_summary(tmp_path) == ({"Summary#0": {"total_time": 0.5}}, "12.0.1")
+    assert neuron_capture.read_parquet_summary(tmp_path) == (
+        {"Summary.parquet#0": {"total_time": 0.5}},
+        "12.0.1",
+        set(),
+    )
+
+
+def test_summaries_in_nested_folders_are_each_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # --data-path's layout: a folder per profile, every table named alike (keyed by stem, one was lost)
+    for name, seconds in (("a", 0.5), ("b", 0.25)):
+        folder = tmp_path / "profiles" / "global" / f"{name}@latest"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist([{"total_time": seconds}]), folder / "Summary.parquet")
+        pq.write_table(pa.Table.from_pylist([{"profile_schema_version": "12.0.1"}]), folder / "Metadata.parquet")
+    entries, _, _ = neuron_capture.read_parquet_summary(tmp_path)
+    assert sorted(row["total_time"] for row in entries.values()) == [0.25, 0.5]
+    write_capture(tmp_path / "cap", {**GOOD, "neff_2_vnc_0.neff": b"x"})
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_DEVIATE", "nested_summary")
+    summary = explorer_summary(session_dirs(tmp_path / "cap"), 60)
+    assert summary.metrics[names.NEURON_PROFILES] == 2
+    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.003)
+
+
+@pytest.mark.parametrize("unit", ["nanoseconds", "microseconds", "milliseconds", "seconds"])
+def test_summary_times_are_read_in_schemafields_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unit: str
+) -> None:
+    write_capture(tmp_path / "cap", {**GOOD, "neff_2_vnc_0.neff": b"x"})
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER_TIME_UNIT", unit)  # int64 nanoseconds: 1e6 and 2e6
+    summary = explorer_summary(session_dirs(tmp_path / "cap"), 60)
+    assert summary.tags[names.TAG_NEURON_EXPLORER_SOURCE] == "parquet-12" and summary.warnings == []
+    assert summary.metrics[f"{names.NEURON_SUMMARY_PREFIX}total_time"] == pytest.approx(0.002)
+    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.003)
+    assert summary.metrics[f"{names.NEURON_SUMMARY_PREFIX}total_active_time_percent"] == 80.0  # percent: as it is
+
+
+def test_a_summary_time_in_an_unknown_unit_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_capture(tmp_path / "cap", GOOD)
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER_TIME_UNIT", "fortnights")
+    summary = explorer_summary(session_dirs(tmp_path / "cap"), 60)
+    (warning,) = summary.warnings
+    assert "\n" not in warning and "Summary.parquet: Summary field total_time is in 'fortnights', not a unit" in warning
+    assert summary.tags[names.TAG_NEURON_EXPLORER_SOURCE] == "summary-json"  # read there instead
+    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.001)
+
+
+def test_a_hung_parquet_view_falls_back_to_summary_json_after_its_own_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_capture(tmp_path / "cap", GOOD)
+    write_capture(tmp_path / "cap2", GOOD)
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER", "hang_parquet")
+    started = time.monotonic()
+    summary = explorer_summary(session_dirs(tmp_path / "cap") + session_dirs(tmp_path / "cap2"), 60, view_timeout_s=2)
+    assert time.monotonic() - started < 30  # one view timed out, the second session asked for summary-json only
+    (warning,) = summary.warnings
+    assert "\n" not in warning and "neuron-explorer view --output-format parquet did not finish in 2 s" in warning
+    assert warning.endswith("(backend.explorer_view_timeout_s)): its summary-json is")
+    assert summary.tags[names.TAG_NEURON_EXPLORER_SOURCE] == "summary-json"
+    assert summary.metrics[names.NEURON_PROFILES] == 2
+
+
+@pytest.mark.parametrize("seconds", [0, 86401])
+def test_explorer_view_timeout_out_of_range_is_refused(seconds: int) -> None:
+    with pytest.raises(ConfigError, match=r"^backend\.explorer_view_timeout_s"):
+        NeuronBackendConfig(explorer_view_timeout_s=seconds)
+
+
+def test_busy_time_is_summed_beside_total_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_capture(tmp_path / "cap", {**GOOD, "neff_2_vnc_0.neff": b"x"})
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER_ACTIVE", "0.5")  # busy half of each profile's total_time
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER_TIME_UNIT", "nanoseconds")
+    summary = explorer_summary(session_dirs(tmp_path / "cap"), 60)
+    assert summary.metrics[names.NEURON_TOTAL_ACTIVE_TIME_SUM] == pytest.approx(0.003)
+    assert summary.metrics[names.NEURON_TOTAL_TIME_SUM] == pytest.approx(0.006)
+    monkeypatch.delenv("NEURON_STANDIN_EXPLORER_ACTIVE")  # without it in every profile: no busy time
+    assert names.NEURON_TOTAL_ACTIVE_TIME_SUM not in explorer_summary(session_dirs(tmp_path / "cap"), 60).metrics
+
+
+def test_the_hbm_peak_is_the_devices_its_stacks_summed() -> None:
+    rows = [
+        {"timestamp": 0, "total_bytes": 3, "instance_id": "i", "device_idx": 0, "hbm_idx": 0},
+        {"timestamp": 1, "total_bytes": 2, "instance_id": "i", "device_idx": 0, "hbm_idx": 1},
+        {"timestamp": 2, "total_bytes": 1, "instance_id": "i", "device_idx": 0, "hbm_idx": 0},
+        {"timestamp": 1, "total_bytes": 4, "instance_id": "i", "device_idx": 1, "hbm_idx": 0},
+    ]
+    # stack 0 holds 3 while stack 1 holds 2: the device's 5; another device's 4 is not added
+    assert neuron_capture.device_hbm_peak(rows) == 5
+
+
+def test_explorers_physical_cores_per_logical_one_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_capture(tmp_path / "cap", GOOD)
+    monkeypatch.setenv("PATH", TOOLS_PATH)
+    monkeypatch.setenv("NEURON_STANDIN_EXPLORER_PHYSICAL_CORES", "1")
+    assert explorer_summary(session_dirs(tmp_path / "cap"), 60).physical_cores == {1}
+
+
+def test_lnc_check_names_each_source_that_disagrees() -> None:
+    tag, warnings = lnc_check(2, {"NEURON_RT_VIRTUAL_CORE_SIZE": "1", "Explorer's num_physical_cores": "2"})
+    assert tag == "warning: NEURON_RT_VIRTUAL_CORE_SIZE=1 disagrees with the runner's LNC 2"
+    (line,) = warnings
+    assert (
+        line.startswith("LNC mismatch: NEURON_RT_VIRTUAL_CORE_SIZE=1 disagrees") and "NEURON_LOGICAL_NC_CONFIG" in line
+    )
+    assert lnc_check(2, {"NEURON_RT_VIRTUAL_CORE_SIZE": "2", "x": None}) == (
+        "ok: LNC 2, as NEURON_RT_VIRTUAL_CORE_SIZE give",
+        [],
+    )
+    assert lnc_check(None, {"x": "1"})[0].startswith("unchecked: ")
 
 
 def test_without_pyarrow_summary_json_is_read_and_the_tag_says_why(

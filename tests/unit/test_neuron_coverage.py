@@ -102,3 +102,13 @@ def test_coverage_is_of_every_profiles_device_time_not_the_largest_ones(
     assert report.metrics[f"{names.NEURON_SUMMARY_PREFIX}total_time"] == pytest.approx(0.002)  # the larger profile
     assert report.metrics[names.NEURON_DEVICE_TIME_COVERAGE] == pytest.approx(1.0)
     assert report.tags[TAG].startswith("ok: key_averages() has 3.000 ms of the 3.000 ms of device time")
+
+
+def test_busy_time_is_the_denominator_where_explorer_gives_it() -> None:
+    # 3 ms of ops on a device busy 3 ms of a 6 ms total_time: all of its busy time is covered
+    coverage = device_time_coverage(3.0, 0.006, 0, "neuron-explorer: ok", busy_s=0.003)
+    assert coverage.metrics[names.NEURON_DEVICE_TIME_COVERAGE] == pytest.approx(1.0) and coverage.warnings == []
+    assert coverage.tags[TAG] == (
+        "ok: key_averages() has 3.000 ms of the 3.000 ms of device time busy in neuron-explorer's "
+        "total_active_time (100%)"
+    )
