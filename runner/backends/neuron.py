@@ -43,12 +43,19 @@ INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 # TorchNeuron's NEFF cache (SDK:tools/neuron-explorer/environment-variables.rst; default /tmp/neff_cache, SRC)
 NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
-# the Neuron Persistent Cache, unless NEURON_CC_FLAGS sets --cache_dir
+# TorchNeuron's local NEFF cache beside it, default /tmp/local_cache (SRC torch_neuronx/csrc/core/compilation/
+# CompilationCache.cpp), and its HLO cache: named by DOCS-latest compiler/about-compiler-artifacts (2026-11)
+# and torch/reference/env-vars ("compilation caching"), whose variable and default could not be read here;
+# the variable is the one TorchNeuron users set (inferred), its default unknown (docs/trainium.md, caches)
+NEFF_LOCAL_CACHE_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
+HLO_CACHE_ENV = "TORCH_NEURONX_HLO_CACHE_DIR"
+# the torch-xla flow's Neuron Persistent Cache, unless NEURON_CC_FLAGS sets --cache_dir
 # (SDK:about-neuron/arch/neuron-features/neuron-caching.rst)
 COMPILE_CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
-# where those two caches go when nothing moves them: a cache job must leave them as they were
-DEFAULT_CACHES = (Path(DEFAULT_NEFF_CACHE), Path("/var/tmp/neuron-compile-cache"))
+# where those caches go when nothing moves them (the HLO cache's default is unknown): a cache job must
+# leave them as they were
+DEFAULT_CACHES = (Path(DEFAULT_NEFF_CACHE), Path("/tmp/local_cache"), Path("/var/tmp/neuron-compile-cache"))
 # where Explorer gives the physical NeuronCores per logical one (profile-schema-reference.rst, Metadata)
 EXPLORER_LNC = "Explorer's Metadata.num_physical_cores"
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
@@ -95,7 +102,8 @@ class NeuronBackend(Backend):
     compile_backend = "neuron"
     # torch_neuronx registers the "neuron" process-group backend
     collective_backend = "neuron"
-    compile_caches = {**Backend.compile_caches, "neff": NEFF_CACHE_ENV, "neuron_compile_cache": COMPILE_CACHE_URL_ENV}
+    compile_caches = {**Backend.compile_caches, "neff": NEFF_CACHE_ENV, "neff_local": NEFF_LOCAL_CACHE_ENV,
+                      "hlo": HLO_CACHE_ENV, "neuron_compile_cache": COMPILE_CACHE_URL_ENV}  # fmt: skip
     # torch-neuronx compiles to NEFFs in its own cache: inductor's counters stay at 0
     compile_cache_counting = "neff"
     # the Neuron tools' neuron-monitor: NeuronCores, device memory, the runtime's latency and errors

@@ -24,7 +24,6 @@ from runner import names
 from runner.backends.base import CaptureReport
 from runner.backends.cores import LNC_ENV, logical_nc_config, parse_cores
 from runner.backends.neuron import (
-    COMPILE_CACHE_URL_ENV,
     DEFAULT_CACHES,
     INFLIGHT_ENV,
     NEFF_CACHE_ENV,
@@ -233,10 +232,10 @@ def neffs_with_cache_set_in_process(folder: Path, capture_dir: Path) -> dict[str
     }
 
 
-def cold_cache_job(root: Path, capture_dir: Path) -> dict[str, Any]:
-    """A cold `measure.compile_cache` job's profiled run: NEFFs in its folder, files the default caches gained."""
+def cold_cache_job(root: Path, capture_dir: Path, watched: tuple[Path, ...]) -> dict[str, Any]:
+    """A cold `measure.compile_cache` job's profiled run: NEFFs in its folder, files the `watched` caches gained."""
     # rglob finds nothing in a folder that does not exist
-    before = {folder: set(folder.rglob("*")) for folder in DEFAULT_CACHES}
+    before = {folder: set(folder.rglob("*")) for folder in watched}
     spec = tiny_spec(96, measure=MeasureConfig(compile_cache="cold", compile_cache_dir=str(root)))
     use_compile_cache(spec)
     profiled_run(spec, capture_dir)
@@ -754,16 +753,20 @@ def probe_lnc(host: NeuronHost) -> Verdict:
     return check.judge(at_1 == unset * default, evidence, fix, breaks_runner=True)
 
 
+# the Neuron caches a cache job moves: TorchNeuron's (NEFF, local NEFF, HLO) and torch-xla's
+NEURON_CACHES = [NeuronBackend.compile_caches[name] for name in ("neff", "neff_local", "hlo", "neuron_compile_cache")]
+
+
 def probe_compile_caches(host: NeuronHost) -> Verdict:
     """A cold cache job compiles into its own folder, and the documented default caches gain nothing."""
     check = Assumption(
         "compile_caches",
-        f"{NEFF_CACHE_ENV} and {COMPILE_CACHE_URL_ENV}, set in-process as measure.compile_cache sets them, "
+        f"{', '.join(NEURON_CACHES)}, set in-process as measure.compile_cache sets them, "
         f"move the caches a job fills; {', '.join(map(str, DEFAULT_CACHES))} gain nothing",
     )
     folder = host.folder("compile_caches")
-    unset = dict.fromkeys([NEFF_CACHE_ENV, COMPILE_CACHE_URL_ENV])
-    found = _run(host, cold_cache_job, folder / "cache", folder / "capture", env=unset)
+    unset = dict.fromkeys(NEURON_CACHES)
+    found = _run(host, cold_cache_job, folder / "cache", folder / "capture", DEFAULT_CACHES, env=unset)
     gained = {path: count for path, count in found["gained"].items() if count}
     evidence = f"{found['in_folder']} NEFF(s) in the job's folder; the default caches gained {gained or 'nothing'}"
     fix = (

@@ -18,6 +18,7 @@ import pytest
 from mlflow import MlflowClient
 
 from runner import names
+from runner.doctor import neuron_probes
 from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts
 from runner.doctor.probe import FAIL, PASS, Verdict
 from runner.doctor.report import exit_status
@@ -160,6 +161,19 @@ def test_on_the_documented_standin_a_current_sdk_probe_passes(
 ) -> None:
     (verdict,) = standin_probe(tmp_path, monkeypatch, FEATURES, probe)
     assert verdict.status == PASS, verdict
+
+
+@pytest.mark.slow
+def test_the_compile_caches_probe_watches_torchneurons_own_caches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # watch the stand-in's defaults (the real HLO cache's is unknown): TorchNeuron's caches the job must not fill
+    state = tmp_path / "state"
+    watched = tuple(state / name for name in ("neff_cache", "local_cache", "hlo_cache"))
+    monkeypatch.setattr(neuron_probes, "DEFAULT_CACHES", watched)
+    (verdict,) = standin_probe(tmp_path, monkeypatch, FEATURES, "compile_caches")
+    assert verdict.status == PASS, verdict
+    assert all(str(folder) in verdict.assumption for folder in watched)
 
 
 def test_a_users_removed_inflight_variable_is_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import fcntl
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -84,6 +85,29 @@ def state_dir() -> Path:
 # deviation "neff_cache_at_import": where a build reading TORCH_NEURONX_NEFF_CACHE_DIR at import
 # compiles its NEFFs (unset: a folder beside the claims, not the real default /tmp/neff_cache)
 NEFF_CACHE_AT_IMPORT = Path(os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR") or state_dir() / "neff_cache")
+
+
+def compile_graph(digest: str, neff_cache: Path) -> Path:
+    """Compile one graph as TorchNeuron does, its caches first: its NEFF, served warm when a cache holds it.
+
+    Its HLO cache ($TORCH_NEURONX_HLO_CACHE_DIR; unset, `<state>/hlo_cache`: the real default is
+    unknown) and local NEFF cache ($TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR, lock files; unset,
+    `<state>/local_cache` for SRC's /tmp/local_cache) are read at each compile, as the NEFF cache.
+    """
+    neff = neff_cache / f"neff_{digest}.neff"
+    hlo = Path(os.environ.get("TORCH_NEURONX_HLO_CACHE_DIR") or state_dir() / "hlo_cache") / f"{digest}.entry"
+    local = Path(os.environ.get("TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR") or state_dir() / "local_cache")
+    served = "neff_cache" if neff.exists() else "hlo_cache" if hlo.exists() else None
+    if served is None:  # neuronx-cc runs, under the local cache's lock, and both caches keep its NEFF
+        local.mkdir(parents=True, exist_ok=True)
+        (local / f"{digest}.lock").touch()
+        hlo.parent.mkdir(parents=True, exist_ok=True)
+        hlo.write_bytes(b"NEFF" * 128)
+    neff_cache.mkdir(parents=True, exist_ok=True)
+    if not neff.exists():
+        shutil.copy(hlo, neff)
+    record("compile", graph=digest, served=served)
+    return neff
 
 
 @contextlib.contextmanager
