@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
 from runner import names
+from runner.backends import neuron
+from runner.backends.cores import LNC_ENV
 from runner.backends.cpu import CpuBackend
 from runner.backends.neuron_capture import EVENT_SOURCES, add_system_metrics
 from runner.config import BackendConfig, ConfigError, load_run_spec
@@ -67,6 +71,20 @@ def test_the_nki_workload_refuses_rows_that_fill_no_whole_tile(nki_standin: None
 def test_the_nki_workload_without_nki_is_refused_naming_both_packages() -> None:
     needs = r"^workload._target_=workloads.nki_rmsnorm.NkiRMSNorm needs NKI: neither nki nor neuronxcc.nki is installed"
     with pytest.raises(ConfigError, match=needs):
+        built_nki_rmsnorm()
+
+
+def test_the_nki_workload_where_the_runtimes_lnc_is_unknown_is_refused_naming_the_variable(
+    nki_standin: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "product_name").write_text("trn3.48xlarge\n")  # the docs give Trn3 no default LNC
+    monkeypatch.setattr(neuron, "DMI_PRODUCT", tmp_path / "product_name")
+    monkeypatch.delenv(LNC_ENV, raising=False)
+    unknown = (
+        "workload: an NKI kernel launches at the Neuron runtime's LNC, unknown: NEURON_LOGICAL_NC_CONFIG is unset "
+        "and the Neuron docs give no trn3 default; set NEURON_LOGICAL_NC_CONFIG, one of: 1, 2"
+    )
+    with pytest.raises(ConfigError, match=f"^{re.escape(unknown)}$"):
         built_nki_rmsnorm()
 
 
