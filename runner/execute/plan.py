@@ -11,9 +11,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.backends.base import Backend, Slot, check_cache_flush
-from runner.backends.cores import parse_cores
-from runner.backends.neuron import VISIBLE_CORES_ENV, NeuronBackend, trainium_generation
-from runner.backends.neuron_hbm import DEVICE_MODE, reservation_note
+from runner.backends.neuron import NeuronBackend, trainium_generation
+from runner.backends.neuron_hbm import device_profiled, first_cores, reservation_note
 from runner.backends.peaks import Peak
 from runner.backends.registry import make_backend
 from runner.config import ConfigError, RunSpec
@@ -125,11 +124,10 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path
         return Ranks(_rank_spec(spec), output_dir, backend, task)
     if spec.distributed.ranks > 1:
         slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
-        _note_device_profiling(spec, backend, [parse_cores(dict(slot.env)[VISIBLE_CORES_ENV], "")[0] for slot in slots])
+        _note_device_profiling(spec, f"distributed.ranks={len(slots)}", first_cores(slots))
         return Ranks(_rank_spec(spec), output_dir, backend, slots)
-    _note_device_profiling(
-        spec, backend, [backend.cores[0] if isinstance(backend, NeuronBackend) and backend.cores else 0]
-    )
+    if isinstance(backend, NeuronBackend):
+        _note_device_profiling(spec, "this job", (backend.cores or [0])[:1])
     timed = SteadyState.load(rounds_dir / f"{config_key}.json") if rounds_dir is not None else None
     if timed is None and backend.worker_processes(spec.measure.processes):
         prepare_workers([spec])
@@ -143,13 +141,12 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path
     return InProcess(spec, output_dir, backend, workload, peak, timed)
 
 
-def _note_device_profiling(spec: RunSpec, backend: Backend, process_cores: list[int]) -> None:
-    """Say (or refuse) what HBM a DEVICE capture reserves on each chip its processes (first cores given) share."""
-    if not isinstance(backend, NeuronBackend) or not spec.profiler.enabled or DEVICE_MODE not in spec.profiler.modes:
+def _note_device_profiling(spec: RunSpec, who: str, process_cores: list[int]) -> None:
+    """Say what HBM a DEVICE capture reserves on the chip its processes (first cores given) share most."""
+    if not device_profiled(spec.profiler.enabled, spec.profiler.modes):
         return
-    note = reservation_note("distributed.ranks", trainium_generation(), process_cores)
-    if note:
-        log.warning(note) if len(process_cores) > 1 else log.info(note)
+    if note := reservation_note(who, trainium_generation(), process_cores):
+        log.log(logging.WARNING if len(process_cores) > 1 else logging.INFO, note)
 
 
 def _rank_spec(spec: RunSpec) -> RunSpec:

@@ -21,6 +21,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner import names
 from runner.backends.base import Backend, Slot, check_cache_flush
+from runner.backends.neuron import trainium_generation
+from runner.backends.neuron_hbm import device_profiled, first_cores, reservation_note
 from runner.backends.registry import backend_class
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.execute.processes import Child, ChildFailed, ChildSilent, answered, stop
@@ -223,6 +225,8 @@ def before_launch(
 ) -> None:
     """Before a launcher of the runner's sweep runs these jobs: mark each scheduled, then time them in rounds.
 
+    Jobs that run side by side in `slots` with DEVICE profiling hear what HBM its captures reserve on a chip.
+
     A job a stop keeps from starting stays scheduled, which the sweep's summary counts as not run. `slots`: those the
     parallel launcher runs the jobs in, where the rounds run their workers too; None when jobs run one at a time.
     `timeout_s`: the launcher's, which bounds each of a job's workers too (None: no limit).
@@ -242,6 +246,10 @@ def before_launch(
                 jobs.append(job)
     finally:
         HydraConfig.instance().cfg = saved
+    if slots and any(device_profiled(bool(job.profiler.enabled), job.profiler.modes) for job in job_configs):
+        jobs_at_once = f"hydra.launcher.jobs={len(slots)}"
+        if note := reservation_note(jobs_at_once, trainium_generation(), first_cores(slots)):
+            log.warning(note)  # the jobs' own plans each see one process
     time_sweep_rounds(config, jobs, sweep_id, slots, timeout_s)
 
 

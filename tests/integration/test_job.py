@@ -17,7 +17,10 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
 from runner import CONF_DIR, names
-from runner.config import ConfigError, TrackingConfig, register_schemas
+from runner.backends.base import Slot
+from runner.backends.cores import LNC_ENV
+from runner.backends.neuron import NeuronBackend
+from runner.config import BackendConfig, ConfigError, TrackingConfig, register_schemas
 from runner.job import (
     OWNER_FILE,
     STATUS_FILE,
@@ -162,21 +165,26 @@ def test_a_stop_as_the_run_opens_closes_it_killed_with_its_reason(
     assert run.info.status == "KILLED" and run.data.tags[names.TAG_ERROR] == "interrupted by SIGINT"
 
 
+def launch_seeds(tmp_path: Path, task: list[str], count: int, slots: list[Slot] | None = None) -> None:
+    """What a launcher of the runner's sweep does before its jobs run, for `count` jobs of `task` (seeds 0, 1, ...)."""
+    register_schemas()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        config = compose("config", overrides=[*task, f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True)
+        loader = GlobalHydra.instance().config_loader()
+        jobs = [loader.load_sweep_config(config, [*task, f"workload.seed={seed}"]) for seed in range(count)]
+        for number, job in enumerate(jobs):
+            with open_dict(job):
+                job.hydra.job.num = number
+        before_launch(config, jobs, slots)
+
+
 def test_a_sweep_stopped_early_counts_the_jobs_it_never_started(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The launcher marks its jobs scheduled before the first runs; a job whose process died is no "not run"."""
     monkeypatch.setenv(SWEEP_ID_ENV, "this-sweep")
-    register_schemas()
     task = ["+workload=rmsnorm_naive", "measure.processes=0"]  # no rounds: each job would time its own
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        config = compose("config", overrides=[*task, f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True)
-        loader = GlobalHydra.instance().config_loader()
-        jobs = [loader.load_sweep_config(config, [*task, f"workload.seed={seed}"]) for seed in range(4)]
-        for number, job in enumerate(jobs):
-            with open_dict(job):
-                job.hydra.job.num = number
-        before_launch(config, jobs)
+    launch_seeds(tmp_path, task, 4)
     folders = sorted(tmp_path.glob("*_rmsnorm_naive"))
     assert [read_status(folder)["status"] for folder in folders] == ["SCHEDULED"] * 4  # type: ignore[index]
     write_status(folders[0], status="FINISHED")
@@ -189,3 +197,21 @@ def test_a_sweep_stopped_early_counts_the_jobs_it_never_started(
         f"  KILLED:  1_rmsnorm_naive [{' '.join(task)} workload.seed=1]: interrupted by SIGINT",
         f"  not run: 3_rmsnorm_naive [{' '.join(task)} workload.seed=3]",
     ]
+
+
+def test_parallel_device_profiled_jobs_hear_the_hbm_their_captures_reserve_on_a_chip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ProfileMode.DEVICE reserves ~5 GB of HBM per process: four jobs side by side on one Trn2 chip lose 20 GB."""
+    monkeypatch.setenv(SWEEP_ID_ENV, "this-sweep")
+    monkeypatch.delenv(LNC_ENV, raising=False)  # Trn2's default, LNC 2: NeuronCores 0-3 are one chip's
+    slots = NeuronBackend.plan_slots(BackendConfig(name="neuron"), 0, "0-3", 1)
+    task = ["+workload=rmsnorm_naive", "backend=neuron", "profiler=neuron_device", "measure.processes=0"]
+    launch_seeds(tmp_path, task, 4, slots)
+    assert (
+        "hydra.launcher.jobs=4 with profiler.modes DEVICE: 4 device-profiled process(es) on chip 0 reserve ~20 GB "
+        "of its 103 GB HBM (5 GB each, neuron-explorer docs), leaving ~21 GB each for the workload"
+    ) in caplog.messages
+    caplog.clear()
+    launch_seeds(tmp_path, [*task, "profiler.modes=[RUNTIME]"], 4, slots)
+    assert not [message for message in caplog.messages if "device-profiled" in message]
