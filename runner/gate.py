@@ -1,7 +1,8 @@
 """A regression gate for CI: `python -m runner.gate --baseline REF --fail-above PCT`, or `--against REV`.
 
 `--against REV` measures both sides itself, round by round, the baseline from a git worktree of REV. Exit
-status: 0 passed, 1 a regression, 2 no such commit (or no git checkout), 3 a side failed.
+status: 0 passed, 1 a regression, 2 no such commit (or no git checkout), 3 a side failed. A regression is a
+slowdown, or a check besides time that failed (`runner.report.checks`: a wrong output, more peak device memory).
 `--baseline` pairs each stored job with the FINISHED baseline run of its config hash; p-values are
 Holm-corrected across the jobs, so a sweep of twenty does not raise false alarms twenty times as often.
 Exit status: 0 passed; 1 a regression; 2 the baseline or the runs not found; 3 a job did not finish or
@@ -20,10 +21,13 @@ from pathlib import Path
 from runner import CONF_DIR
 from runner.execute.against import SideRounds, run_rounds
 from runner.execute.serve import MODULE, SideFailed
+from runner.job import JobStatus
 from runner.measure.stats import SIGNIFICANCE, paired_time_ratio
+from runner.report.checks import Check, checks, logged
 from runner.report.gate_verdicts import (
     PAIRED_LEGEND,
     TIMES_LEGEND,
+    Pair,
     baseline_runs,
     judge,
     judged,
@@ -85,22 +89,42 @@ def against(args: argparse.Namespace) -> int:
     assert estimate is not None  # --rounds >= 2: two server pairs at least
     taking = "in turns" if timed.turns else "one worker after the other"
     test = f"paired, {len(base_ms)} rounds on {max(timed.servers)} server pairs, {taking}"
+    job = " ".join(args.overrides) or "(the default config)"
     row = {
-        "job": " ".join(args.overrides) or "(the default config)",
+        "job": job,
         **measured(base_ms, job_ms, estimate, estimate.p_slower, margin, test, "one job"),
         "verdict": judged(estimate, estimate.p_slower, margin),
         "baseline": f"{args.against} at {commit[:12]}",
         "rounds": f"{args.rounds} (seed {seed})",
     }
+    found = checks(timed.checks["baseline"], timed.checks["candidate"], margin)
     if args.format == "json":
-        print(json.dumps([{**row, "orders": timed.orders, "baseline rounds ms": base_ms, "job rounds ms": job_ms,
-                           "servers": timed.servers, "turns": timed.turns}]))  # fmt: skip
+        print(json.dumps([{**row, "checks": [check.text for check in found], "orders": timed.orders,
+                           "baseline rounds ms": base_ms, "job rounds ms": job_ms, "servers": timed.servers,
+                           "turns": timed.turns}]))  # fmt: skip
     else:
         print(render([row], args.format))
+        print(checks_text({job: found}))
         firsts = " ".join(order[0][0] for order in timed.orders)
         print(f"\n{PAIRED_LEGEND}\nwhich side ran first in each round (b baseline, c candidate): {firsts}")
         print(summary([(estimate, estimate.p_slower)], 0, args.fail_above, "more rounds (--rounds)"))
-    return REGRESSION_EXIT if estimate.p_slower < SIGNIFICANCE else 0
+    wrong = not_passed_checks({job: found})
+    return REGRESSION_EXIT if estimate.p_slower < SIGNIFICANCE or wrong else 0
+
+
+def checks_text(found: dict[str, list[Check]]) -> str:
+    """Each job's lines besides its time (output, accuracy, first call, peak memory), under the table."""
+    lines = [f"\n{job}:\n" + "\n".join(f"  {check.text}" for check in lines) for job, lines in found.items() if lines]
+    return "".join(lines)
+
+
+def not_passed_checks(found: dict[str, list[Check]]) -> bool:
+    """Say on stderr, a line per job, which checks besides its time failed; whether any did."""
+    wrong = {job: [check.text for check in lines if check.failed] for job, lines in found.items()}
+    for job, texts in wrong.items():
+        if texts:
+            print(f"gate: not passed: {job}: {'; '.join(texts)}", file=sys.stderr)
+    return any(wrong.values())
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -152,8 +176,20 @@ def main(argv: list[str] | None = None) -> int:
     pairs = pair_up(jobs, baselines)
     judge(client, pairs, margin)
     table = rows(pairs, margin)
-    if table or args.format == "json":
+    # a job's lines besides its time, by the job and its run
+    found = {
+        f"{row['job']} ({row['run id']})": stored_checks(pair, margin) for row, pair in zip(table, pairs, strict=True)
+    }
+    if args.format == "json":
+        lines = found.values()
+        print(
+            json.dumps(
+                [{**row, "checks": [c.text for c in its]} for row, its in zip(table, lines, strict=True)], indent=2
+            )
+        )
+    elif table:
         print(render(table, args.format))
+        print(checks_text(found))
     tested = [(p.estimate, p.p_holm) for p in pairs if p.estimate is not None]
     if args.format != "json":
         print(f"\n{TIMES_LEGEND}")
@@ -161,8 +197,17 @@ def main(argv: list[str] | None = None) -> int:
     why = not_passed(pairs, margin)
     if why is not None:
         print(f"gate: not passed: {why}", file=sys.stderr)
-    regressions = any(p < SIGNIFICANCE for _, p in tested)
+    wrong = not_passed_checks(found)
+    regressions = wrong or any(p < SIGNIFICANCE for _, p in tested)
     return REGRESSION_EXIT if regressions else INCOMPLETE_EXIT if why is not None else 0
+
+
+def stored_checks(pair: Pair, margin: float) -> list[Check]:
+    """A FINISHED job's lines besides its time, against its baseline where one FINISHED (else its own alone)."""
+    if pair.job.info.status != JobStatus.FINISHED:
+        return []
+    finished = pair.baseline is not None and pair.baseline.info.status == JobStatus.FINISHED
+    return checks(logged(pair.baseline if finished else None), logged(pair.job), margin)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ class SideRounds:
     servers: list[int] = field(default_factory=list)
     # whether both sides' workers took turns (runner.measure.turns), not one after the other
     turns: bool = False
+    # per side, what its check worker logged: first call, device memory peak, output finite, accuracy (by name)
+    checks: dict[str, dict[str, str | float]] = field(default_factory=lambda: {side: {} for side in SIDES})
 
     def per_servers(self, side: str) -> list[float]:
         """The side's geometric mean per server pair: the values the test pairs."""
@@ -60,7 +62,7 @@ def rounds_per_servers(count: int) -> int:
 
 
 def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: int) -> SideRounds:
-    """Each side's first worker (its first call compiles; not counted), then the rounds in random orders."""
+    """Each side's first worker (its first call compiles; it checks the output, not timed), then the rounds."""
     result = SideRounds(seed)
     orders = round_orders([count] * len(SIDES), random.Random(seed))
     per_pair = rounds_per_servers(count)
@@ -71,9 +73,10 @@ def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: i
         with side_servers(trees, overrides) as servers:
             if pair == 1:  # the caches are on disk from then on: later servers' first workers count
                 for side, server in servers.items():
-                    progress(f"gate: {side}: a first worker (fills the compile caches; not counted) ...")
-                    server.start()
-                    server.result()
+                    progress(
+                        f"gate: {side}: a first worker (fills the compile caches, checks the output; not timed) ..."
+                    )
+                    result.checks[side] = server.checks()
             result.turns = all(server.takes_turns for server in servers.values())
             for number in range(first + 1, last + 1):
                 order = [SIDES[index] for index in orders[number - 1]]

@@ -3,8 +3,9 @@
 `python -m runner.execute.serve PARENT_PID [OVERRIDES...]`, run in a tree, measures with its conf/
 and code. Each stdin line (`{}`, or `{"turns": PATH, "name": NAME}` to take turns at that referee)
 asks for one fresh worker, answered `{"median_ms": ...}` or `{"error": "..."}` after a first
-`{"ready": true, "turns": ...}` (whether this side's code and device can take turns). It ends
-when stdin closes, or with its parent.
+`{"ready": true, "turns": ...}` (whether this side's code and device can take turns). `{"check": true}`
+asks for a worker that makes the first call and checks the output instead, answered `{"checks": {...}}`
+(a server from before checks answers it with a median). It ends when stdin closes, or with its parent.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
         # torch loads only past a config that composed: a refusal takes a second, not an import of torch
         from runner.backends.base import check_cache_flush
         from runner.backends.registry import make_backend
-        from runner.execute.workers import steady_state_in_processes
+        from runner.execute.workers import checked_first_call, steady_state_in_processes
         from runner.measure.compile_cache import use_compile_cache
 
         use_compile_cache(spec)  # before anything compiles, as a job does
@@ -63,6 +64,9 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
         request = json.loads(line)
         turns_at = TurnsAddress(request["turns"], request["name"]) if "turns" in request else None
         try:
+            if request.get("check"):
+                _say(answers, {"checks": checked_first_call(spec, "the gate")})
+                continue
             (worker,) = steady_state_in_processes(spec, 1, turns_at).step_ms
         except ChildFailed as err:
             _say(answers, {"error": str(err).splitlines()[0]})
@@ -114,15 +118,18 @@ class SideServer:
         """Wait until the server composed its config (else SideFailed); `takes_turns` then says if its workers can."""
         self.takes_turns = bool(self._answer().get("turns"))
 
-    def start(self, number: int = 0, turns_at: TurnsAddress | None = None) -> None:
-        """Start one fresh worker, taking turns at `turns_at` if given (SideFailed: the server ended)."""
+    def _send(self, request: dict[str, Any]) -> None:
+        """One request line to the server (SideFailed: the server ended)."""
         assert self._process.stdin is not None
-        request = {} if turns_at is None else {"turns": turns_at.path, "name": turns_at.name}
         try:
             self._process.stdin.write(json.dumps(request) + "\n")
             self._process.stdin.flush()
         except BrokenPipeError:
             raise self._ended() from None
+
+    def start(self, number: int = 0, turns_at: TurnsAddress | None = None) -> None:
+        """Start one fresh worker, taking turns at `turns_at` if given (SideFailed: the server ended)."""
+        self._send({} if turns_at is None else {"turns": turns_at.path, "name": turns_at.name})
 
     def ended(self) -> bool:
         """Whether an answer (or the server's end) is there to read: a worker that failed says so at once."""
@@ -138,6 +145,15 @@ class SideServer:
         if timeout_s is not None and not select.select([self._process.stdout], [], [], timeout_s)[0]:
             raise ChildSilent(f"{self.name}: its worker", timeout_s)
         return float(self._answer()["median_ms"])
+
+    def checks(self) -> dict[str, str | float]:
+        """A worker's first call and output checks, by the names a run logs them under (SideFailed: it failed).
+
+        It fills the compile caches as the side's first worker; a server from before checks runs a timed worker
+        instead, and its side has nothing recorded.
+        """
+        self._send({"check": True})
+        return dict(self._answer().get("checks", {}))
 
     def stop(self) -> None:
         """Nothing: a worker the rounds leave behind ends with its server (`close`)."""

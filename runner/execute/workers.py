@@ -22,10 +22,12 @@ from typing import Any
 
 import torch
 
+from runner import names
 from runner.backends.base import WHOLE_MACHINE, Placement, Slot
 from runner.backends.registry import backend_class, make_backend
 from runner.config import RunSpec
 from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, start_fork_server, stop
+from runner.measure.accuracy import check_accuracy, check_finite
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory
 from runner.measure.loop import RoundPlace, SteadyState, steady_state, timed_step, timed_steps, warm_up
@@ -133,6 +135,32 @@ def _first_call(spec: RunSpec) -> float:
     _set_what_start_reads(spec)
     backend = make_backend(spec.backend)
     return timed_step(build_workload(spec.workload, backend), backend)
+
+
+def _checked_first_call(spec: RunSpec) -> dict[str, str | float]:
+    """Build the workload, make its first call, then check its output as a job does: the side's non-timing lines.
+
+    Its first call's seconds, the device memory peak of that step where the backend counts one, whether its
+    output is finite and, with measure.accuracy, its accuracy check: under the names a run logs them.
+    """
+    _set_what_start_reads(spec)
+    backend = make_backend(spec.backend)
+    workload = build_workload(spec.workload, backend)
+    logged: dict[str, str | float] = {names.FIRST_CALL_S: timed_step(workload, backend)}
+    if (peak := backend.peak_memory_bytes()) is not None:  # the step's, before the checks' own tensors
+        logged[names.PEAK_DEVICE_MB] = peak / 2**20
+    with torch.no_grad():  # after the first call, so compilation stays in it
+        output = workload.module(*workload.inputs)
+    logged.update(check_finite(output))
+    if spec.measure.accuracy:
+        logged.update(check_accuracy(workload.eager, workload.inputs, output, spec.workload.dtype)[1])
+    return logged
+
+
+def checked_first_call(spec: RunSpec, name: str) -> dict[str, str | float]:
+    """A worker's first call and output checks (`_checked_first_call`), once it answers; the worker is stopped."""
+    with _start(f"check worker of {name}", _checked_first_call, spec) as worker:
+        return worker.result()  # type: ignore[no-any-return]
 
 
 def _placement(spec: RunSpec, number: int, slot: Slot) -> Placement | None:
