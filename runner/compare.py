@@ -33,13 +33,19 @@ from runner.report.sweep_report import ui_links
 from runner.report.table import FORMATS, comparison_rows, op_diff, render
 from runner.signals import skip_final_collections
 
+USAGE_EXIT = 2  # bad input: argparse's status, and runner.gate's and runner.history's for what they cannot find
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(prog="python -m runner.compare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m runner.compare",
+        description=__doc__.splitlines()[0],
+        epilog=f"exit status: 0 compared; {USAGE_EXIT} bad options, or no such store, experiment, sweep or run",
+    )
     add_selection_arguments(parser)
     add = parser.add_argument
-    add("--baseline", help="run id or workload name for speedups (default: the first run)")
+    add("--baseline", help="run id (or its prefix) or workload name for speedups (default: the first run)")
     add("--format", choices=FORMATS, default="table", help="output format (default: table)")
     add("--plots", metavar="DIR", help="also write the PNG plots into DIR")
     add("--replay", metavar="RUN", help="print commands that run this run's top ATen ops alone")
@@ -183,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         elif unfinished is not None:
             print(f"\nper-op diff: {unfinished}")
     if args.format == "table":  # the other formats are data for other programs
-        print(f"\n{ui_links(client, runs, parent)}")
+        print(f"\n{ui_links(client, runs, parent, rows)}")
     if args.plots:
         from runner.report.plots import write_plots
 
@@ -192,6 +198,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`main`, its one-line refusals exiting 2, as argparse's do and runner.gate's and runner.history's."""
+    try:
+        return main(argv)
+    except SystemExit as refused:
+        if not isinstance(refused.code, str):  # argparse's own exits, --help
+            raise
+        print(refused.code, file=sys.stderr)
+        return USAGE_EXIT
+
+
 if __name__ == "__main__":
     skip_final_collections()
-    sys.exit(main())
+    sys.exit(cli())

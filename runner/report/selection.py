@@ -66,12 +66,18 @@ def require_op_table(client: MlflowClient, run: Run) -> None:
 
 
 def pick_baseline(runs: list[Run], key: str | None) -> Run | None:
-    """--baseline as a run id or a workload name; by default the first run."""
+    """--baseline as a run id, an unambiguous prefix of one (as --runs takes), or a workload name; default the first."""
     if key is None:
         return runs[0] if runs else None
     for run in runs:
         if key in (run.info.run_id, run.data.tags.get(names.TAG_WORKLOAD), label(run)):
             return run
+    prefixed = {run.info.run_id: run for run in runs if run.info.run_id.startswith(key)}
+    if len(prefixed) > 1:
+        raise SystemExit(f"error: --baseline {key!r}: {len(prefixed)} compared runs have an id starting so; "
+                         "give more of it")  # fmt: skip
+    if prefixed:
+        return next(iter(prefixed.values()))
     raise SystemExit(f"error: --baseline {key!r} matches no compared run (give a run id or a workload name)")
 
 
@@ -92,7 +98,7 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
 def open_experiment(args: argparse.Namespace) -> tuple[MlflowClient, str]:
     """The store's client and the experiment's id; a one-line exit when either is missing."""
     path = sqlite_path(args.uri)
-    if path is not None and not path.is_file():
+    if path is not None and not path.exists():
         raise SystemExit(f"error: --uri {redact(args.uri)}: no MLflow store there (run a job first, or pass --uri)")
     try:
         check_usable(args.uri)  # a missing driver or an unreachable server, in one line

@@ -70,6 +70,9 @@ def check_writable(uri: str) -> None:
     if path is None:
         return
     folder, shown = path.parent, redact(uri)
+    if path.exists() and not path.is_file():  # SQLite would fail each job after its retries with "disk I/O error"
+        what = "a folder" if path.is_dir() else "not a regular file"
+        raise ConfigError(f"tracking.uri={shown}: {path} is {what}, not a SQLite store: name a database file")
     if not path.exists():
         if not (folder.is_dir() and os.access(folder, os.W_OK)):
             raise ConfigError(f"tracking.uri={shown}: the store cannot be created: {folder} is not a writable folder")

@@ -125,6 +125,23 @@ def test_a_damaged_store_is_refused_in_one_line_before_any_job(
         assert message.startswith(f"error: {refusal.replace('tracking.uri=', '--uri ')}") and "\n" not in message
 
 
+def test_a_folder_given_as_the_store_is_refused_in_one_line_before_any_job(
+    tmp_path: Path, runner_in_process: RunnerInProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sqlite:////tmp/x` where /tmp/x is a folder: SQLite failed each job after its retries with "disk I/O error"."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    uri = f"sqlite:///{folder}"
+    refusal = f"tracking.uri={uri}: {folder} is a folder, not a SQLite store: name a database file"
+    for mode, key in [([], "hydra.run.dir"), (["-m", "workload.seed=1,2"], "hydra.sweep.dir")]:
+        done = runner_in_process(*mode, "+workload=rmsnorm_naive", f"tracking.uri={uri}", f"{key}={tmp_path}/{key}")
+        assert (done.returncode, done.stderr) == (1, f"error: {refusal}\n")
+    assert not list(tmp_path.rglob("job_status.json"))  # refused before any job started
+    assert compare.cli(["--uri", uri]) == history.main(["--uri", uri]) == history.NOT_FOUND_EXIT
+    for message in capsys.readouterr().err.strip().splitlines():
+        assert message == f"error: {refusal.replace('tracking.uri=', '--uri ')}"
+
+
 def test_the_default_stores_lock_is_ignored_by_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")  # where the lock of the default store, sqlite:///mlflow.db, lands

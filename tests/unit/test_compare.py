@@ -5,16 +5,17 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import shutil
 from pathlib import Path
 
 import mlflow
 import pytest
 
-from runner import compare, history, names
+from runner import compare, gate, history, names
 from runner.measure.stats import mann_whitney_p
 from runner.report.plots import roof
-from runner.report.selection import DEFAULT_EXPERIMENT
+from runner.report.selection import DEFAULT_EXPERIMENT, pick_baseline
 from runner.report.table import comparison_rows, render
 
 
@@ -89,6 +90,28 @@ def test_a_store_nothing_answers_is_one_line_with_its_password_masked(capsys: py
     for message in (str(stop.value.code), capsys.readouterr().err.strip()):
         assert message.startswith("error: --uri postgresql://bob:***@127.0.0.1:1/db: nothing answers at 127.0.0.1:1")
         assert "s3cret" not in message and "\n" not in message
+
+
+def test_baseline_takes_a_run_id_prefix_as_runs_does(tracking_uri: str) -> None:
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("prefixes")
+    runs = [client.get_run(client.create_run(experiment).info.run_id) for _ in range(2)]
+    assert pick_baseline(runs, runs[1].info.run_id[:8]) is runs[1]
+    shared = os.path.commonprefix([run.info.run_id for run in runs])
+    with pytest.raises(SystemExit, match=f"^error: --baseline '{shared}': 2 compared runs have an id starting so"):
+        pick_baseline(runs, shared)
+    with pytest.raises(SystemExit, match="^error: --baseline 'zzzz' matches no compared run"):
+        pick_baseline(runs, "zzzz")
+
+
+def test_compare_history_and_gate_exit_2_on_what_they_cannot_find(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = f"sqlite:///{tmp_path}/none.db"
+    assert compare.cli(["--uri", uri]) == history.main(["--uri", uri]) == 2
+    assert gate.main(["--uri", uri, "--baseline", "x", "--fail-above", "5"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"error: --uri {uri}: no MLflow store there (run a job first, or pass --uri)"] * 3
 
 
 def test_a_finished_run_whose_artifacts_were_deleted_is_named_not_diffed_as_every_op_gone(
