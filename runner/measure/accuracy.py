@@ -50,3 +50,8 @@ def check_finite(output: Any) -> dict[str, str]:
     bad = sum(int((~torch.isfinite(t.detach())).sum().item()) for t in tensors)
     total = sum(t.numel() for t in tensors)
     return {names.TAG_OUTPUT_FINITE: "true" if not bad else f"false: {bad} of {total} elements are NaN or infinite"}
+
+
+def finite_warning(finite: str) -> str | None:
+    """The warning for a `runner.output_finite` tag: None when "true", else how many elements are not finite."""
+    return None if finite == "true" else f"the workload's output is not finite: {finite.removeprefix('false: ')}"

@@ -15,7 +15,7 @@ from runner import names
 from runner.backends.base import Backend, CaptureReport
 from runner.backends.peaks import Peak
 from runner.config import RunSpec
-from runner.measure.accuracy import check_accuracy, check_finite
+from runner.measure.accuracy import check_accuracy, check_finite, finite_warning
 from runner.measure.build import BuiltWorkload
 from runner.measure.collectives import collective_bandwidth
 from runner.measure.layers import first_failing, layer_errors, layer_table
@@ -174,8 +174,8 @@ def collect_result(
             f"timing unstable ({tags[names.TAG_TIMING_REASONS]}): compare its step time with care; "
             + instability_advice(spec, backend)
         )
-    if tags.get(names.TAG_OUTPUT_FINITE, "true") != "true":
-        warnings.append(f"the workload's output is not finite: {tags[names.TAG_OUTPUT_FINITE]}")
+    if warning := finite_warning(str(tags.get(names.TAG_OUTPUT_FINITE, "true"))):
+        warnings.append(warning)
     if over := over_peak(metrics):
         warnings.append(
             f"roofline above 100% ({'; '.join(over)}): the peak ({tags[names.TAG_ROOFLINE_PEAK]}) reads low; "

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from runner import names
-from runner.measure.accuracy import TOLERANCE, check_accuracy
+from runner.measure.accuracy import TOLERANCE, check_accuracy, check_finite, finite_warning
 from runner.measure.optable import OpTable
 from runner.measure.result import JobResult
 from runner.measure.roofline import over_peak
@@ -64,6 +64,12 @@ def test_the_printed_tolerance_is_the_one_the_check_uses() -> None:
         metrics, tags = check_accuracy(Halving(), (x,), x / 2, dtype)
         printed = re.search(r"against tolerance (\S+) for", tags[names.TAG_ACCURACY_DETAIL])
         assert printed is not None and float(printed.group(1)) == TOLERANCE[dtype] == metrics[names.ACCURACY_TOLERANCE]
+
+
+def test_a_non_finite_output_warns_how_many_elements_without_the_tags_false() -> None:
+    (finite,) = check_finite(torch.tensor([1.0, float("nan"), float("inf")])).values()
+    assert finite_warning(finite) == "the workload's output is not finite: 2 of 3 elements are NaN or infinite"
+    assert finite_warning(*check_finite(torch.ones(2)).values()) is None
 
 
 def test_the_roofline_names_the_ceiling_it_is_above(tmp_path: Path) -> None:
