@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Run, RunTag
@@ -51,12 +52,36 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     return table + "\n\n" + ui_links(client, runs, parent)
 
 
-def ui_links(client: MlflowClient, runs: list[Run], parent: Run | None) -> str:
-    """Links to the runs in MLflow's runs table (a sweep's swept keys first) and compare view, tagged on `parent`."""
+def other_speedups(runs: list[Run], rows: list[dict[str, Any]]) -> str | None:
+    """Why the runs' `compare.speedup` tags are not the speedups of `rows` (None: they are).
+
+    The tags are the last sweep's comparison: against its baseline, which `compare --baseline` may not be.
+    """
+    tagged = {run.info.run_id: run.data.tags for run in runs}
+    if all(tagged[row["run id"]].get(names.TAG_COMPARE_SPEEDUP) == row[SPEEDUP] for row in rows):
+        return None
+    baselines = sorted(
+        {tags[names.TAG_COMPARE_BASELINE] for tags in tagged.values() if tags.get(names.TAG_COMPARE_BASELINE)}
+    )
+    carried = f"their last sweep's, against {', '.join(baselines)}" if baselines else "none"
+    return (
+        f"the runs table leaves out {names.TAG_COMPARE_SPEEDUP}: the runs carry other speedups ({carried}), not these"
+    )
+
+
+def ui_links(
+    client: MlflowClient, runs: list[Run], parent: Run | None, rows: list[dict[str, Any]] | None = None
+) -> str:
+    """Links to the runs in MLflow's runs table (a sweep's swept keys first) and compare view, tagged on `parent`.
+
+    With `rows` (a comparison whose speedups the runs' tags may not hold), the table shows the speedup column only
+    where the tags are those rows' speedups, and the text says when it is left out.
+    """
     ui = ui_for(client.tracking_uri)
     swept = parent.data.tags.get(names.TAG_SWEPT_KEYS, "").split(",") if parent is not None else []
     first = swept_columns([key for key in swept if key], runs)
-    links = comparison_links(ui, client, runs, first)
+    note = other_speedups(runs, rows) if rows is not None else None
+    links = comparison_links(ui, client, runs, first, speedup=note is None)
     if parent is not None:
         client.log_batch(parent.info.run_id, tags=[RunTag(key, link) for key, link in links.items()])
-    return describe_links(ui, links)
+    return describe_links(ui, links) + (f"\n  ({note})" if note else "")

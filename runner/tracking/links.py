@@ -27,11 +27,12 @@ LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves when given no --h
 SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # the comparison's key columns, first in the runs table: MLflow's column id (type.`key`) and a
 # width in pixels that shows the whole value (MLflow's default width cuts a metric to ten characters)
+SPEEDUP_COLUMN = f"tags.`{names.TAG_COMPARE_SPEEDUP}`"
 KEY_COLUMNS = {
     f"metrics.`{names.STEP_MEDIAN_MS}`": 160,
     f"metrics.`{names.STEP_P10_MS}`": 140,
     f"metrics.`{names.STEP_P90_MS}`": 140,
-    f"tags.`{names.TAG_COMPARE_SPEEDUP}`": 240,
+    SPEEDUP_COLUMN: 240,
     f"tags.`{names.TAG_TIMING_STABLE}`": 110,
     f"tags.`{names.TAG_ACCURACY}`": 120,
     # last: the UI draws only the columns that fit its width, and these before it matter more
@@ -88,9 +89,14 @@ def swept_columns(keys: list[str], runs: list[Run]) -> list[str]:
 
 
 def runs_table_page(
-    ui: Ui, client: MlflowClient, experiment_ids: list[str], search_filter: str, first_columns: list[str]
+    ui: Ui,
+    client: MlflowClient,
+    experiment_ids: list[str],
+    search_filter: str,
+    first_columns: list[str],
+    key_columns: dict[str, int],
 ) -> str:
-    """The experiments' runs table of the runs `search_filter` finds, fastest first, `first_columns` then the key ones.
+    """The experiments' runs table of the runs `search_filter` finds, fastest first, `first_columns` then `key_columns`.
 
     The view's tag is named after its contents (the same comparison, the same link) and set on every experiment
     (the UI reads the first one the link names). Where the store refuses it (a read-only user, a filter too long),
@@ -99,7 +105,7 @@ def runs_table_page(
     from mlflow.exceptions import MlflowException
 
     order = {"searchFilter": search_filter, "orderByKey": f"metrics.`{names.STEP_MEDIAN_MS}`", "orderByAsc": True}
-    widths = {**dict.fromkeys(first_columns, SWEPT_COLUMN_WIDTH), **KEY_COLUMNS}
+    widths = {**dict.fromkeys(first_columns, SWEPT_COLUMN_WIDTH), **key_columns}
     # MLflow applies the widths only to the columns it orders
     view = {**order, "selectedColumns": list(widths), "columnOrder": list(widths), "columnWidths": widths}
     key = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:16]
@@ -116,16 +122,20 @@ def runs_table_page(
     return f"{page}?{urlencode({**experiments, 'viewStateShareKey': key})}"
 
 
-def comparison_links(ui: Ui, client: MlflowClient, runs: list[Run], first_columns: list[str]) -> dict[str, str]:
+def comparison_links(
+    ui: Ui, client: MlflowClient, runs: list[Run], first_columns: list[str], speedup: bool = True
+) -> dict[str, str]:
     """The runs table and the compare view of a comparison's runs, `first_columns` first in the table.
 
     Filtered on the runs' ids, not a sweep's parent: a sweep reuses runs of earlier sweeps, other parents' children.
+    Without `speedup` the table leaves out the speedup column: the runs' tags hold another comparison's.
     """
+    key_columns = {column: width for column, width in KEY_COLUMNS.items() if speedup or column != SPEEDUP_COLUMN}
     run_ids = [run.info.run_id for run in runs]
     experiment_ids = sorted({run.info.experiment_id for run in runs})
     search_filter = "attributes.run_id IN (" + ", ".join(f"'{run_id}'" for run_id in run_ids) + ")"
     return {
-        names.TAG_UI_RUNS_TABLE: runs_table_page(ui, client, experiment_ids, search_filter, first_columns),
+        names.TAG_UI_RUNS_TABLE: runs_table_page(ui, client, experiment_ids, search_filter, first_columns, key_columns),
         names.TAG_UI_COMPARE: compare_page(ui, experiment_ids, run_ids),
     }
 

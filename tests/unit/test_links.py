@@ -15,10 +15,12 @@ from mlflow.exceptions import MlflowException
 from runner import names
 from runner.report.reader import sweep_children
 from runner.report.sweep_report import ui_links
+from runner.report.table import SPEEDUP
 from runner.tracking.links import (
     KEY_COLUMNS,
     LOCAL_UI,
     SHARED_VIEW_TAG_PREFIX,
+    SPEEDUP_COLUMN,
     comparison_links,
     swept_columns,
     ui_for,
@@ -154,6 +156,31 @@ def test_a_sweeps_runs_table_shows_the_runs_it_reused_and_its_swept_keys_first(t
     shown = {run.info.run_id for run in client.search_runs([experiment], str(view["searchFilter"]))}
     assert shown == {reused, *ran} == {run.info.run_id for run in rows}
     assert view["columnOrder"] == ["params.`measure.copies`", *KEY_COLUMNS] == view["selectedColumns"]
+
+
+def test_a_comparison_against_another_baseline_leaves_the_runs_speedups_out(tracking_uri: str) -> None:
+    # the runs carry their sweep's speedups against compiled; `compare --baseline naive` prints others
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment("rebased")
+    naive, compiled = runs_in(client, experiment, 2)
+    for run, speedup in ((naive, "0.60x"), (compiled, "baseline")):
+        client.set_tag(run.info.run_id, names.TAG_COMPARE_SPEEDUP, speedup)
+        client.set_tag(run.info.run_id, names.TAG_COMPARE_BASELINE, "rmsnorm_compiled")
+    runs = [client.get_run(run.info.run_id) for run in (naive, compiled)]
+    theirs = [{"run id": naive.info.run_id, SPEEDUP: "0.60x"}, {"run id": compiled.info.run_id, SPEEDUP: "baseline"}]
+    text = ui_links(client, runs, None, theirs)
+    view = stored_view(client, experiment, text.split("runs table:")[1].split()[0])
+    assert SPEEDUP_COLUMN in view["selectedColumns"]  # type: ignore[operator]
+    assert "leaves out" not in text
+    rebased = [{"run id": naive.info.run_id, SPEEDUP: "baseline"}, {"run id": compiled.info.run_id, SPEEDUP: "1.67x"}]
+    text = ui_links(client, runs, None, rebased)
+    view = stored_view(client, experiment, text.split("runs table:")[1].split()[0])
+    assert SPEEDUP_COLUMN not in view["selectedColumns"]  # type: ignore[operator]
+    assert view["selectedColumns"] == [column for column in KEY_COLUMNS if column != SPEEDUP_COLUMN]
+    assert text.endswith(
+        f"(the runs table leaves out {names.TAG_COMPARE_SPEEDUP}: the runs carry other speedups "
+        "(their last sweep's, against rmsnorm_compiled), not these)"
+    )
 
 
 def test_a_swept_group_shows_its_params_that_differ() -> None:
