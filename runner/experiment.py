@@ -17,7 +17,7 @@ from runner.config import ConfigError, JobInfo, RunSpec
 from runner.execute.plan import Execution, plan
 from runner.job import THIS_PROCESS, JobLife, close_dead_runs, config_hash, finished_run_id
 from runner.job.manifest import build_manifest
-from runner.measure.result import JobResult
+from runner.measure.result import JobResult, PhaseError
 from runner.report.console import job_summary
 from runner.secrets import redact_tree
 from runner.tracking.run import flatten, git_commit
@@ -118,7 +118,13 @@ def run_experiment(
         run.log_text(OmegaConf.to_yaml(published_config), names.CONFIG_FILE)
         if job.hydra_dir is not None:
             run.log_artifacts(job.hydra_dir, names.HYDRA_FOLDER)
-        measured = execution.run()
+        try:
+            measured = execution.run()
+        except PhaseError as err:  # what the phases before it measured is kept; the run still closes FAILED
+            if err.partial is not None:
+                run.log_result(err.partial, spec.tracking.max_artifact_mb)
+                log.error("%s failed; the run keeps what the phases before it measured", err.phase)
+            raise
         result = measured.result
         run.log_result(result, spec.tracking.max_artifact_mb)
         if plots := job_plots(measured.every_rank, job.output_dir / names.PLOTS_FOLDER):

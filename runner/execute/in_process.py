@@ -16,7 +16,7 @@ from runner.measure.build import BuiltWorkload
 from runner.measure.compile_cache import cache_report
 from runner.measure.loop import SteadyState, SteadyStateSource, in_this_process
 from runner.measure.phases import measure
-from runner.measure.result import JobResult, collect_result
+from runner.measure.result import JobResult, PhaseError, collect_result, phase, timing_result
 
 
 def steady_state_source(
@@ -38,7 +38,11 @@ def measure_job(
     peak: Peak | None,
     timed: SteadyState | None,
 ) -> JobResult:
-    """The phases on the workload, the backend's capture report, and the result they make."""
+    """The phases on the workload, the backend's capture report, and the result they make.
+
+    Raises:
+        PhaseError: a phase failed; it names the phase and carries what the phases before it measured.
+    """
     capture_dir = backend.capture_dir(output_dir)
     # a folder used again (a resumed job, a hydra.run.dir given twice) must not hand this run old traces
     memory_dir = output_dir / names.MEMORY_FOLDER
@@ -47,16 +51,24 @@ def measure_job(
     backend.reset_peak_memory()
     neffs_before = backend.compiled_artifact_count()
     steady_state = steady_state_source(spec, backend, workload, timed)
-    with system_monitor(spec.monitor, backend, output_dir) as system:  # from the first call to the window's end
-        measurement = measure(workload, backend, spec, capture_dir, steady_state, memory_dir)
-    capture = backend.inspect_capture(
-        capture_dir, spec.profiler, measurement.profiler_output, measurement.table.device_self_ms
-    )
-    if neffs_before is not None:
-        capture.metrics[names.COMPILE_NEFFS_NEW] = float((backend.compiled_artifact_count() or 0) - neffs_before)
-    result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
+    try:
+        with system_monitor(spec.monitor, backend, output_dir) as system:  # from the first call to the window's end
+            measurement = measure(workload, backend, spec, capture_dir, steady_state, memory_dir)
+        with phase("capture report", lambda: timing_result(spec, backend, measurement, capture_dir)):
+            capture = backend.inspect_capture(
+                capture_dir, spec.profiler, measurement.profiler_output, measurement.table.device_self_ms
+            )
+            if neffs_before is not None:
+                new_neffs = (backend.compiled_artifact_count() or 0) - neffs_before
+                capture.metrics[names.COMPILE_NEFFS_NEW] = float(new_neffs)
+        result = collect_result(spec, workload, backend, measurement, peak, capture, capture_dir)
+        with phase("compile cache report", lambda: result):
+            metrics, tags = cache_report(spec, backend, capture_dir, capture.metrics.get(names.COMPILE_NEFFS_NEW))
+    except PhaseError as err:
+        if err.partial is not None:  # the monitor's samples up to the failure
+            err.partial.system = system
+        raise
     result.system = system
-    metrics, tags = cache_report(spec, backend, capture_dir, capture.metrics.get(names.COMPILE_NEFFS_NEW))
     result.metrics.update(metrics)
     result.tags.update(tags)
     return result

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch.profiler import ProfilerAction
@@ -16,86 +14,16 @@ from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.host_memory import keep_freed_memory
-from runner.measure.loop import Progress, SteadyState, SteadyStateSource, steps_to_time, timed_step, warm_up
-from runner.measure.memory import MemoryPeak, recording, window_memory
-from runner.measure.optable import OpTable, build_op_table, summary_metrics
+from runner.measure.loop import Progress, SteadyStateSource, steps_to_time, timed_step, warm_up
+from runner.measure.measurement import Measurement
+from runner.measure.memory import recording, window_memory
+from runner.measure.optable import OpTable, build_op_table
 from runner.measure.profiling import CycleRecorder, build_profiler, make_schedule, tee_fd
-from runner.measure.stability import median_uncertainty
-from runner.measure.stats import coefficient_of_variation, describe_steps
-from runner.measure.window import ProfilerCost, profiler_cost
+from runner.measure.result import JobResult, phase, timing_result
+from runner.measure.window import profiler_cost
 
 log = logging.getLogger(__name__)
 ACTIVE = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
-
-
-@dataclass
-class Measurement:
-    """What the phases produced."""
-
-    # the first call, which includes torch.compile / graph compilation
-    first_call_s: float
-    # steady-state step times, per process (worker processes, copies, or this one), and where they were timed
-    steady: SteadyState
-    # wall time of each recorded step of the profiled window, in ms
-    profiled_ms: list[float]
-    table: OpTable
-    # key_averages().table(): the profiler's own printed table
-    printed_table: str
-    # what the process wrote to stderr during the profiled window (runtime warnings)
-    profiler_output: str
-    # graphs dynamo compiled during this job (recompilations included)
-    compile_graphs: int
-    # seconds spent in all phases together
-    measured_s: float
-    # measure.mode=throughput: seconds per block of `inflight` steps between synchronizes
-    block_s: list[float] = field(default_factory=list)
-    inflight: int = 0
-    # measured apart from the window; None: profiler off, or the backend cannot without a device capture
-    profiler_cost: ProfilerCost | None = None
-    # measure.memory_snapshot: the profiled window's memory peak and its allocation sites
-    memory: MemoryPeak | None = None
-    # where device events time the steady state: synchronized steps' wall times in ms, timed in this process
-    sync_ms: list[float] = field(default_factory=list)
-
-    def metrics(self) -> dict[str, float]:
-        """`time/*`, `profiler/*` and `compile/graphs` metrics of the phases."""
-        # the headline metric first: the MLflow compare view plots the first logged metric by default
-        metrics = {**describe_steps(self.samples()), names.FIRST_CALL_S: self.first_call_s}
-        # one number per process, so one process stuck in a slow mode moves the median little
-        process_medians = self.process_medians()
-        metrics[names.STEP_MEDIAN_MS] = statistics.median(process_medians)
-        if len(process_medians) > 1:
-            metrics[names.PROCESS_CV] = coefficient_of_variation(process_medians)
-        metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] = median_uncertainty(self.steady.step_ms) * 100
-        if len(self.steady.step_ms[0]) > 1:
-            repeat_medians = [statistics.median(repeat) for process in self.steady.step_ms for repeat in process]
-            metrics[names.REPEAT_CV] = coefficient_of_variation(repeat_medians)
-        if self.sync_ms:
-            metrics[names.SYNC_STEP_MS] = statistics.median(self.sync_ms)
-        if self.profiled_ms:  # its steps are synchronized: against synchronized ones
-            metrics[names.PROFILER_STEP_MS] = profiled = statistics.median(self.profiled_ms)
-            unprofiled = metrics.get(names.SYNC_STEP_MS, metrics[names.STEP_MEDIAN_MS])
-            metrics[names.PROFILER_OVERHEAD_PCT] = (profiled / unprofiled - 1) * 100
-        if self.steady.copies_window_s:  # measure.copies: per-step medians would hide time-slicing
-            metrics[names.SCALING_COPIES] = float(len(self.steady.step_ms))
-            metrics[names.SCALING_THROUGHPUT] = len(self.samples()) / self.steady.copies_window_s
-        if self.block_s:
-            block = statistics.median(self.block_s)
-            metrics[names.THROUGHPUT_STEPS_PER_S] = self.inflight / block
-            metrics[names.THROUGHPUT_BLOCK_MS] = block * 1000
-            metrics[names.THROUGHPUT_INFLIGHT] = float(self.inflight)
-        metrics[names.COMPILE_GRAPHS] = float(self.compile_graphs)
-        metrics[names.MEASURED_S] = self.measured_s
-        metrics[names.STEPS_TIMED] = float(len(self.samples()))
-        return {**metrics, **summary_metrics(self.table)}
-
-    def samples(self) -> list[float]:
-        """Every steady-state step time, in ms."""
-        return [ms for process in self.steady.step_ms for repeat in process for ms in repeat]
-
-    def process_medians(self) -> list[float]:
-        """The median step time of each process, in ms."""
-        return [statistics.median([ms for repeat in process for ms in repeat]) for process in self.steady.step_ms]
 
 
 def dynamo_graph_count() -> int:
@@ -156,47 +84,58 @@ def measure(
     steady_state: SteadyStateSource,
     memory_dir: Path,
 ) -> Measurement:
-    """Run the phases in order (`steady_state` after the first call); memory snapshots go to `memory_dir`."""
+    """Run the phases in order (`steady_state` after the first call); memory snapshots go to `memory_dir`.
+
+    Raises:
+        PhaseError: a phase failed; it names the phase and carries what the phases before it measured.
+    """
     started = time.perf_counter()
     if spec.measure.keep_freed_memory:
         keep_freed_memory()
     graphs_before = dynamo_graph_count()
     log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
-    first_call_s = timed_step(workload, backend)
+    with phase("first call"):
+        first_call_s = timed_step(workload, backend)
     log.info("first call took %.3f s", first_call_s)
-    steady = steady_state()
+    with phase("steady state"):
+        steady = steady_state()
+    measured = Measurement(first_call_s=first_call_s, steady=steady)
+
+    def stamped() -> Measurement:
+        """The measurement with the graphs compiled and the seconds spent up to now."""
+        measured.compile_graphs = dynamo_graph_count() - graphs_before
+        measured.measured_s = time.perf_counter() - started
+        return measured
+
+    def so_far() -> JobResult:
+        """What the phases measured up to now, as a result the run can log."""
+        return timing_result(spec, backend, stamped(), capture_dir)
+
     # device events timed the steady state, not what the host waits for a step: the synchronized step is timed here
     device_clocked = backend.step_clock != names.STEP_CLOCK_HOST
     call_s = 0.0
     if device_clocked or not steady.in_job_process:
         # this process sat idle since its first call: the window would read it cold (threads asleep, caches cold)
-        call_s = warm_up(workload, backend, spec)
-    sync_ms = []
+        with phase("warm-up", so_far):
+            call_s = warm_up(workload, backend, spec)
     if device_clocked:
         steps = steps_to_time(spec, call_s, backend)
         log.info("synchronized steps: %d, each timed alone by the host's clock ...", steps)
-        sync_ms = backend.synchronized_steps(workload.step, steps)
-    throughput = spec.measure.mode == "throughput"
-    block_s = queued_blocks(workload, backend, spec) if throughput else []
-    measures_cost = spec.profiler.enabled and backend.measures_profiler_cost
-    cost = profiler_cost(workload, backend, spec.profiler) if measures_cost else None
+        with phase("synchronized steps", so_far):
+            measured.sync_ms = backend.synchronized_steps(workload.step, steps)
+    if spec.measure.mode == "throughput":
+        with phase("throughput", so_far):
+            measured.block_s = queued_blocks(workload, backend, spec)
+        measured.inflight = spec.measure.inflight
+    if spec.profiler.enabled and backend.measures_profiler_cost:
+        with phase("profiler cost", so_far):
+            measured.profiler_cost = profiler_cost(workload, backend, spec.profiler)
     history = backend.memory_history() if spec.measure.memory_snapshot else None
     snapshot = memory_dir / names.MEMORY_SNAPSHOT_FILE
-    with recording(backend, history, snapshot):
-        table, printed, profiler_output, profiled_ms = profiled_window(workload, backend, spec, capture_dir)
-    memory = window_memory(history, capture_dir, snapshot) if spec.measure.memory_snapshot else None
-    return Measurement(
-        first_call_s=first_call_s,
-        steady=steady,
-        profiled_ms=profiled_ms,
-        table=table,
-        printed_table=printed,
-        profiler_output=profiler_output,
-        compile_graphs=dynamo_graph_count() - graphs_before,
-        measured_s=time.perf_counter() - started,
-        block_s=block_s,
-        inflight=spec.measure.inflight if throughput else 0,
-        profiler_cost=cost,
-        memory=memory,
-        sync_ms=sync_ms,
-    )
+    with phase("profiled window", so_far), recording(backend, history, snapshot):
+        window = profiled_window(workload, backend, spec, capture_dir)
+    measured.table, measured.printed_table, measured.profiler_output, measured.profiled_ms = window
+    if spec.measure.memory_snapshot:
+        with phase("memory snapshot", so_far):
+            measured.memory = window_memory(history, capture_dir, snapshot)
+    return stamped()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import resource
 import statistics
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,15 +17,17 @@ from runner import names
 from runner.backends.base import Backend, CaptureReport
 from runner.backends.peaks import Peak
 from runner.config import RunSpec
+from runner.errors import ConfigError
 from runner.measure.accuracy import check_accuracy, check_finite, finite_warning
 from runner.measure.build import BuiltWorkload
 from runner.measure.collectives import collective_bandwidth
 from runner.measure.layers import first_failing, layer_errors, layer_table
+from runner.measure.measurement import Measurement
 from runner.measure.optable import OpTable, self_time_by_op
-from runner.measure.phases import Measurement
 from runner.measure.roofline import over_peak, roofline_metrics
 from runner.measure.stability import instability_advice, instability_reasons
 from runner.measure.window import judge_window
+from runner.secrets import one_line
 from workloads.base import CostModel
 
 MIB = 2**20
@@ -69,6 +73,35 @@ class JobResult:
     system: list[SystemSample] = field(default_factory=list)
 
 
+class PhaseError(RuntimeError):
+    """A phase of the job raised: the message names it; `partial` is what the phases before it measured.
+
+    The run logs `partial` before it closes FAILED, so a late failure (a float64 reference out of memory) does not
+    throw away the minutes measured before it. None: nothing was measured yet (the first call or the steady state).
+    """
+
+    def __init__(self, name: str, error: Exception, partial: JobResult | None) -> None:
+        super().__init__(f"{name}: {one_line(error)}")
+        self.phase = name
+        self.partial = partial
+
+
+def nothing_yet() -> JobResult | None:
+    """No result: the phases that make one have not run."""
+    return None
+
+
+@contextmanager
+def phase(name: str, so_far: Callable[[], JobResult | None] = nothing_yet) -> Iterator[None]:
+    """One named phase: its error becomes a `PhaseError` carrying `so_far()`; a config error stays itself."""
+    try:
+        yield
+    except (PhaseError, ConfigError):
+        raise
+    except Exception as err:
+        raise PhaseError(name, err, so_far()) from err
+
+
 def profiled_window_report(
     spec: RunSpec, result: Measurement, median_ms: float
 ) -> tuple[dict[str, float], dict[str, Any]]:
@@ -99,36 +132,52 @@ def wall_breakdown(metrics: dict[str, float]) -> dict[str, float]:
     return {names.DEVICE_BUSY_MS: busy, names.HOST_AND_IDLE_MS: max(0.0, metrics[names.SYNC_STEP_MS] - busy)}
 
 
-def derived_metrics(
-    spec: RunSpec, workload: BuiltWorkload, backend: Backend, result: Measurement, peak: Peak | None
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """Metrics and tags computed from the phases: timing, memory, finiteness, accuracy, roofline."""
-    metrics = result.metrics()
+def timing_result(spec: RunSpec, backend: Backend, measurement: Measurement, capture_dir: Path) -> JobResult:
+    """The phases' own numbers: timing, stability, the window and its op table, memory; all a later failure leaves."""
+    metrics = measurement.metrics()
     if (peak_device := backend.peak_memory_bytes()) is not None:
         metrics[names.PEAK_DEVICE_MB] = peak_device / MIB
     # ru_maxrss is in KiB on Linux: the process's peak, in a one-process sweep the jobs before this one's too
     metrics[names.PEAK_HOST_RSS_MB] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    by_op = self_time_by_op(result.table)
-    device_time = "reported" if result.table.has_device_time else "absent: the profiler reported no device time"
+    by_op = self_time_by_op(measurement.table)
+    device_time = "reported" if measurement.table.has_device_time else "absent: the profiler reported no device time"
     tags: dict[str, Any] = {names.TAG_TOP_OP: next(iter(by_op), None), names.TAG_DEVICE_TIME: device_time}
-    reasons = instability_reasons(result.steady.step_ms)
+    reasons = instability_reasons(measurement.steady.step_ms)
     tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
     tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
     flushed = ", cache flushed before each step" if spec.measure.flush_cache else ""
     tags[names.TAG_STEP_CLOCK] = backend.step_clock + flushed
     metrics.update(wall_breakdown(metrics))
     synchronized_ms = metrics.get(names.SYNC_STEP_MS, metrics[names.STEP_MEDIAN_MS])
-    window_metrics, window_tags = profiled_window_report(spec, result, synchronized_ms)
+    window_metrics, window_tags = profiled_window_report(spec, measurement, synchronized_ms)
     metrics.update(window_metrics)
     tags.update(window_tags)
-    # after the phases, so compilation stays in the first call; module and reference share the trained weights
-    with torch.no_grad():
-        output = workload.module(*workload.inputs)
-    tags.update(check_finite(output))
-    if spec.measure.accuracy:
-        accuracy, accuracy_tags = check_accuracy(workload.eager, workload.inputs, output, spec.workload.dtype)
-        metrics.update(accuracy)
-        tags.update(accuracy_tags)
+    tables = {}
+    if measurement.steady.places:
+        tags[names.TAG_ROUNDS_ID] = measurement.steady.rounds_id
+        tables[names.ROUNDS_FILE] = rounds_table(measurement)
+    if measurement.memory is not None:
+        metrics[names.MEMORY_WINDOW_PEAK_MB] = measurement.memory.peak_bytes / MIB
+        tags[names.TAG_MEMORY_SOURCE] = measurement.memory.source
+        tables[names.MEMORY_SITES_FILE] = measurement.memory.table()
+    return JobResult(
+        metrics=metrics,
+        tags=tags,
+        table=measurement.table,
+        printed_table=measurement.printed_table,
+        capture_dir=capture_dir,
+        series={names.PROCESS_MEDIAN_MS: measurement.process_medians()},
+        step_ms=measurement.samples(),
+        tables=tables,
+        memory_dir=measurement.memory.snapshot.parent if measurement.memory else None,
+    )
+
+
+def model_metrics(
+    spec: RunSpec, workload: BuiltWorkload, backend: Backend, peak: Peak | None, result: JobResult
+) -> None:
+    """Add what the workload's model of itself gives: collective bandwidth (ranks) and the roofline."""
+    metrics, tags = result.metrics, result.tags
     collective_bytes = getattr(workload.eager, "collective_bytes", None)
     if collective_bytes is not None and dist.is_initialized() and metrics[names.STEP_MEDIAN_MS]:
         step_ms, bytes_moved = metrics[names.STEP_MEDIAN_MS], collective_bytes(*workload.inputs)
@@ -144,7 +193,6 @@ def derived_metrics(
         cost = workload.eager.bytes_moved(*workload.inputs), workload.eager.flop_count(*workload.inputs)
         metrics.update(roofline_metrics(cost[0] * factor, cost[1] * factor, metrics[names.STEP_MEDIAN_MS], peak))
         tags[names.TAG_ROOFLINE_PEAK] = peak.source
-    return metrics, tags
 
 
 def rounds_table(measurement: Measurement) -> dict[str, list[Any]]:
@@ -164,46 +212,49 @@ def collect_result(
     capture: CaptureReport,
     capture_dir: Path,
 ) -> JobResult:
-    """One result from the phases, the derived numbers and the backend's capture report."""
-    metrics, tags = derived_metrics(spec, workload, backend, measurement, peak)
+    """One result from the phases, the backend's capture report and the checks that follow, each a phase of its own.
+
+    Raises:
+        PhaseError: a check failed; it carries the result up to it.
+    """
+    result = timing_result(spec, backend, measurement, capture_dir)
+    metrics, tags = result.metrics, result.tags
     metrics.update(capture.metrics)
     tags.update(capture.tags)
-    warnings = list(capture.warnings)
+    result.texts.update(capture.texts)
+
+    def so_far() -> JobResult:
+        """The result as the checks before the failing one left it."""
+        return result
+
+    # after the phases, so compilation stays in the first call; module and reference share the trained weights
+    with phase("output check", so_far), torch.no_grad():
+        output = workload.module(*workload.inputs)
+    tags.update(check_finite(output))
+    if spec.measure.accuracy:
+        with phase("accuracy", so_far):
+            accuracy, accuracy_tags = check_accuracy(workload.eager, workload.inputs, output, spec.workload.dtype)
+        metrics.update(accuracy)
+        tags.update(accuracy_tags)
+    with phase("roofline", so_far):
+        model_metrics(spec, workload, backend, peak, result)
+    if spec.measure.layer_accuracy:
+        with phase("layer accuracy", so_far):
+            errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)
+        result.tables[names.LAYER_TABLE_FILE] = layer_table(errors)
+        tags[names.TAG_FIRST_FAILING_LAYER] = first_failing(errors) or "none"
+        metrics[names.LAYERS_FAILING] = float(sum(not error.passed for error in errors))
+    result.warnings = list(capture.warnings)
     if tags[names.TAG_TIMING_STABLE] == "false":
-        warnings.append(
+        result.warnings.append(
             f"timing unstable ({tags[names.TAG_TIMING_REASONS]}): compare its step time with care; "
             + instability_advice(spec, backend)
         )
     if warning := finite_warning(str(tags.get(names.TAG_OUTPUT_FINITE, "true"))):
-        warnings.append(warning)
+        result.warnings.append(warning)
     if over := over_peak(metrics):
-        warnings.append(
+        result.warnings.append(
             f"roofline above 100% ({'; '.join(over)}): the peak ({tags[names.TAG_ROOFLINE_PEAK]}) reads low; "
             "a CPU calibration taken on a busy host does: python -m runner.doctor measures it again"
         )
-    tables = {}
-    if measurement.steady.places:
-        tags[names.TAG_ROUNDS_ID] = measurement.steady.rounds_id
-        tables[names.ROUNDS_FILE] = rounds_table(measurement)
-    if measurement.memory is not None:
-        metrics[names.MEMORY_WINDOW_PEAK_MB] = measurement.memory.peak_bytes / MIB
-        tags[names.TAG_MEMORY_SOURCE] = measurement.memory.source
-        tables[names.MEMORY_SITES_FILE] = measurement.memory.table()
-    if spec.measure.layer_accuracy:
-        errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)
-        tables[names.LAYER_TABLE_FILE] = layer_table(errors)
-        tags[names.TAG_FIRST_FAILING_LAYER] = first_failing(errors) or "none"
-        metrics[names.LAYERS_FAILING] = float(sum(not error.passed for error in errors))
-    return JobResult(
-        metrics=metrics,
-        tags=tags,
-        table=measurement.table,
-        printed_table=measurement.printed_table,
-        capture_dir=capture_dir,
-        texts=dict(capture.texts),
-        series={names.PROCESS_MEDIAN_MS: measurement.process_medians()},
-        warnings=warnings,
-        step_ms=measurement.samples(),
-        tables=tables,
-        memory_dir=measurement.memory.snapshot.parent if measurement.memory else None,
-    )
+    return result

@@ -74,3 +74,13 @@ class PerturbedStack(DecoderStack):
     def __init__(self, perturbed: int, **sizes: int) -> None:
         super().__init__(**sizes)
         self.layers[perturbed].mlp.__class__ = DriftingSwiGLU  # same weights, drifting forward
+
+
+class ReferenceOutOfMemory(nn.Module):
+    """Doubles its input, but its float64 reference runs out of memory: a failure after every timed phase."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        raise MemoryError("float64 reference: out of memory")

@@ -32,9 +32,10 @@ from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.host_memory import is_glibc
 from runner.measure.loop import FEWEST_TIMED_STEPS, SETTLE_CALLS, steady_state
-from runner.measure.phases import Measurement, measure
+from runner.measure.measurement import Measurement
+from runner.measure.phases import measure
 from runner.measure.profiling import CycleRecorder, build_profiler
-from runner.measure.result import collect_result, derived_metrics, rounds_table, wall_breakdown
+from runner.measure.result import collect_result, rounds_table, wall_breakdown
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import instability_advice
 from runner.measure.stats import coefficient_of_variation, describe_steps
@@ -189,8 +190,8 @@ def run_phases(
         workload, backend, spec, tmp_path / "trace", steady_state_source(spec, backend, workload), tmp_path / "memory"
     )
     peak = resolve_peak(spec.measure.peak, backend, dtype=spec.workload.dtype)
-    metrics, tags = derived_metrics(spec, workload, backend, result, peak)
-    return result, metrics, tags
+    collected = collect_result(spec, workload, backend, result, peak, CaptureReport(), tmp_path / "trace")
+    return result, collected.metrics, collected.tags
 
 
 def test_every_phase_metric_is_logged_for_rmsnorm(tmp_path: Path) -> None:

@@ -15,8 +15,9 @@ from runner.config import RunSpec, load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
 from runner.measure.loop import SETTLE_CALLS
+from runner.measure.measurement import Measurement
 from runner.measure.optable import summary_metrics
-from runner.measure.phases import Measurement, measure
+from runner.measure.phases import measure
 from runner.measure.traces import steps_under
 from runner.measure.window import COST_SESSIONS, SETTLE_STEPS
 from tests.helpers import compose_cfg

@@ -72,6 +72,24 @@ def test_job_that_raises_leaves_its_run_failed(tmp_path: Path) -> None:
     assert only_run().info.status == "FAILED"
 
 
+def test_a_late_failure_keeps_what_was_measured(tmp_path: Path) -> None:
+    # the float64 reference runs out of memory after every timed phase: the run is FAILED, names the phase, and
+    # keeps the steady state, the op table and the traces
+    with pytest.raises(Exception, match="out of memory"):
+        oom = "workload._target_=tests.helpers.faulty.ReferenceOutOfMemory"
+        run_job(tmp_path, "+workload=custom", oom, "workload.inputs=[[2,8]]", "measure=quick")
+    run = only_run()
+    assert run.info.status == "FAILED"
+    assert run.data.tags[names.TAG_ERROR] == "PhaseError: accuracy: MemoryError: float64 reference: out of memory"
+    assert {names.STEP_MEDIAN_MS, names.FIRST_CALL_S, names.PROFILER_STEP_MS} <= set(run.data.metrics)
+    assert names.ACCURACY_MAX_REL_ERR not in run.data.metrics
+    assert run.data.tags[names.TAG_TIMING_STABLE] in ("true", "false")
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {names.OP_TABLE_FILE, names.TRACE_FOLDER} <= artifacts
+    traces = mlflow.MlflowClient().list_artifacts(run.info.run_id, names.TRACE_FOLDER)
+    assert traces
+
+
 def test_bad_input_leaves_no_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         run_job(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=-4")
