@@ -280,6 +280,9 @@ class MeasureConfig:
             raise ConfigError("measure.layers names layers to compare: it needs measure.layer_accuracy=true")
 
 
+MAX_EXPERIMENT_NAME = 500  # characters of an experiment's name MLflow takes (MAX_EXPERIMENT_NAME_LENGTH)
+
+
 @dataclass
 class TrackingConfig:
     """Where runs are logged."""
@@ -288,7 +291,7 @@ class TrackingConfig:
     enabled: bool = True
     # MLflow tracking URI; MLflow 3 refuses ./mlruns, so a SQLite file is the local default
     uri: str = "sqlite:///mlflow.db"
-    # MLflow experiment that receives the runs
+    # MLflow experiment that receives the runs (at most 500 characters, as MLflow takes)
     experiment: str = "runner"
     # artifact budget per run in MiB; larger captures keep their biggest files local (path and size logged)
     max_artifact_mb: int = 1024
@@ -303,6 +306,11 @@ class TrackingConfig:
             )
         if not self.experiment.strip():
             raise ConfigError("tracking.experiment must name an MLflow experiment, e.g. runner; got ''")
+        if len(self.experiment) > MAX_EXPERIMENT_NAME:  # MLflow would refuse it at each job's start, with a traceback
+            raise ConfigError(
+                f"tracking.experiment is {len(self.experiment)} characters long: MLflow takes at most "
+                f"{MAX_EXPERIMENT_NAME} (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH)"
+            )
 
 
 @dataclass

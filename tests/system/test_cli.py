@@ -112,6 +112,11 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
             id="store-dir",
         ),
         pytest.param(["+workload=rmsnorm_naive", "tracking.experiment=''"], "tracking.experiment must name", id="exp"),
+        pytest.param(
+            ["+workload=rmsnorm_naive", f"tracking.experiment={'e' * 501}"],
+            "tracking.experiment is 501 characters long: MLflow takes at most 500",
+            id="exp-long",
+        ),
         pytest.param(["+workload=rmsnorm_naive", "workload.eps=abc"], "workload.eps must be a number > 0", id="eps"),
         pytest.param(
             ["+workload=aten_op", "workload.op=aten::mull"], "workload.op='aten::mull' is not an ATen op", id="aten-op"
