@@ -6,10 +6,11 @@ counted), with change points from `runner.report.change_points`. Runs flagged ti
 are drawn hollow and left out of the change points unless --include-unstable. The report and a plot
 per configuration are logged to a run of their own (runner.kind=history).
 
-Exit status: 0; 1 a regression past --fail-on-regression; 2 the store, experiment, configuration,
-sweep or checkout not found, or no run with the metric; 3 --fail-on-regression judged nothing: no
-configuration has enough runs its change points can use (unstable runs are left out). Each said
-in one line on stderr.
+Exit status: 0; 1 a regression past --fail-on-regression (with it too: a newest run whose output is not
+finite unless the run before's was not either, whose accuracy check failed, or whose device memory peak
+grew past it); 2 the store, experiment, configuration, sweep or checkout not found, or no run with the
+metric; 3 --fail-on-regression judged nothing: no configuration has enough runs its change points can
+use (unstable runs are left out). Each said in one line on stderr.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from mlflow.entities import Run
 from runner import CONF_DIR, names
 from runner.job import JobStatus
 from runner.report.change_points import MAX_P, MIN_POINTS
+from runner.report.checks import checks, logged
 from runner.report.reader import find_sweep, sweep_children
 from runner.report.selection import add_store_arguments, open_experiment
 from runner.report.series import Series, Step, by_configuration, find_steps, in_order, job_runs, point, worse_by
@@ -157,6 +159,26 @@ def regressions(found: list[Series], key: str, percent: float | None) -> list[st
     return lines
 
 
+def newest_checks(client: MlflowClient, found: list[Series], percent: float | None) -> tuple[list[str], list[str]]:
+    """Each configuration's newest run against the run before it, besides the metric: its lines, and those that fail.
+
+    What a run logs of its output, accuracy, first call and memory peak (`runner.report.checks`), the device's peak
+    judged against `percent`; a configuration of one run has its output and accuracy checked alone.
+    """
+    if percent is None:
+        return [], []
+    lines: list[str] = []
+    failing: list[str] = []
+    for series in found:
+        newest = client.get_run(series.points[-1].run_id)
+        before = client.get_run(series.points[-2].run_id) if len(series.points) > 1 else None
+        for check in checks(logged(before), logged(newest), percent / 100):
+            said = f"{series.label} ({series.config_hash[:8]}): the newest run ({series.points[-1].commit[:8]}) "
+            said += f"against the one before: {check.text}"
+            (failing if check.failed else lines).append(f"history: {'REGRESSION: ' if check.failed else ''}{said}")
+    return lines, failing
+
+
 def not_judged(found: list[Series], percent: float | None) -> str | None:
     """Why --fail-on-regression judged nothing: no configuration has the runs a change point needs."""
     if percent is None or any(len(series.used) >= MIN_POINTS for series in found):
@@ -267,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as missing:
         print(missing, file=sys.stderr)
         return NOT_FOUND_EXIT
-    notes_ = notes(found, outside, args)
-    failed = regressions(found, args.metric, args.fail_on_regression)
+    checked, wrong = newest_checks(client, found, args.fail_on_regression)
+    notes_ = notes(found, outside, args) + checked
+    failed = regressions(found, args.metric, args.fail_on_regression) + wrong
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.out or Path(scratch)
         write_report(found, args, notes_, failed, folder)
