@@ -35,6 +35,14 @@ from gating import (
 TARGET_RATE = 0.05
 
 
+SPREAD_NAMES = (("round sd", "round_sd"), ("server pair sd", "pair_sd"), ("expected from rounds", "expected_pair_sd"))
+
+
+def range_text(values: list[float]) -> str:
+    """'2.1% (1.4%-4.1%)': the median and the range."""
+    return f"{statistics.median(values):.1%} ({min(values):.1%}-{max(values):.1%})"
+
+
 def percent(text: str) -> float | None:
     """'+12.3%' as 12.3; None for '-'."""
     return None if text == "-" else float(text.rstrip("%"))
@@ -47,26 +55,21 @@ def main(n: int, fail_above: float, rounds: int | None, shape: list[str]) -> Non
     overrides = ["+workload=rmsnorm_naive", "backend=cpu", *shape]
     start = time.perf_counter()
     print(TRY_HEADER)
-    alarms, caught, seconds, round_sds, pair_sds = 0, [], [], [], []
+    alarms, caught, seconds, spread = 0, [], [], []
     for i in range(1, n + 1):
         attempt = gate_against(repo, "HEAD", fail_above, rounds, overrides)
         alarms += attempt.code == 1
         seconds.append(attempt.seconds)
         if (value := percent(attempt.row["caught from"])) is not None:
             caught.append(value)
-        round_sd, pair_sd, _ = spreads(attempt.row)
-        round_sds.append(round_sd)
-        pair_sds.append(pair_sd)
+        spread.append(spreads(attempt.row))
         print(try_line(i, attempt), flush=True)
         progress(f"try {i}/{n} done [{time.perf_counter() - start:.0f} s]")
     print(SPREADS_LEGEND)
     print(f"\n{n} gates of {' '.join(overrides)} against the same commit, {attempt.row['rounds']} rounds each")
     print(f"seconds per try: median {statistics.median(seconds):.0f}, max {max(seconds):.0f}")
     print(rate_line("false alarms in gates", alarms, n, fail_above, f"<= {TARGET_RATE:.0%}"))
-    print(
-        f"round sd: median {statistics.median(round_sds):.1%} ({min(round_sds):.1%}-{max(round_sds):.1%}); "
-        f"server pair sd: median {statistics.median(pair_sds):.1%} ({min(pair_sds):.1%}-{max(pair_sds):.1%})"
-    )
+    print("; ".join(f"{name}: median {range_text([getattr(x, key) for x in spread])}" for name, key in SPREAD_NAMES))
     if caught:
         quartiles = statistics.quantiles(caught, n=4, method="inclusive") if len(caught) > 1 else caught * 3
         print(

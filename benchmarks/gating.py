@@ -11,7 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from git_copy import project_repository  # benchmarks/git_copy.py, beside this script
@@ -91,36 +91,51 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def spreads(row: dict[str, Any]) -> tuple[float, float, int]:
-    """The sd of log(job / baseline) over a gate's rounds and over its server pairs, and the rounds the job read slower.
+class Spreads(NamedTuple):
+    """How a gate's log(job / baseline) spread, and the rounds in which the job read slower."""
 
-    A server pair's log ratio is that of its rounds' geometric means (the values the gate's test pairs).
-    """
+    round_sd: float  # over the rounds
+    pair_sd: float  # over the server pairs, each its rounds' geometric means (the values the gate's test pairs)
+    expected_pair_sd: float  # what the pairs would spread by their rounds alone: the rounds' sd within a pair / sqrt(k)
+    slower: int
+
+
+def spreads(row: dict[str, Any]) -> Spreads:
+    """The spreads of one gate's row (`--format json`: both sides' per-round medians and each round's server pair)."""
     logs = np.log(np.asarray(row["job rounds ms"]) / np.asarray(row["baseline rounds ms"]))
     servers = np.asarray(row["servers"])
-    pairs = [logs[servers == number].mean() for number in sorted(set(row["servers"]))]
-    return float(np.std(logs, ddof=1)), float(np.std(pairs, ddof=1)), int((logs > 0).sum())
+    numbers = sorted(set(row["servers"]))
+    means = {number: logs[servers == number].mean() for number in numbers}
+    residuals = logs - np.array([means[number] for number in row["servers"]])
+    freedom = len(logs) - len(numbers)
+    within = float(np.sqrt((residuals**2).sum() / freedom)) if freedom else float("nan")
+    return Spreads(
+        float(np.std(logs, ddof=1)),
+        float(np.std(list(means.values()), ddof=1)),
+        within / np.sqrt(len(logs) / len(numbers)),
+        int((logs > 0).sum()),
+    )
 
 
 def try_line(number: int, attempt: GateTry) -> str:
     """One try's row: times, change, what the gate could catch, exit status, seconds, spreads, verdict."""
-    row = attempt.row
-    round_sd, pair_sd, slower = spreads(row)
-    slower_text = f"{slower}/{len(row['servers'])}"
+    row, spread = attempt.row, spreads(attempt.row)
+    slower = f"{spread.slower}/{len(row['servers'])}"
     return (
         f"{number:>4} {row['baseline ms']:>11} {row['job ms']:>9}  {row['change (95% CI)']:26} "
-        f"{row['caught from']:>11}  {attempt.code:>4}  {attempt.seconds:>5.0f}  {round_sd:>8.1%} {pair_sd:>7.1%} "
-        f"{slower_text:>7}  {row['verdict']}"
+        f"{row['caught from']:>11}  {attempt.code:>4}  {attempt.seconds:>5.0f}  {spread.round_sd:>8.1%} "
+        f"{spread.pair_sd:>7.1%} {spread.expected_pair_sd:>8.1%} {slower:>7}  {row['verdict']}"
     )
 
 
 TRY_HEADER = (
     f"{'try':>4} {'baseline ms':>11} {'job ms':>9}  {'change (95% CI)':26} {'caught from':>11}  exit  {'s':>5}  "
-    f"{'round sd':>8} {'pair sd':>7} {'slower':>7}  verdict"
+    f"{'round sd':>8} {'pair sd':>7} {'expected':>8} {'slower':>7}  verdict"
 )
 SPREADS_LEGEND = (
     "round sd, pair sd: the sd of log(job / baseline) over the rounds and over the server pairs (each pair's "
-    "rounds' geometric means); slower: the rounds in which the job read slower"
+    "rounds' geometric means); expected: the pair sd the rounds predict (their sd within a pair / sqrt(rounds a "
+    "pair)); slower: the rounds in which the job read slower"
 )
 
 
