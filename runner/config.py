@@ -211,11 +211,14 @@ class ScheduleConfig:
         return self.active * self.repeat
 
 
+MAX_WARMUP_CALLS = 100_000  # 100 s of 1 ms steps; more is a typo (measure.warmup=1000000000000 ran silently for ever)
+
+
 @dataclass
 class MeasureConfig:
     """The unprofiled phases: warm-up and the timed steady state."""
 
-    # calls after the first one and before timing, so caches and allocators settle
+    # calls after the first one and before timing, so caches and allocators settle (at most MAX_WARMUP_CALLS)
     warmup: int = 5
     # and for at least this long (0.02, 0.1 and 0.5 s read the same median: docs/trust.md)
     warmup_s: float = 0.1
@@ -257,6 +260,11 @@ class MeasureConfig:
 
     def __post_init__(self) -> None:
         _at_least("measure.warmup", self.warmup, 0)
+        if self.warmup > MAX_WARMUP_CALLS:  # in a worker process a warm-up is silent: a typo would hang quietly
+            raise ConfigError(
+                f"measure.warmup={self.warmup} is out of range: at most {MAX_WARMUP_CALLS} calls "
+                "(measure.warmup_s warms up for a time)"
+            )
         _at_least("measure.warmup_s", self.warmup_s, 0)
         _at_most_a_day("measure.warmup_s", self.warmup_s)
         _at_least("measure.steps", self.steps, 1)

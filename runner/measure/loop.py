@@ -117,10 +117,13 @@ def warm_up(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> float:
     """`measure.warmup` calls, continued until `measure.warmup_s` have passed; seconds per call (0 for none)."""
     calls, start = 0, time.perf_counter()
     until = start + spec.measure.warmup_s
+    progress = Progress("warm-up", spec.measure.warmup)  # a warm-up of many calls shows life, as a timed phase does
     # ranks in lock step go on while any rank would, or one would wait in a collective forever
     while all_ranks_max(int(calls < spec.measure.warmup or time.perf_counter() < until), backend.device):
         workload.step()
         calls += 1
+        if calls <= spec.measure.warmup:
+            progress.step(calls)
     backend.synchronize()
     return (time.perf_counter() - start) / calls if calls else 0.0
 
@@ -131,6 +134,17 @@ def steps_to_time(spec: RunSpec, call_s: float, backend: Backend) -> int:
     if spec.measure.steps_s is not None and call_s > 0:
         steps = min(steps, max(FEWEST_TIMED_STEPS, math.ceil(spec.measure.steps_s / call_s)))
     return all_ranks_max(steps, backend.device)
+
+
+def capped_steps_note(spec: RunSpec, steady: SteadyState) -> str | None:
+    """One line when `measure.steps_s` timed fewer steps than `measure.steps` asked for, else None."""
+    timed = max(len(repeat) for process in steady.step_ms for repeat in process)
+    if timed >= spec.measure.steps:
+        return None
+    return (
+        f"measure.steps={spec.measure.steps} asked, {timed} timed per process: measure.steps_s={spec.measure.steps_s} "
+        "caps a process's timed steps at that many seconds (measure.steps_s=null times every step)"
+    )
 
 
 def stretch_ends(steps: int, stretches: int) -> list[int]:

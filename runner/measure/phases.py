@@ -14,7 +14,14 @@ from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.build import BuiltWorkload
 from runner.measure.host_memory import keep_freed_memory
-from runner.measure.loop import Progress, SteadyStateSource, steps_to_time, timed_step, warm_up
+from runner.measure.loop import (
+    Progress,
+    SteadyStateSource,
+    capped_steps_note,
+    steps_to_time,
+    timed_step,
+    warm_up,
+)
 from runner.measure.measurement import Measurement
 from runner.measure.memory import recording, window_memory
 from runner.measure.optable import OpTable, build_op_table
@@ -99,6 +106,8 @@ def measure(
     log.info("first call took %.3f s", first_call_s)
     with phase("steady state"):
         steady = steady_state()
+    if note := capped_steps_note(spec, steady):
+        log.info(note)
     measured = Measurement(first_call_s=first_call_s, steady=steady)
 
     def stamped() -> Measurement:

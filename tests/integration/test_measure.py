@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
+import logging
 import os
 import re
 import signal
@@ -28,6 +29,7 @@ from runner.execute import workers
 from runner.execute.in_process import steady_state_source
 from runner.execute.processes import Child, ChildFailed, StartMethod
 from runner.execute.workers import start_steady_state, steady_state_in_processes, steps
+from runner.measure import loop
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.host_memory import is_glibc
@@ -325,6 +327,21 @@ def test_long_steps_are_timed_for_measure_steps_s_and_no_fewer_than_the_floor() 
     assert FEWEST_TIMED_STEPS < len(budget[0]) <= 100
     _, every = recorded_steady_state(*pause, "measure.steps=40", "measure.steps_s=null")
     assert [len(repeat) for repeat in every] == [40]
+
+
+def test_a_capped_steady_state_and_a_long_warm_up_say_so_on_the_console(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "PROGRESS_EVERY_S", 3600.0)  # only a phase's last step is reported
+    caplog.set_level(logging.INFO)
+    run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.warmup=3",
+               "measure.steps=5000", "measure.steps_s=0.001", "measure.layouts=1")  # fmt: skip
+    assert "warm-up: step 3/3" in caplog.text
+    capped = r"measure.steps=5000 asked, (\d+) timed per process: measure.steps_s=0.001 caps"
+    assert len(re.findall(capped, caplog.text)) == 1
+    caplog.clear()
+    run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.steps=40", "measure.steps_s=null")
+    assert "asked" not in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -173,6 +173,11 @@ def test_runner_keys_default_from_one_dataclass_and_no_workload_file_repeats_a_d
         pytest.param("measure.steps_s=0", r"measure\.steps_s must be > 0 seconds or null", id="steps-s"),
         pytest.param("measure.layouts=0", r"measure\.layouts must be >= 1, got 0", id="layouts"),
         pytest.param(
+            "measure.warmup=1000000000000",
+            r"^measure\.warmup=1000000000000 is out of range: at most 100000 calls \(measure\.warmup_s",
+            id="warmup-calls",
+        ),
+        pytest.param(
             "backend.cpu_placement=pinned",
             r"^backend\.cpu_placement='pinned' is not allowed; choose one of: one_core, slot_cores, unpinned$",
             id="cpu-placement",
