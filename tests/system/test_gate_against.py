@@ -101,6 +101,26 @@ def test_the_candidate_is_the_checkout_as_it_is_uncommitted_and_untracked_files_
     assert worktrees(repo) == 1
 
 
+def test_a_candidate_whose_output_is_nan_fails_whatever_its_time(tmp_path: Path) -> None:
+    """The same ops a step, the root of a negative: each side's first worker checks the output, the candidate's NaN."""
+    repo = project_repository(tmp_path / "nan")
+    source = repo / "workloads" / "rmsnorm.py"
+    normed = "        return x * torch.rsqrt(variance + self.eps) * self.weight\n"
+    assert normed in source.read_text()
+    source.write_text(source.read_text().replace(normed, normed.replace("+ self.eps", "- 1e30"), 1))
+    gated = run_gate(repo, "HEAD", "--rounds", "2", *JOB)
+    assert gated.returncode == gate.REGRESSION_EXIT, gated.stdout + gated.stderr
+    (row,) = json.loads(gated.stdout)
+    elements = int(JOB[3].split("=")[1]) * int(JOB[4].split("=")[1]) * int(JOB[2].split("=")[1])
+    assert row["checks"][:2] == [
+        f"output: NOT FINITE ({elements} of {elements} elements are NaN or infinite); the baseline's finite",
+        "accuracy: FAILED (max_rel_err nan against tolerance 1e-05 for float32); the baseline's pass",
+    ]
+    assert row["checks"][2].startswith("first call: ")
+    assert "gate: candidate: a first worker (fills the compile caches, checks the output; not timed)" in gated.stderr
+    assert worktrees(repo) == 1
+
+
 def test_a_side_that_fails_is_named_in_one_line(slower_commit: Path) -> None:
     gated = run_gate(slower_commit, "HEAD", "+workload=no_such_workload")
     assert gated.returncode == gate.INCOMPLETE_EXIT
