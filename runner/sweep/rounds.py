@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -200,8 +201,8 @@ def _leave_out_hung(failed: set[int], index: int, job: RoundJob, where: str, tim
     return why
 
 
-def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
-    """The job as the rounds time it; None when it times its own steady state (or its own error says why)."""
+def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | str:
+    """The job as the rounds time it, or why it times its own steady state (or its own error says why)."""
     task = copy.deepcopy(job_config)
     with open_dict(task):
         del task["hydra"]
@@ -214,8 +215,7 @@ def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | None:
     except ConfigError:  # refused: the job says so itself when it runs
         return None
     if not count:
-        log.info("rounds: %s times its own steady state: %s", name, why)
-        return None
+        return why
     key = config_hash(OmegaConf.to_container(task, resolve=True))  # type: ignore[arg-type]
     return RoundJob(name, key, spec, count, bool(task.get("resume", True)))
 
@@ -232,7 +232,7 @@ def before_launch(
     `timeout_s`: the launcher's, which bounds each of a job's workers too (None: no limit).
     """
     swept, saved, sweep_id = names.swept_keys(), HydraConfig.instance().cfg, os.environ[SWEEP_ID_ENV]
-    jobs = []
+    jobs, own = [], Counter[str]()
     try:
         for job_config in job_configs:
             HydraConfig.instance().set_config(job_config)  # for the job's own ${hydra:...} values
@@ -242,10 +242,14 @@ def before_launch(
                 write_status(job_dir, status=JobStatus.SCHEDULED, sweep_id=sweep_id, overrides=overrides)
             except OSError as err:  # the job's own start says so too; the summary then cannot count it unrun
                 log.error("could not write %s in %s: %s", STATUS_FILE, job_dir, err.strerror or err)
-            if (job := round_job(job_config, swept)) is not None:
+            if isinstance(job := round_job(job_config, swept), RoundJob):
                 jobs.append(job)
+            else:
+                own[job] += 1
     finally:
         HydraConfig.instance().cfg = saved
+    for why, count in own.items():  # once per reason, not once per job
+        log.info("rounds: %d of %d jobs time their own steady state: %s", count, len(job_configs), why)
     if slots and any(device_profiled(bool(job.profiler.enabled), job.profiler.modes) for job in job_configs):
         jobs_at_once = f"hydra.launcher.jobs={len(slots)}"
         if note := reservation_note(jobs_at_once, trainium_generation(), first_cores(slots)):

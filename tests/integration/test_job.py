@@ -5,6 +5,7 @@ close, and a sweep stopped early counts the jobs it never started."""
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import signal
 import subprocess
@@ -197,6 +198,17 @@ def test_a_sweep_stopped_early_counts_the_jobs_it_never_started(
         f"  KILLED:  1_rmsnorm_naive [{' '.join(task)} workload.seed=1]: interrupted by SIGINT",
         f"  not run: 3_rmsnorm_naive [{' '.join(task)} workload.seed=3]",
     ]
+
+
+def test_jobs_timing_their_own_steady_state_are_said_once_with_their_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(SWEEP_ID_ENV, "this-sweep")
+    caplog.set_level(logging.INFO)
+    launch_seeds(tmp_path, ["+workload=rmsnorm_naive", "measure.processes=0"], 3)
+    own = [message for message in caplog.messages if "time their own steady state" in message]
+    assert own == ["rounds: 3 of 3 jobs time their own steady state: measure.processes=0 times it in its own process"]
+    assert not [message for message in caplog.messages if "times its own steady state" in message]
 
 
 def test_parallel_device_profiled_jobs_hear_the_hbm_their_captures_reserve_on_a_chip(
