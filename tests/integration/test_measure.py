@@ -157,6 +157,10 @@ def test_the_doctor_measures_again_every_thread_count_the_cache_holds(
         "cached 1.0 GB/s copy, 1.0 GFLOP/s float32 matmul; now 10.0 GB/s, 50.0 GFLOP/s; "
         "the cache read low (measured on a busy host?) and now keeps the better figures"
     )
+    # the doctor's own thread count had no entry: measured once, not called "cached"
+    assert calibrations["cpu calibration, 2 threads, float32"] == (
+        "measured now 20.0 GB/s copy, 50.0 GFLOP/s float32 matmul (none was cached)"
+    )
     figures = json.loads(cache.read_text())
     assert sorted(figures.values()) == [[1.0, 1.0], [10.0, 50.0], [10.0, 50.0], [20.0, 50.0], [30.0, 50.0]]
     assert figures["10|x86_64|threads=1|float32"] == [1.0, 1.0]
