@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -10,6 +11,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
@@ -17,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import CONF_DIR, names
 from runner.backends.user_env import record_user_environment
-from runner.callbacks import JobFailure, UsageError
+from runner.callbacks import NOTES, JobFailure, UsageError, end_sweep_early
 from runner.compose import help_text, refusal
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
 from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus
@@ -68,6 +70,8 @@ def run(cfg: DictConfig) -> float:
     except ConfigError as err:
         raise UsageError(str(err)) from None
     except Exception as err:  # recorded by the job's life: one line here, the traceback in error.txt
+        if disk_full(err):  # every later job of a sweep would meet it too: it ends the sweep
+            raise JobFailure(disk_full_line(NOTES.folder)) from err
         where = life.job.output_dir / ERROR_FILE
         run = f"run {life.run_id} is FAILED" if life.run_id else "no run was opened"
         if life.run_id and isinstance(err, StoreFull):  # the full store may or may not have taken the run's close
@@ -82,6 +86,25 @@ def run(cfg: DictConfig) -> float:
                 )
         raise JobFailure(f"the job failed: {one_line(err)} (traceback: {where}; {run})") from err
     return metrics.get(names.STEP_MEDIAN_MS, NO_RESULT)
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether `err` is the disk under a folder being full (ENOSPC)."""
+    return isinstance(err, OSError) and err.errno == errno.ENOSPC
+
+
+def disk_full_line(folder: str) -> str:
+    """A full disk in one line: where, and what to do (Hydra's traceback said neither)."""
+    return f"the disk under {folder} is full (No space left on device): free space there and run again"
+
+
+def one_line_refusal(err: Exception) -> str | None:
+    """What `cli` says in one line for `err`: Hydra's refusals, a conf file's YAML, a full disk; None for a bug."""
+    if isinstance(err, (CompactHydraException, yaml.YAMLError)):
+        return refusal(err)
+    if disk_full(err):
+        return disk_full_line(NOTES.folder or str(Path.cwd()))
+    return None
 
 
 main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run)
@@ -126,7 +149,7 @@ def hydra_help_checkable() -> Iterator[None]:
 
 
 def cli() -> None:
-    """`main`, with what Hydra refuses while composing printed as one line (HYDRA_FULL_ERROR=1: Hydra's report)."""
+    """`main`, its refusals one line (HYDRA_FULL_ERROR=1: Hydra's report); a sweep they end says so at its end."""
     record_user_environment()  # before anything imports torch, which may load torch-neuronx
     skip_final_collections()
     wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -140,10 +163,12 @@ def cli() -> None:
             main()
     except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: runs and status files are closed already
         sys.exit(exit_code_of(stop))
-    except CompactHydraException as err:
-        if wants_traceback:
+    except Exception as err:
+        line = None if wants_traceback else one_line_refusal(err)
+        end_sweep_early(line or one_line(err))  # a sweep ended by an error, not by a signal
+        if line is None:
             raise
-        sys.exit(f"error: {refusal(err)}")
+        sys.exit(f"error: {line}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import uuid
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,22 @@ class UsageError(CompactHydraException):
 
 class JobFailure(CompactHydraException):
     """A single job that failed: one line on stderr naming its error.txt, a non-zero exit."""
+
+
+@dataclass
+class ProcessNotes:
+    """What `runner.__main__.cli` and the exit hook know of this process's job or sweep once Hydra raised out of it."""
+
+    folder: str = ""  # its output folder as its key names it (hydra.run.dir=...), where a full disk is
+    ended_by: str | None = None  # the error that ended its sweep early (a launcher or job raised), not a signal
+
+
+NOTES = ProcessNotes()
+
+
+def end_sweep_early(why: str) -> None:
+    """Record the error that ends this process's sweep early: its summary and FAILED parent say it, not a signal."""
+    NOTES.ended_by = why
 
 
 def check_writable_dir(key: str, path: str) -> None:
@@ -118,6 +135,7 @@ class RunnerCallback(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Refuse an unwritable output directory before Hydra trips over it, and an unusable store."""
+        NOTES.folder = f"hydra.run.dir={config.hydra.run.dir}"
         self.new_run_dirs = missing_folders(Path(config.hydra.run.dir))
         check_writable_dir("hydra.run.dir", config.hydra.run.dir)
         check_store(_tracking(config), create=False)
@@ -141,6 +159,7 @@ class RunnerCallback(Callback):
             check_launcher_limits(*(OmegaConf.select(config, f"hydra.launcher.{key}") for key in ("jobs", "timeout_s")))
         except ConfigError as err:
             sys.exit(f"error: {err}")
+        NOTES.folder = f"hydra.sweep.dir={config.hydra.sweep.dir}"
         check_writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)
@@ -187,12 +206,12 @@ class RunnerCallback(Callback):
             sys.exit(1)
 
     def _close_if_stopped(self) -> None:
-        """At exit: a sweep that never reached on_multirun_end was stopped; close it as KILLED."""
+        """At exit: a sweep that never reached on_multirun_end was stopped (KILLED) or ended by an error (FAILED)."""
         if self.sweep_id:
-            self._close(stopped=True)
+            self._close(stopped=True, error=NOTES.ended_by)
 
-    def _close(self, stopped: bool) -> bool:
-        """Summarise the jobs, report and close the parent; True when the sweep failed."""
+    def _close(self, stopped: bool, error: str | None = None) -> bool:
+        """Summarise the jobs, report and close the parent; True when the sweep failed (`error`: what ended it)."""
         for name in (PARENT_RUN_ENV, SWEEP_ID_ENV, names.SWEPT_KEYS_ENV):
             os.environ.pop(name, None)
         tracking = self.tracking
@@ -200,7 +219,7 @@ class RunnerCallback(Callback):
         summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri)
         lines = summary.lines()
         if stopped:
-            lines.insert(0, summary.stopped_line())
+            lines.insert(0, summary.stopped_line(error))
         elif not summary.total:
             lines.insert(0, "sweep: no job to run (the sweep's overrides expand to nothing)")
         text = "\n".join(lines)
@@ -219,7 +238,8 @@ class RunnerCallback(Callback):
             mlflow_write(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
             mlflow_write(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
             mlflow_write(lambda: client.log_text(parent, text + "\n", names.SWEEP_SUMMARY_FILE))
-            status = JobStatus.KILLED if stopped else JobStatus.FAILED if failed else JobStatus.FINISHED
+            killed = stopped and error is None  # by a signal; an error ends it FAILED
+            status = JobStatus.KILLED if killed else JobStatus.FAILED if failed else JobStatus.FINISHED
             ignore_later_stops()  # the sweep is all recorded: its exit will say what its parent says
             mlflow_write(lambda: client.set_terminated(parent, status.value))
             self.parent_run_id = None

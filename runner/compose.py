@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import string
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import CompactHydraException, MissingConfigException
@@ -37,8 +38,13 @@ def help_text(*overrides: str) -> str:
     return template.substitute(APP_CONFIG_GROUPS=config_groups(), CONFIG=OmegaConf.to_yaml(cfg))
 
 
-def refusal(err: CompactHydraException) -> str:
-    """What Hydra refused, as one line; keys and options get the runner's "did you mean", not Hydra's `+` advice."""
+def refusal(err: CompactHydraException | yaml.YAMLError) -> str:
+    """What Hydra refused, as one line; keys and options get the runner's "did you mean", not Hydra's `+` advice.
+
+    A conf file that is not YAML (adding conf/workload/<name>.yaml adds a workload) is its file, line and problem.
+    """
+    if isinstance(err, yaml.YAMLError):
+        return yaml_refusal(err)
     cause = err.__cause__
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
         group, _, option = err.missing_cfg_file.rpartition("/")
@@ -48,3 +54,13 @@ def refusal(err: CompactHydraException) -> str:
     texts = [str(err), str(cause.msg)] if isinstance(cause, OmegaConfBaseException) else [str(err)]
     lines = [line for text in texts for line in text.splitlines() if line.strip() and not line[0].isspace()]
     return "; ".join(lines)
+
+
+def yaml_refusal(err: yaml.YAMLError) -> str:
+    """A YAML syntax error as one line: the file, the line and column, what is wrong (PyYAML's lines are 0-based)."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem_mark is None:
+        return f"a config file is not valid YAML: {' '.join(str(err).split())}"
+    mark, context = err.problem_mark, err.context_mark
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}"
+    opened = f" ({err.context} at line {context.line + 1})" if err.context and context is not None else ""
+    return f"{where}: {err.problem}{opened}: not valid YAML"

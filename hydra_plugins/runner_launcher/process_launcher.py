@@ -189,9 +189,14 @@ class RunnerLauncher(Launcher):
                 config.hydra.job.num = idx
             configs.append(config)
         if self.runner_sweep:
+            from runner.callbacks import UsageError
+            from runner.config import ConfigError
             from runner.sweep.rounds import before_launch
 
-            before_launch(self.config, configs, slots, self.timeout_s or None)
+            try:
+                before_launch(self.config, configs, slots, self.timeout_s or None)
+            except ConfigError as err:  # a job's bad config: the sweep is refused before any job runs
+                raise UsageError(str(err)) from None
         return configs
 
 

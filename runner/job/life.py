@@ -125,7 +125,9 @@ class JobLife:
                 self.keep_traceback()
             if not self.sweeping:
                 raise
-            log.error("job failed, the sweep goes on: %s", one_line(err), exc_info=not isinstance(err, ConfigError))
+            # one line, as a single job's failure: the traceback is in error.txt
+            where = "" if isinstance(err, ConfigError) else f" (traceback: {self.job.output_dir / ERROR_FILE})"
+            log.error("job failed, the sweep goes on: %s%s", one_line(err), where)
             return
         else:
             if not self.skipped:

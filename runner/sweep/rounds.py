@@ -202,18 +202,23 @@ def _leave_out_hung(failed: set[int], index: int, job: RoundJob, where: str, tim
 
 
 def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | str:
-    """The job as the rounds time it, or why it times its own steady state (or its own error says why)."""
+    """The job as the rounds time it, or why it times its own steady state.
+
+    Raises:
+        ConfigError: the job's config is refused, naming the job and its overrides (its turn may come late).
+    """
     task = copy.deepcopy(job_config)
     with open_dict(task):
         del task["hydra"]
     workload = job_config.hydra.runtime.choices.get("workload") or "custom"
-    name = names.job_name(workload, [redact(o) for o in job_config.hydra.overrides.task], swept)
+    overrides = [redact(o) for o in job_config.hydra.overrides.task]
+    name = names.job_name(workload, overrides, swept)
     try:
         spec = load_run_spec(task)
         # the class, not a backend: making one pins this process (NEURON_RT_VISIBLE_CORES), which every job inherits
         count, why = rounds_of(spec, backend_class(spec.backend.name))
-    except ConfigError:  # refused: the job says so itself when it runs
-        return None
+    except ConfigError as err:
+        raise ConfigError(f"sweep job {job_config.hydra.job.num} [{' '.join(overrides)}]: {err}") from None
     if not count:
         return why
     key = config_hash(OmegaConf.to_container(task, resolve=True))  # type: ignore[arg-type]
@@ -223,7 +228,7 @@ def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | str:
 def before_launch(
     config: DictConfig, job_configs: list[DictConfig], slots: list[Slot] | None = None, timeout_s: float | None = None
 ) -> None:
-    """Before a launcher of the runner's sweep runs these jobs: mark each scheduled, then time them in rounds.
+    """Before a launcher of the runner's sweep runs these jobs: check each, mark each scheduled, time them in rounds.
 
     Jobs that run side by side in `slots` with DEVICE profiling hear what HBM its captures reserve on a chip.
 
@@ -234,18 +239,20 @@ def before_launch(
     swept, saved, sweep_id = names.swept_keys(), HydraConfig.instance().cfg, os.environ[SWEEP_ID_ENV]
     jobs, own = [], Counter[str]()
     try:
-        for job_config in job_configs:
+        for job_config in job_configs:  # a job's bad config refuses the sweep before any job is scheduled
             HydraConfig.instance().set_config(job_config)  # for the job's own ${hydra:...} values
+            if isinstance(job := round_job(job_config, swept), RoundJob):
+                jobs.append(job)
+            else:
+                own[job] += 1
+        for job_config in job_configs:
+            HydraConfig.instance().set_config(job_config)
             job_dir = Path(job_config.hydra.sweep.dir, str(job_config.hydra.sweep.subdir))
             overrides = " ".join(redact(o) for o in job_config.hydra.overrides.task)
             try:
                 write_status(job_dir, status=JobStatus.SCHEDULED, sweep_id=sweep_id, overrides=overrides)
             except OSError as err:  # the job's own start says so too; the summary then cannot count it unrun
                 log.error("could not write %s in %s: %s", STATUS_FILE, job_dir, err.strerror or err)
-            if isinstance(job := round_job(job_config, swept), RoundJob):
-                jobs.append(job)
-            else:
-                own[job] += 1
     finally:
         HydraConfig.instance().cfg = saved
     for why, count in own.items():  # once per reason, not once per job

@@ -24,13 +24,17 @@ class SweepSummary:
         """Jobs of the sweep, whatever became of them, those a stop kept from starting too."""
         return sum(map(len, (self.finished, self.skipped, self.failed, self.killed, self.not_run)))
 
-    def stopped_line(self) -> str:
-        """What a stop of the sweep left: the jobs it closed and those it kept from starting, if its launch had come."""
+    def stopped_line(self, error: str | None = None) -> str:
+        """What a stop of the sweep left: the jobs it closed and those it kept from starting, if its launch had come.
+
+        `error`: what ended the sweep instead of a signal (its launcher or a job raised it).
+        """
+        cause = f"sweep ended early by an error ({error})" if error else "sweep stopped by a signal"
         if not self.total:
-            return "sweep stopped by a signal before its launcher scheduled a job: none ran"
+            return f"{cause} before its launcher scheduled a job: none ran"
         closed = f"{len(self.killed)} job(s) in flight closed KILLED" if self.killed else "no job was in flight"
         rest = "the rest did not run" if self.not_run else "every job had ended"
-        return f"sweep stopped by a signal: {closed}, {rest}"
+        return f"{cause}: {closed}, {rest}"
 
     def lines(self) -> list[str]:
         """The summary printed at the end of a sweep."""

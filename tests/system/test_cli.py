@@ -222,6 +222,61 @@ def test_a_full_run_folder_is_one_line_naming_it(full_disk: Path, tracking_uri: 
     assert not (full_disk / "run").exists() and all_runs(tracking_uri) == []
 
 
+def test_a_conf_file_that_is_not_yaml_is_one_line_naming_its_file_and_line(
+    tmp_path: Path, runner_in_process: RunnerInProcess
+) -> None:
+    """Adding conf/workload/<name>.yaml adds a workload; a bad indent in it gave PyYAML's 103-line traceback."""
+    (tmp_path / "conf" / "workload").mkdir(parents=True)
+    bad = tmp_path / "conf" / "workload" / "mine.yaml"
+    bad.write_text("_target_: workloads.rmsnorm.NaiveRMSNorm\nbatch: 4\n  hidden: 3\n")
+    done = runner_in_process("--config-dir", str(tmp_path / "conf"), "+workload=mine", f"hydra.run.dir={tmp_path}/run")
+    assert (done.returncode, done.stderr) == (
+        1, f"error: {bad}, line 3, column 9: mapping values are not allowed here: not valid YAML\n"
+    )  # fmt: skip
+
+
+# `python -m runner ARGS` whose up-front check of a folder writes nothing, as when the disk fills up right after it
+AFTER_THE_FOLDER_CHECK = (
+    "import runpy, runner.callbacks\n"
+    "runner.callbacks.PROBE_BYTES = 0\n"
+    "runpy.run_module('runner', run_name='__main__')\n"
+)
+
+
+def test_a_disk_that_fills_up_is_named_in_one_line_and_a_sweep_it_ends_is_failed_not_killed(
+    full_disk: Path,  # noqa: F811
+    tracking_uri: str,
+) -> None:
+    with suppress(OSError), (full_disk / "filler").open("wb", buffering=0) as filler:
+        while True:  # until the disk is full
+            filler.write(bytes(4096))
+    python, job = [sys.executable, "-c", AFTER_THE_FOLDER_CHECK], ["+workload=rmsnorm_naive", *SMALL]
+    single = subprocess.run([*python, *job, f"hydra.run.dir={full_disk}/run"], cwd=REPO, capture_output=True, text=True)
+    assert single.returncode == 1 and "Traceback" not in single.stderr
+    full = "is full (No space left on device): free space there and run again"
+    assert single.stderr.splitlines()[-1] == f"error: the disk under hydra.run.dir={full_disk}/run {full}"
+    sweep = subprocess.run([*python, "-m", *job, "workload.seed=1,2", f"hydra.sweep.dir={full_disk}/sweep"],
+                           cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert sweep.returncode == 1 and "Traceback" not in sweep.stderr, sweep.stderr
+    assert f"error: the disk under hydra.sweep.dir={full_disk}/sweep {full}" in sweep.stderr
+    assert "signal" not in sweep.stdout
+    assert f"sweep ended early by an error (the disk under hydra.sweep.dir={full_disk}/sweep {full})" in sweep.stdout
+    (parent,) = all_runs(tracking_uri)
+    assert parent.info.status == "FAILED"
+
+
+def test_a_bad_value_in_one_sweep_job_refuses_the_sweep_before_any_job_runs(tmp_path: Path, tracking_uri: str) -> None:
+    done = runner("-m", "+workload=rmsnorm_naive", *SMALL, "schedule.active=1,0", f"hydra.sweep.dir={tmp_path}/s")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    refusal = "error: sweep job 1 [+workload=rmsnorm_naive workload.hidden=16 workload.seq_len=2 schedule.active=0]: "
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert line.startswith(refusal) and "schedule.active must be >= 1" in line
+    assert not list(tmp_path.rglob("job_status.json"))  # no job ran, none was scheduled
+    assert "sweep ended early by an error (sweep job 1 " in done.stdout and "signal" not in done.stdout
+    (parent,) = all_runs(tracking_uri)
+    assert parent.info.status == "FAILED"
+
+
 def test_help_lists_groups_without_importing_torch_or_mlflow() -> None:
     probe = (
         "import runpy, sys\n"

@@ -16,7 +16,8 @@ from mlflow.exceptions import MlflowException
 from sqlalchemy import event
 
 from runner import names
-from runner.job import JobStatus, fail_run, read_status, write_status
+from runner.job import ERROR_FILE, JobLife, JobStatus, fail_run, read_status, write_status
+from tests.helpers import job_for
 
 
 def test_statuses_are_the_strings_status_files_and_mlflow_hold(tmp_path: Path) -> None:
@@ -57,3 +58,17 @@ def test_a_dead_jobs_run_is_closed_through_a_locked_store(tracking_uri: str) -> 
         event.remove(engine, "before_cursor_execute", shorter_busy_wait)
     run = client.get_run(run_id)
     assert run.info.status == "KILLED" and run.data.tags[names.TAG_ERROR] == "died from signal SIGKILL"
+
+
+def test_a_failed_sweep_job_logs_one_line_naming_its_traceback_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failure between a sweep's jobs was a 41-line traceback: one line now, as a single job's."""
+    life = JobLife(job_for(tmp_path), sweeping=True)
+    with life.running():
+        raise RuntimeError("injected failure")
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.exc_info is None
+    where = tmp_path / "out" / ERROR_FILE
+    assert record.getMessage() == f"job failed, the sweep goes on: RuntimeError: injected failure (traceback: {where})"
+    assert "Traceback" in where.read_text()
