@@ -92,8 +92,3 @@ def checks(base: Logged, new: Logged, margin: float) -> list[Check]:
         _ratio("peak host memory (RSS)", names.PEAK_HOST_RSS_MB, "MB", base, new, None),
     ]
     return [check for check in found if check is not None]
-
-
-def failed(found: list[Check]) -> list[str]:
-    """What failed, by name (`output`, `accuracy`, `peak device memory`), for the summary line."""
-    return [check.text.split(":")[0] for check in found if check.failed]
