@@ -458,10 +458,7 @@ def test_cold_and_warm_neff_caches_differ_in_their_hits_and_misses(tmp_path: Pat
     assert jobs["warm"].tags[names.TAG_COMPILE_CACHE_COUNTED].startswith("NEFF cache: misses are NEFFs")
 
 
-
-def test_a_cold_job_compiles_though_torchneurons_own_caches_hold_its_graphs(
-    tmp_path: Path, tracking_uri: str
-) -> None:
+def test_a_cold_job_compiles_though_torchneurons_own_caches_hold_its_graphs(tmp_path: Path, tracking_uri: str) -> None:
     # both jobs on one host: TorchNeuron's HLO and local NEFF caches, unmoved, would keep the first's graphs
     host = {"NEURON_STANDIN_STATE": str(tmp_path / "host")}
     for job in ("first", "second"):
@@ -474,6 +471,7 @@ def test_a_cold_job_compiles_though_torchneurons_own_caches_hold_its_graphs(
     assert sorted(p.name for p in (tmp_path / "second" / "cache").iterdir()) == [
         "hlo", "inductor", "neff", "neff_local", "neuron_compile_cache", "triton"
     ]  # fmt: skip
+
 
 def device_facts(uri: str) -> dict[str, Any]:
     """The device part of the latest run's environment.json."""
