@@ -30,7 +30,7 @@ from runner.report.selection import (
     selected_runs,
 )
 from runner.report.sweep_report import ui_links
-from runner.report.table import FORMATS, comparison_rows, op_diff, render
+from runner.report.table import FORMATS, comparison_rows, op_diff, render, without_empty_columns
 from runner.signals import skip_final_collections
 
 USAGE_EXIT = 2  # bad input: argparse's status, and runner.gate's and runner.history's for what they cannot find
@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.format == "json":  # one document: the runs, and the per-op diff of two (or why there is none)
         document = {"runs": rows, "op_diff": diff, **({"op_diff_note": unfinished} if unfinished else {})}
         print(json.dumps(document if two else rows, indent=2))
-    else:
-        print(render(rows, args.format))
+    else:  # a CSV keeps every column for other programs
+        print(render(rows if args.format == "csv" else without_empty_columns(rows), args.format))
         if diff is not None:
             print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
             print(render(diff, args.format))

@@ -12,7 +12,7 @@ from runner import names
 from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.reader import label, sweep_children
 from runner.report.scaling import scaling_curves, scaling_report
-from runner.report.table import SPEEDUP, comparison_rows, render
+from runner.report.table import SPEEDUP, comparison_rows, render, without_empty_columns
 from runner.tracking.links import comparison_links, describe_links, swept_columns, ui_for
 
 
@@ -28,7 +28,8 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     rows = comparison_rows(client, runs, baseline, parent)
     run_id = parent.info.run_id
     client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file=names.COMPARISON_FILE)
-    client.log_text(run_id, render(rows, "markdown") + "\n", names.COMPARISON_TEXT_FILE)
+    shown = without_empty_columns(rows)  # comparison.json keeps every column
+    client.log_text(run_id, render(shown, "markdown") + "\n", names.COMPARISON_TEXT_FILE)
     for row in rows:
         speedup_tags = {names.TAG_COMPARE_SPEEDUP: row[SPEEDUP], names.TAG_COMPARE_BASELINE: label(baseline)}
         client.log_batch(row["run id"], tags=[RunTag(k, v) for k, v in speedup_tags.items()])
@@ -38,7 +39,7 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     found = crossovers(client, curves) if curves else []
     for path in write_plots(client, runs, plots_dir, found):
         client.log_artifact(run_id, str(path), names.PLOTS_FOLDER)
-    table = render(rows, "table")
+    table = render(shown, "table")
     if curves:
         report = crossover_report(found, curves)
         client.log_text(run_id, report + "\n", names.CROSSOVERS_FILE)

@@ -36,6 +36,7 @@ from runner.report.selection import require_op_table
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
 TEST = "test"  # which test the speedup comes from: paired by round, or unpaired
+MEDIAN = "median ms ± IQR"  # the speedup and its test follow this column
 
 
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
@@ -86,7 +87,7 @@ COLUMNS: dict[str, Callable[[Run], Any]] = {
     "run": label,
     "status": lambda r: r.info.status,
     "backend": lambda r: f"{r.data.tags.get(names.TAG_BACKEND, '-')} ({r.data.tags.get(names.TAG_DEVICE, '-')})",
-    "median ms ± IQR": _median,
+    MEDIAN: _median,
     # what timed it, and so the speedup, the GB/s and the roofline: the host's clock or the device's events
     "step clock": lambda r: r.data.tags.get(names.TAG_STEP_CLOCK, "-"),
     "stable": lambda r: {"true": "yes", "false": "NO"}.get(r.data.tags.get(names.TAG_TIMING_STABLE, ""), "-"),
@@ -157,13 +158,24 @@ def comparison_rows(
     for run in runs:
         median = metric(run, names.STEP_MEDIAN_MS)
         row = {"rank": str(medians.index(median) + 1) if median is not None else "-"}
-        row.update({header: str(value(run)) for header, value in COLUMNS.items()})
+        for header, value in COLUMNS.items():
+            row[header] = str(value(run))
+            if header == MEDIAN:  # the speedup beside the medians it is the ratio of
+                row[SPEEDUP], row[TEST] = speedup(run, baseline, samples)
         if parent is not None and run.data.tags.get("mlflow.parentRunId") != parent.info.run_id:  # resume reused it
             row["status"] += " (reused)"
-        row[SPEEDUP], row[TEST] = speedup(run, baseline, samples)
         row["run id"] = run.info.run_id
         rows.append(row)
     return rows
+
+
+def without_empty_columns(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows less the columns that read "-" in every row: a terminal or markdown table fits on a screen.
+
+    CSV and JSON keep every column, so a program reading them finds the same keys whatever the runs recorded.
+    """
+    kept = [h for h in (rows[0] if rows else {}) if any(row[h] != "-" for row in rows)]
+    return [{h: row[h] for h in kept} for row in rows]
 
 
 def render(rows: list[dict[str, str]], fmt: str) -> str:

@@ -133,3 +133,29 @@ def test_a_finished_run_whose_artifacts_were_deleted_is_named_not_diffed_as_ever
             compare.main(argv)
         assert "\n" not in str(refused.value.code)
     assert "gone" not in capsys.readouterr().out
+
+
+def test_the_table_leaves_out_empty_columns_and_puts_the_speedup_beside_the_median(
+    tracking_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing recorded GB/s, ranks or a price: those columns are left out of the terminal and markdown tables."""
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment(DEFAULT_EXPERIMENT)
+    ids = []
+    for name, median in [("base", 2.0), ("fast", 1.0), ("slow", 3.0)]:  # three runs: no per-op diff
+        run_id = client.create_run(experiment, run_name=name, tags={names.TAG_TIMING_STABLE: "true"}).info.run_id
+        client.log_metric(run_id, names.STEP_MEDIAN_MS, median)
+        client.set_terminated(run_id)
+        ids.append(run_id)
+    for fmt in ("table", "markdown"):
+        assert compare.main(["--runs", *ids, "--format", fmt]) == 0
+        header = capsys.readouterr().out.splitlines()[0]
+        columns = [c.strip() for c in (header.strip("| ").split(" | ") if fmt == "markdown" else header.split("  "))]
+        columns = [c for c in columns if c]
+        assert columns[columns.index("median ms ± IQR") + 1 : columns.index("median ms ± IQR") + 3] == [
+            "speedup (95% CI)",
+            "test",
+        ]
+        assert not {"GB/s", "ranks", "$/1M steps", "device ms/step"} & set(columns)
+    assert compare.main(["--runs", *ids, "--format", "csv"]) == 0  # a program's CSV keeps every column
+    assert "GB/s" in capsys.readouterr().out.splitlines()[0]
