@@ -22,6 +22,7 @@ from runner.report.reader import label, logged_table, trace_files
 from runner.report.selection import (
     add_selection_arguments,
     find_run,
+    missing_op_table,
     not_compared,
     open_experiment,
     pick_baseline,
@@ -176,18 +177,20 @@ def main(argv: list[str] | None = None) -> int:
     baseline = pick_baseline(runs, args.baseline)
     rows = comparison_rows(client, runs, baseline, parent)
     two = len(runs) == 2
-    unfinished = not_compared(runs) if two else None
-    diff = op_diff(client, runs[0], runs[1]) if two and unfinished is None else None
+    not_diffed = not_compared(runs) if two else None
+    if two and not_diffed is None:  # a run whose op table is gone leaves the table whole and the diff out
+        not_diffed = next((f"not compared: {why}" for run in runs if (why := missing_op_table(client, run))), None)
+    diff = op_diff(client, runs[0], runs[1]) if two and not_diffed is None else None
     if args.format == "json":  # one document: the runs, and the per-op diff of two (or why there is none)
-        document = {"runs": rows, "op_diff": diff, **({"op_diff_note": unfinished} if unfinished else {})}
+        document = {"runs": rows, "op_diff": diff, **({"op_diff_note": not_diffed} if not_diffed else {})}
         print(json.dumps(document if two else rows, indent=2))
     else:  # a CSV keeps every column for other programs
         print(render(rows if args.format == "csv" else without_empty_columns(rows), args.format))
         if diff is not None:
             print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
             print(render(diff, args.format))
-        elif unfinished is not None:
-            print(f"\nper-op diff: {unfinished}")
+        elif not_diffed is not None:
+            print(f"\nper-op diff: {not_diffed}")
     if args.format == "table":  # the other formats are data for other programs
         print(f"\n{ui_links(client, runs, parent, rows)}")
     if args.plots:

@@ -56,13 +56,23 @@ def require_finished(run: Run, option: str, refusal: str) -> None:
         raise SystemExit(f"error: {option} {run.info.run_id}: {refusal}: run {run.info.status}")
 
 
+def missing_op_table(client: MlflowClient, run: Run) -> str | None:
+    """Why the run's ops cannot be read, naming it, when its op table is gone from its artifacts; None when it is there.
+
+    Read as it is, a missing table would diff as every op gone.
+    """
+    if names.OP_TABLE_FILE in {info.path for info in client.list_artifacts(run.info.run_id)}:
+        return None
+    return (
+        f"run {run.info.run_id} ({label(run)}): its op table {names.OP_TABLE_FILE} is missing from its "
+        "artifacts (were they deleted?); its ops cannot be read"
+    )
+
+
 def require_op_table(client: MlflowClient, run: Run) -> None:
-    """Exit in one line, naming the run, when its op table is gone from its artifacts: every op would read as gone."""
-    if names.OP_TABLE_FILE not in {info.path for info in client.list_artifacts(run.info.run_id)}:
-        raise SystemExit(
-            f"error: run {run.info.run_id} ({label(run)}): its op table {names.OP_TABLE_FILE} is missing from its "
-            "artifacts (were they deleted?); its ops cannot be read"
-        )
+    """Exit in one line, naming the run, when its op table is gone from its artifacts (`missing_op_table`)."""
+    if (missing := missing_op_table(client, run)) is not None:
+        raise SystemExit(f"error: {missing}")
 
 
 def pick_baseline(runs: list[Run], key: str | None) -> Run | None:

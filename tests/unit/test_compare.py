@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -117,6 +119,7 @@ def test_compare_history_and_gate_exit_2_on_what_they_cannot_find(
 def test_a_finished_run_whose_artifacts_were_deleted_is_named_not_diffed_as_every_op_gone(
     tracking_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The comparison table stays whole; the per-op diff says which run's op table is gone; --replay refuses it."""
     client = mlflow.MlflowClient(tracking_uri)
     experiment = client.create_experiment(DEFAULT_EXPERIMENT, artifact_location=str(tmp_path / "artifacts"))
     table = {"columns": [names.OP_NAME, names.OP_CALLS_PER_STEP, names.OP_SELF_CPU_MS], "data": [["aten::mul", 1, 0.5]]}
@@ -127,12 +130,19 @@ def test_a_finished_run_whose_artifacts_were_deleted_is_named_not_diffed_as_ever
     assert compare.main(["--runs", kept, emptied]) == 0  # whole, they compare
     assert "aten::mul" in capsys.readouterr().out.split("per-op diff:")[1]
     shutil.rmtree(tmp_path / "artifacts" / emptied)  # the run's artifacts folder, op table and all
-    missing = f"^error: run {emptied} \\(emptied\\): its op table {names.OP_TABLE_FILE} is missing from its artifacts"
-    for argv in (["--runs", kept, emptied], ["--runs", emptied, kept], ["--replay", emptied]):
-        with pytest.raises(SystemExit, match=missing) as refused:
-            compare.main(argv)
-        assert "\n" not in str(refused.value.code)
-    assert "gone" not in capsys.readouterr().out
+    missing = f"run {emptied} (emptied): its op table {names.OP_TABLE_FILE} is missing from its artifacts"
+    for pair in ([kept, emptied], [emptied, kept]):
+        assert compare.main(["--runs", *pair]) == 0
+        table, note = capsys.readouterr().out.split("per-op diff:")
+        assert "kept" in table and "emptied" in table and "gone" not in note
+        assert note.startswith(f" not compared: {missing}")
+        assert compare.main(["--runs", *pair, "--format", "json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+        assert len(document["runs"]) == 2 and document["op_diff"] is None
+        assert document["op_diff_note"].startswith(f"not compared: {missing}")
+    with pytest.raises(SystemExit, match=f"^error: {re.escape(missing)}") as refused:
+        compare.main(["--replay", emptied])
+    assert "\n" not in str(refused.value.code)
 
 
 def test_the_table_leaves_out_empty_columns_and_puts_the_speedup_beside_the_median(
