@@ -177,6 +177,7 @@ class RunnerCallback(Callback):
     def _open_parent(self, config: DictConfig, tracking: TrackingConfig) -> None:
         """Create the sweep's parent run (its jobs' runs are its children); earlier sweeps' dead parents are closed."""
         from mlflow import MlflowClient
+        from mlflow.tracking.context.registry import resolve_tags
 
         from runner.job import close_orphans
         from runner.tracking.run import ensure_experiment, mlflow_write
@@ -194,6 +195,7 @@ class RunnerCallback(Callback):
             names.TAG_SWEPT_KEYS: os.environ[names.SWEPT_KEYS_ENV],
         }
         shown = [redact(o) for o in config.hydra.overrides.task if not o.lstrip("+").startswith(names.OUTPUT_OVERRIDES)]
+        tags = resolve_tags(tags)  # mlflow.user and the source, as mlflow.start_run gives its jobs: compare names them
         run = mlflow_write(lambda: client.create_run(experiment_id, run_name=" ".join(["sweep", *shown]), tags=tags))
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_RUN_ENV] = self.parent_run_id

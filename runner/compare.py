@@ -12,10 +12,12 @@ import json
 import sys
 import tempfile
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
+from mlflow.utils.mlflow_tags import MLFLOW_USER
 
 from runner import names
 from runner.report.reader import label, logged_table, trace_files
@@ -163,6 +165,16 @@ def print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str],
     return 0
 
 
+def describe_sweep(parent: Run) -> str:
+    """Which sweep the table is: on a shared store the latest sweep may be another user's, from another host."""
+    user = parent.data.tags.get(MLFLOW_USER) or parent.info.user_id  # older parents: the store's "unknown"
+    started = datetime.fromtimestamp(parent.info.start_time / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    return (
+        f"{parent.info.run_name} (parent run {parent.info.run_id}) by {user} on "
+        f"{parent.data.tags.get(names.TAG_HOST, 'an unknown host')}, started {started}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison (and, for two runs, the per-op diff)."""
     args = parse_args(argv)
@@ -185,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         document = {"runs": rows, "op_diff": diff, **({"op_diff_note": not_diffed} if not_diffed else {})}
         print(json.dumps(document if two else rows, indent=2))
     else:  # a CSV keeps every column for other programs
+        if parent is not None and args.format == "table":
+            print(describe_sweep(parent) + "\n")
         print(render(rows if args.format == "csv" else without_empty_columns(rows), args.format))
         if diff is not None:
             print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")

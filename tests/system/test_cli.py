@@ -3,6 +3,7 @@ refusals of bad input, run in the pytest process (`runner_in_process`) where onl
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
 import sys
@@ -75,6 +76,8 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
     ]  # fmt: skip
     # the parent's folder is absolute, as its jobs' are
     assert parents[0].data.tags[names.TAG_SWEEP_DIR] == str(tmp_path.resolve())
+    # who ran it, as on its jobs: compare's header names the sweep's user
+    assert parents[0].data.tags["mlflow.user"] == children[0].data.tags["mlflow.user"] == getpass.getuser()
     assert all(Path(r.data.tags[names.TAG_OUTPUT_DIR]).parent == tmp_path.resolve() for r in children)
     assert {r.info.run_name.split()[0] for r in children} == {"rmsnorm_naive", "rmsnorm_builtin"}
     assert all(r.info.status == "FINISHED" for r in runs)

@@ -9,6 +9,7 @@ import math
 import os
 import re
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 import mlflow
@@ -169,3 +170,21 @@ def test_the_table_leaves_out_empty_columns_and_puts_the_speedup_beside_the_medi
         assert not {"GB/s", "ranks", "$/1M steps", "device ms/step"} & set(columns)
     assert compare.main(["--runs", *ids, "--format", "csv"]) == 0  # a program's CSV keeps every column
     assert "GB/s" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_compare_names_the_sweep_it_shows_with_its_user_host_and_start(
+    tracking_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a shared store the latest sweep may be someone else's: the table's first line says whose."""
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.create_experiment(DEFAULT_EXPERIMENT)
+    who = {names.TAG_SWEEP: "true", names.TAG_HOST: "trn1-b", "mlflow.user": "alice"}
+    parent = client.create_run(experiment, run_name="sweep +experiment=x", start_time=1_700_000_000_000, tags=who)
+    job = client.create_run(experiment, run_name="job", tags={"mlflow.parentRunId": parent.info.run_id})
+    client.set_terminated(job.info.run_id)
+    assert compare.main([]) == 0
+    started = datetime.fromtimestamp(1_700_000_000).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"sweep +experiment=x (parent run {parent.info.run_id}) by alice on trn1-b, started {started}"
+    assert compare.main(["--format", "csv"]) == 0  # data for programs: no header line
+    assert capsys.readouterr().out.startswith("rank,")
