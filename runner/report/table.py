@@ -195,7 +195,7 @@ def render(rows: list[dict[str, str]], fmt: str) -> str:
     widths = {h: max([len(h), *(len(row[h]) for row in rows)]) for h in headers}
     lines = ["  ".join(h.ljust(widths[h]) for h in headers)]
     lines += ["  ".join(row[h].ljust(widths[h]) for h in headers) for row in rows]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)  # no padding past the last column's text
 
 
 def op_diff(client: MlflowClient, a: Run, b: Run) -> list[dict[str, str]]:

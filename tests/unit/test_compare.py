@@ -160,7 +160,9 @@ def test_the_table_leaves_out_empty_columns_and_puts_the_speedup_beside_the_medi
         ids.append(run_id)
     for fmt in ("table", "markdown"):
         assert compare.main(["--runs", *ids, "--format", fmt]) == 0
-        header = capsys.readouterr().out.splitlines()[0]
+        out = capsys.readouterr().out
+        assert all(line == line.rstrip() for line in out.splitlines())  # no padding after the last column
+        header = out.splitlines()[0]
         columns = [c.strip() for c in (header.strip("| ").split(" | ") if fmt == "markdown" else header.split("  "))]
         columns = [c for c in columns if c]
         assert columns[columns.index("median ms ± IQR") + 1 : columns.index("median ms ± IQR") + 3] == [
