@@ -29,7 +29,6 @@ from runner.execute.processes import (
     answered,
     stop,
 )
-from runner.execute.workers import device_runtime_installed
 from tests.helpers import REPO
 
 
@@ -366,5 +365,7 @@ def test_workers_forked_for_a_compiled_cpu_job_inherit_inductors_probe_of_the_cp
     # with torch-neuronx) the server preloads no compiler, so its children probe for themselves too
     command = [sys.executable, "-c", PREPARED, "workload.compile=true"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
+    from runner.execute.workers import device_runtime_installed  # here: a spawned child imports this module
+
     forked = str(not device_runtime_installed())
     assert dict(line.split() for line in done.stdout.splitlines()) == {"forkserver": forked, "spawn": "False"}
