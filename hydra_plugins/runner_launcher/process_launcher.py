@@ -347,8 +347,12 @@ class ProcessLauncher(RunnerLauncher):
         overrides = list(config.hydra.overrides.task)
         if not self.runner_sweep:
             return JobReturn(overrides, status=JobStatus.FAILED, _return_value=JobDied(f"job {job_dir.name} {reason}"))
+        from runner import names
         from runner.job import NO_RESULT, close_dead_job
+        from runner.secrets import redact
 
         uri = OmegaConf.select(config, "tracking.uri") if OmegaConf.select(config, "tracking.enabled") else None
-        close_dead_job(job_dir, reason, uri, stopped, " ".join(overrides))
+        workload = OmegaConf.select(config, "hydra.runtime.choices.workload") or "custom"  # as the job names its run
+        run_name = names.job_name(workload, [redact(o) for o in overrides], names.swept_keys())
+        close_dead_job(job_dir, reason, uri, stopped, " ".join(overrides), run_name)
         return JobReturn(overrides, status=JobStatus.COMPLETED, _return_value=NO_RESULT)

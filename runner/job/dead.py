@@ -14,7 +14,7 @@ from typing import Any
 from runner import names
 from runner.config import TrackingConfig
 from runner.job.status import SWEEP_ID_ENV, JobStatus, read_status, write_status
-from runner.tracking.run import mlflow_write
+from runner.tracking.run import PARENT_RUN_ENV, mlflow_write
 from runner.tracking.store import prepare_store
 
 log = logging.getLogger(__name__)
@@ -32,11 +32,18 @@ def process_alive(pid: int) -> bool:
 
 
 def close_dead_job(
-    job_dir: Path, reason: str, tracking_uri: str | None, stopped: bool = False, overrides: str = ""
+    job_dir: Path,
+    reason: str,
+    tracking_uri: str | None,
+    stopped: bool = False,
+    overrides: str = "",
+    run_name: str | None = None,
 ) -> None:
     """Record that a job died without closing its run, and close that run FAILED (KILLED if its sweep `stopped` it).
 
     One that died before it wrote its status file is recorded for the sweep running now, so its summary counts it.
+    With `run_name` (the launcher that saw it die knows it), one that died before it opened its run gets one,
+    closed at once with the reason, so the sweep's comparison and the runs table list it too.
     """
     status = read_status(job_dir)
     if status is not None and status.get("status") not in (JobStatus.SCHEDULED, JobStatus.RUNNING):
@@ -45,6 +52,9 @@ def close_dead_job(
     never_started = {"sweep_id": os.environ.get(SWEEP_ID_ENV), "overrides": overrides} if status is None else {}
     write_status(job_dir, **never_started, status=end, error=reason)
     run_id = (status or {}).get("run_id")
+    if not run_id and tracking_uri and run_name is not None and os.environ.get(PARENT_RUN_ENV):
+        run_id = open_dead_run(tracking_uri, os.environ[PARENT_RUN_ENV], run_name, job_dir, overrides)
+        write_status(job_dir, run_id=run_id)
     if run_id and tracking_uri:
         from mlflow import MlflowClient
 
@@ -54,6 +64,25 @@ def close_dead_job(
             write_status(job_dir, status=run.info.status, error=run.data.tags.get(names.TAG_ERROR))
             return
         fail_run(client, run_id, reason, end)
+
+
+def open_dead_run(tracking_uri: str, parent_run_id: str, run_name: str, job_dir: Path, overrides: str) -> str:
+    """Open, under the sweep's parent run, the run of a job that died before opening its own; its caller closes it."""
+    from mlflow import MlflowClient
+    from mlflow.tracking.context.registry import resolve_tags
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    client = MlflowClient(tracking_uri)
+    experiment_id = client.get_run(parent_run_id).info.experiment_id
+    tags = {
+        names.TAG_KIND: names.KIND_JOB,
+        MLFLOW_PARENT_RUN_ID: parent_run_id,
+        names.TAG_OVERRIDES: overrides,
+        names.TAG_OUTPUT_DIR: str(job_dir.resolve()),
+        names.TAG_HOST: platform.node(),
+    }
+    run = mlflow_write(lambda: client.create_run(experiment_id, run_name=run_name, tags=resolve_tags(tags)))
+    return str(run.info.run_id)
 
 
 def fail_run(client: Any, run_id: str, reason: str, status: JobStatus = JobStatus.FAILED) -> None:

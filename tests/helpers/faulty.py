@@ -22,7 +22,8 @@ class Faulty(nn.Module):
     nonfinite: returns NaN without raising;
     slow: sleeps `slow_ms` in every call; anything else never fails. With `rank`, only that
     torch.distributed rank misbehaves; with `fail_after_s`, it fails no sooner than that many
-    seconds after its first call.
+    seconds after its first call; with `build_s`, it takes that many seconds to build (a slow build, or a loaded
+    host's), before the job can open its run.
     """
 
     def __init__(
@@ -32,8 +33,10 @@ class Faulty(nn.Module):
         rank: int | None = None,
         slow_ms: float = 5.0,
         fail_after_s: float = 0.0,
+        build_s: float = 0.0,
     ) -> None:
         super().__init__()
+        time.sleep(build_s)
         self.fault = fault  # label only tells otherwise equal configurations apart
         self.rank, self.slow_ms, self.fail_after_s = rank, slow_ms, fail_after_s
         self.scale = nn.Parameter(torch.ones(1))  # something to train, so train_step all-reduces

@@ -91,6 +91,24 @@ def test_faults_fail_alone_under_the_isolated_launcher(tmp_path: Path, tracking_
     assert parent.info.status == "FAILED" and parent.data.tags[names.TAG_FAILED_JOBS] == "3"
 
 
+def test_a_job_killed_by_its_timeout_before_it_opened_its_run_gets_a_failed_run(
+    tmp_path: Path, tracking_uri: str
+) -> None:
+    """Killed while its workload builds (or torch imports on a loaded host): the comparison still has its row."""
+    done = sweep(
+        tmp_path, "+workload.build_s=600", "hydra/launcher=isolated", "hydra.launcher.timeout_s=20", uri=tracking_uri
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    (parent,) = [r for r in all_runs(tracking_uri) if r.data.tags.get(names.TAG_SWEEP) == "true"]
+    (run,) = job_runs(tracking_uri)
+    assert run.info.status == "FAILED" and run.data.tags[names.TAG_ERROR] == "killed after the per-job timeout of 20 s"
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id and run.data.tags[names.TAG_KIND] == "job"
+    assert run.info.run_name.startswith("custom ") and "workload.build_s=600" in run.info.run_name
+    status = json.loads((Path(run.data.tags[names.TAG_OUTPUT_DIR]) / "job_status.json").read_text())
+    assert status["run_id"] == run.info.run_id and status["status"] == "FAILED"
+    assert "FAILED" in done.stdout.split("speedup (95% CI)")[1]  # its row in the sweep's comparison
+
+
 @pytest.mark.parametrize("launcher", ["inprocess", "isolated", "parallel"])
 def test_a_hung_workload_fails_alone_within_its_timeout_under_each_launcher(
     tmp_path: Path, tracking_uri: str, launcher: str
