@@ -23,10 +23,13 @@ class ScalingPoint:
     """One job of a scaling sweep: its copies, summed throughput and efficiency against linear."""
 
     copies: int
-    throughput: float
-    per_copy_ms: float
+    throughput: float  # steps per second of all copies together, over the window of their timed steps
     efficiency: float
     stable: bool = True  # both this run's and the one-copy run's timing stable: only then is the efficiency a finding
+
+    def per_copy(self) -> float:
+        """One copy's share of the steps per second: the rate the contention verdict compares."""
+        return self.throughput / self.copies
 
     def efficiency_text(self) -> str:
         """The efficiency as the report states it: not stated from unstable timing."""
@@ -42,9 +45,9 @@ def scaling_curves(runs: list[Run]) -> dict[str, list[ScalingPoint]]:
             by_variant.setdefault(variant(run), {})[int(k)] = run
 
     def point(k: int, run: Run, single: Run) -> ScalingPoint:
-        total, median = metric(run, names.SCALING_THROUGHPUT) or 0.0, metric(run, names.STEP_MEDIAN_MS) or 0.0
+        total = metric(run, names.SCALING_THROUGHPUT) or 0.0
         stable = all(r.data.tags.get(names.TAG_TIMING_STABLE) != "false" for r in (run, single))
-        return ScalingPoint(k, total, median, total / (k * (metric(single, names.SCALING_THROUGHPUT) or 0.0)), stable)
+        return ScalingPoint(k, total, total / (k * (metric(single, names.SCALING_THROUGHPUT) or 0.0)), stable)
 
     return {
         name: [point(k, run, by_copies[1]) for k, run in sorted(by_copies.items())]
@@ -60,10 +63,9 @@ def contention_onset(points: list[ScalingPoint]) -> int | None:
     """
     best = 0.0
     for point in points:
-        per_copy = point.throughput / point.copies
-        if best and per_copy < CONTENTION_EFFICIENCY * best:
+        if best and point.per_copy() < CONTENTION_EFFICIENCY * best:
             return point.copies
-        best = max(best, per_copy)
+        best = max(best, point.per_copy())
     return None
 
 
@@ -76,9 +78,10 @@ def scaling_report(curves: dict[str, list[ScalingPoint]]) -> str:
         lines += [
             f"{name}: {verdict}",
             "",
-            "| copies | steps/s (all copies) | per-copy median ms | efficiency |",
+            # every column from the same rate (steps over the timed window), not a median step beside a mean rate
+            "| copies | steps/s (all copies) | steps/s per copy | efficiency |",
             "|---|---|---|---|",
-            *(f"| {p.copies} | {p.throughput:.1f} | {p.per_copy_ms:.4f} | {p.efficiency_text()} |" for p in points),
+            *(f"| {p.copies} | {p.throughput:.1f} | {p.per_copy():.1f} | {p.efficiency_text()} |" for p in points),
             "",
         ]
     return "\n".join(lines).rstrip()

@@ -101,7 +101,11 @@ def test_contention_sets_in_where_a_copy_loses_its_best_rate(tracking_uri: str) 
     assert [p.copies for p in points] == [1, 2, 4, 8]
     assert [round(p.efficiency, 3) for p in points] == [1.0, 2.0, 1.333, 0.667]
     assert contention_onset(points) == 4
-    assert scaling_report({"rmsnorm_naive": points}).startswith("rmsnorm_naive: contention from 4 copies")
+    report = scaling_report({"rmsnorm_naive": points})
+    assert report.startswith("rmsnorm_naive: contention from 4 copies")
+    # one rate throughout: a copy's share of the steps per second, not its median step beside the mean rate
+    assert "| copies | steps/s (all copies) | steps/s per copy | efficiency |" in report
+    assert "| 4 | 66666.7 | 16666.7 | 133% |" in report
     assert scaling_curves(runs[1:]) == {}  # no one-copy run: nothing to scale against
 
 
@@ -158,8 +162,8 @@ def test_efficiency_from_unstable_timing_is_not_stated(tracking_uri: str) -> Non
     experiment = client.create_experiment("unstable scaling")
     runs = [scaling_run(client, experiment, 1, 0.08), scaling_run(client, experiment, 4, 0.25, stable=False)]
     report = scaling_report(scaling_curves(runs))
-    assert "| 4 | 16000.0 | 0.2500 | not stated: timing unstable |" in report and "32%" not in report
-    assert "| 1 | 12500.0 | 0.0800 | 100% |" in report
+    assert "| 4 | 16000.0 | 4000.0 | not stated: timing unstable |" in report and "32%" not in report
+    assert "| 1 | 12500.0 | 12500.0 | 100% |" in report
 
 
 def test_more_copies_than_cores_say_they_oversubscribe(capsys: pytest.CaptureFixture[str]) -> None:

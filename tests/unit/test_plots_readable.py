@@ -365,10 +365,7 @@ def test_queue_depths_close_together_keep_apart(store: Store) -> None:
 
 def test_contention_marks_at_one_onset_stack_apart() -> None:
     def points(rates: list[float]) -> list[ScalingPoint]:
-        return [
-            ScalingPoint(k, rate, 1000 * k / rate, rate / (k * rates[0]))
-            for k, rate in zip([1, 2, 4, 8], rates, strict=True)
-        ]
+        return [ScalingPoint(k, rate, rate / (k * rates[0])) for k, rate in zip([1, 2, 4, 8], rates, strict=True)]
 
     fig = core_scaling_figure(
         {"rmsnorm_naive": points([5000, 9800, 12000, 13000]), "rmsnorm_builtin": points([5200, 10100, 12500, 13300])}
@@ -378,13 +375,13 @@ def test_contention_marks_at_one_onset_stack_apart() -> None:
 
 
 def test_efficiency_from_unstable_timing_is_drawn_hollow_and_said_in_the_legend() -> None:
-    points = [ScalingPoint(k, 5000 * k, 0.2, 1.0 + 0.1 * k, stable=k < 4) for k in (1, 2, 4, 8)]
+    points = [ScalingPoint(k, 5000 * k, 1.0 + 0.1 * k, stable=k < 4) for k in (1, 2, 4, 8)]
     fig = core_scaling_figure({"rmsnorm_naive": points})
     assert overlapping_texts(fig) == []
     assert legend_texts(fig) == ["rmsnorm_naive", "hollow: timing unstable, efficiency not stated"]
     hollow = [line for line in fig.axes[1].lines if line.get_markerfacecolor() == "white" and len(line.get_xdata())]
     assert [list(line.get_xdata()) for line in hollow] == [[4, 8]]
-    stable = [ScalingPoint(k, 5000 * k, 0.2, 1.0) for k in (1, 2)]
+    stable = [ScalingPoint(k, 5000 * k, 1.0) for k in (1, 2)]
     assert legend_texts(core_scaling_figure({"rmsnorm_naive": stable})) == ["rmsnorm_naive"]
 
 
