@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import platform
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,6 +92,7 @@ class JobLife:
         self.sweeping = sweeping
         self.skipped = False
         self.run_id: str | None = None  # once the MLflow run is open
+        self.started_ms = int(time.time() * 1000)  # its run's start time: the UI's Duration covers the whole job
 
     def status(self, **fields: Any) -> None:
         """Update the status file; a full disk costs the file, not the job, and says so."""
@@ -155,7 +157,7 @@ class JobLife:
         """
         from runner.job.run import open_run
 
-        with open_run(tracking, self.job.run_name) as run:
+        with open_run(tracking, self.job.run_name, self.started_ms) as run:
             self.run_id = run.run_id
             self.status(run_id=run.run_id)
             try:

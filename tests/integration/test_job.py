@@ -36,6 +36,7 @@ from runner.job import (
 from runner.signals import Interrupted
 from runner.sweep.rounds import before_launch
 from runner.sweep.summary import summarise_sweep
+from runner.tracking.run import PARENT_RUN_ENV
 from tests.helpers import all_runs, job_for
 
 
@@ -164,6 +165,27 @@ def test_a_stop_as_the_run_opens_closes_it_killed_with_its_reason(
         pytest.fail("the stop landed before the job's body")
     (run,) = all_runs(tracking_uri)
     assert run.info.status == "KILLED" and run.data.tags[names.TAG_ERROR] == "interrupted by SIGINT"
+
+
+def test_a_jobs_run_starts_when_the_job_did_so_its_duration_covers_the_job(
+    tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run opens after the job's imports and planning; MLflow's Duration still reads from the job's start."""
+    import getpass
+
+    import mlflow
+
+    parent = mlflow.MlflowClient(tracking_uri).create_run(mlflow.MlflowClient(tracking_uri).create_experiment("sweeps"))
+    monkeypatch.setenv(PARENT_RUN_ENV, parent.info.run_id)
+    life = JobLife(job_for(tmp_path))
+    life.started_ms -= 16_000  # the job began 16 s before its run opens
+    with life.running(), life.run(TrackingConfig(uri=tracking_uri)):
+        pass
+    (run,) = [r for r in all_runs(tracking_uri) if r.info.run_id != parent.info.run_id]
+    assert run.info.start_time == life.started_ms and run.info.end_time - run.info.start_time >= 16_000
+    # the tags mlflow.start_run gave a run it created itself
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id and run.data.tags[names.TAG_KIND] == "job"
+    assert run.data.tags["mlflow.user"] == getpass.getuser() and run.info.run_name == life.job.run_name
 
 
 def launch_seeds(tmp_path: Path, task: list[str], count: int, slots: list[Slot] | None = None) -> None:
