@@ -43,7 +43,8 @@ from runner.signals import exit_code_of, skip_final_collections, stop_on_signals
 from runner.tracking.worktree import NoCheckout, checkout, commit_of, snapshot_of
 
 REGRESSION_EXIT, NOT_FOUND_EXIT, INCOMPLETE_EXIT = 1, 2, 3
-# 60 (twenty server pairs, ~143 s): 0 of 20 A/A gates alarmed, 10% more work caught in 8 of 8 (docs/benchmarks.md)
+# 60 (twenty server pairs, 100-243 s a gate on a shared 2-core host): 0 of 20 A/A gates alarmed, 10% more work
+# caught in 8 of 8 (gate_false_alarms.py 20, gate_detection.py 8, 2026-12-04/05, load 2.8-7.1; docs/benchmarks.md)
 ROUNDS = 60
 # the project's tree (the candidate, and the baseline's worktree's source) and the server each side's tree must have
 PROJECT_TREE = CONF_DIR.parent
