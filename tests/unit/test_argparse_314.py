@@ -3,7 +3,8 @@
 3.14's `add_argument` runs `ArgumentParser._check_help(action)` before it adds the action: the
 formatter's `_expand_help`, which asks `'%' in help` and, if so, formats the help with the action's
 fields; any ValueError, TypeError or KeyError becomes ValueError("badly formed help string").
-`argparse_314` puts that check into this Python's argparse, so the parser Hydra builds meets it.
+`argparse_314` puts that check into an older Python's argparse (3.14's own is used where it has one),
+so the parser Hydra builds meets it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ RunnerInProcess = Callable[..., subprocess.CompletedProcess[str]]
 
 @pytest.fixture
 def argparse_314(monkeypatch: pytest.MonkeyPatch) -> list[argparse.Action]:
-    """This Python's argparse with 3.14's check of each added help; returns the actions it checked."""
+    """argparse with 3.14's check of each added help (this Python's own from 3.14); returns the actions it checked."""
     checked: list[argparse.Action] = []
+    own = getattr(argparse.ArgumentParser, CHECK_HELP, None)
 
     def check_help(parser: argparse.ArgumentParser, action: argparse.Action) -> None:
-        if action.help:
+        if own is not None:
+            own(parser, action)
+        elif action.help:
             try:
                 if "%" in action.help:  # 3.14's first question; older formatters go straight to `%`
                     parser._get_formatter()._expand_help(action)
@@ -39,9 +43,9 @@ def argparse_314(monkeypatch: pytest.MonkeyPatch) -> list[argparse.Action]:
         getattr(parser, CHECK_HELP)(action)  # looked up on each call, as 3.14 does: a patched check applies
         return add_action(parser, action)
 
-    assert not hasattr(argparse.ArgumentParser, CHECK_HELP), "this Python has 3.14's check: test it for real"
     monkeypatch.setattr(argparse.ArgumentParser, CHECK_HELP, check_help, raising=False)
-    monkeypatch.setattr(argparse.ArgumentParser, "_add_action", add_checked)
+    if own is None:  # before 3.14, add_argument checks nothing
+        monkeypatch.setattr(argparse.ArgumentParser, "_add_action", add_checked)
     return checked
 
 
