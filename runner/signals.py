@@ -77,10 +77,18 @@ def stop_on_signals() -> None:
 
 
 def ignore_later_stops() -> None:
-    """The work is done and recorded: drop any stop from now on, so the exit agrees with the recorded status."""
+    """The work is done and recorded: drop any stop from now on, so the exit agrees with the recorded status.
+
+    The signals are ignored outright (main thread): as the interpreter shuts down it puts a Python
+    handler back to the default, and a Ctrl-C then (torch's teardown takes a while) ended a FINISHED
+    run's process with 130; an ignored signal stays ignored.
+    """
     _too_late[0] = True
     _pending.clear()
     _swallowed.clear()
+    if threading.current_thread() is threading.main_thread():
+        for each in STOP_SIGNALS:
+            signal.signal(each, signal.SIG_IGN)
 
 
 @contextmanager
