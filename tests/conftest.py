@@ -21,7 +21,7 @@ import pytest
 
 from runner.signals import STOP_SIGNALS
 from runner.tracking.run import PARENT_RUN_ENV
-from tests.helpers import REPO, RunnerInProcess
+from tests.helpers import HELPERS, REPO, RunnerInProcess
 
 LAYERS = ("unit", "integration", "system")
 # what MLflow writes into the working directory, the checkout, when a store or an experiment is given no place
@@ -159,3 +159,12 @@ def runner_in_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFix
         return subprocess.CompletedProcess(args, code or 0, redact(out), redact(err))
 
     return run
+
+
+@pytest.fixture
+def nki_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """NKI on torch CPU tensors (tests/helpers/nki_standin), importable for one test."""
+    monkeypatch.syspath_prepend(str(HELPERS / "nki_standin"))
+    yield
+    for name in [name for name in sys.modules if name == "nki" or name.startswith("nki.")]:
+        del sys.modules[name]

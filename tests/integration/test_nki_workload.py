@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,19 +12,10 @@ from runner.backends.cores import LNC_ENV
 from runner.backends.cpu import CpuBackend
 from runner.config import BackendConfig, load_run_spec
 from runner.measure.build import build_workload
-from tests.helpers import HELPERS, RunnerInProcess, all_runs, compose_cfg
+from tests.helpers import RunnerInProcess, all_runs, compose_cfg
 
 # three 128-row tiles: an odd count, which LNC 2's two programs cannot halve
 ODD_TILES = ("+workload=nki_rmsnorm", "workload.batch=3", "workload.hidden=64", "workload.eps=0.5")
-
-
-@pytest.fixture
-def nki_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """NKI on torch CPU tensors (tests/helpers/nki_standin), importable for one test."""
-    monkeypatch.syspath_prepend(str(HELPERS / "nki_standin"))
-    yield
-    for name in [name for name in sys.modules if name == "nki" or name.startswith("nki.")]:
-        del sys.modules[name]
 
 
 def test_at_lnc_2_a_run_launches_the_kernel_at_the_runtimes_lnc_and_matches_the_reference(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -12,19 +10,15 @@ import pytest
 import torch
 
 from runner.backends.cores import LNC_ENV
-from tests.helpers import HELPERS
 
 
 @pytest.fixture
-def nki(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+def nki(nki_standin: None, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The stand-in's `nki`, importable for one test, with the runtime's LNC unset."""
-    monkeypatch.syspath_prepend(str(HELPERS / "nki_standin"))
     monkeypatch.delenv(LNC_ENV, raising=False)
     import nki
 
-    yield nki
-    for name in [name for name in sys.modules if name == "nki" or name.startswith("nki.")]:
-        del sys.modules[name]
+    return nki
 
 
 def programs(x: torch.Tensor) -> Any:

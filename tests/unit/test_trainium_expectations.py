@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from runner.backends.cpu import CpuBackend
 from runner.backends.neuron_capture import EVENT_SOURCES, add_system_metrics
 from runner.config import BackendConfig, ConfigError, load_run_spec
 from runner.measure.build import build_workload
-from tests.helpers import HELPERS, STANDIN, compose_cfg
+from tests.helpers import STANDIN, compose_cfg
 
 
 @pytest.mark.parametrize(
@@ -37,15 +35,6 @@ def test_auto_counts_as_neuron_where_torch_neuronx_is_installed(monkeypatch: pyt
 def test_a_dtype_on_the_command_line_wins_over_the_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = compose_cfg("+experiment=rmsnorm_comparison", "backend=neuron", "workload.dtype=float32")
     assert load_run_spec(cfg).workload.dtype == "float32"
-
-
-@pytest.fixture
-def nki_standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """NKI's language on torch CPU tensors (tests/helpers/nki_standin), importable for one test."""
-    monkeypatch.syspath_prepend(str(HELPERS / "nki_standin"))
-    yield
-    for name in [name for name in sys.modules if name == "nki" or name.startswith("nki.")]:
-        del sys.modules[name]
 
 
 def built_nki_rmsnorm(*overrides: str) -> tuple[torch.Tensor, torch.Tensor]:
