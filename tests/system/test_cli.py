@@ -211,7 +211,8 @@ def test_a_failed_job_ends_with_one_line_naming_its_traceback(tmp_path: Path, tr
     assert done.returncode == 1
     (last,) = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert done.stderr.splitlines()[-1] == last
-    assert last.startswith("error: the job failed: RuntimeError: injected failure (traceback: ")
+    failed = "error: the job failed: PhaseError: steady state: RuntimeError: injected failure (traceback: "
+    assert last.startswith(failed)
     assert f"{tmp_path}/run/error.txt" in last and (tmp_path / "run" / "error.txt").exists()
 
 

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hydra.core.singleton import Singleton
 from hydra.test_utils.launcher_common_tests import BatchedSweeperTestSuite, IntegrationTestSuite, LauncherTestSuite
 from hydra.test_utils.test_utils import TSweepRunner
+from hydra.version import VersionBase
 from omegaconf import DictConfig
 
 from hydra_plugins.runner_launcher import process_launcher
@@ -27,6 +29,18 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Future Hydra versions will no longer change working directory:UserWarning"
 )
 LAUNCHERS = [("inprocess", []), ("isolated", []), ("parallel", ["hydra.launcher.jobs=2"])]
+
+
+@pytest.fixture(autouse=True)
+def version_base_unset(hydra_restore_singletons: None) -> None:
+    """Hydra's version_base as a fresh process has it: unset, which the suites' apps expect.
+
+    It is process-wide: a runner app or a compose run earlier in this pytest process (version_base
+    1.3) would make the suites' jobs stay in the working directory.
+    """
+    state = Singleton.get_state()
+    del state["instances"][VersionBase]  # made afresh, unset, when next asked for
+    Singleton.set_state(state)
 
 
 def logging_as_hydra_tests(launcher: str) -> dict[str, Any]:

@@ -132,9 +132,12 @@ def test_a_full_disk_gives_a_failed_run_and_no_broken_artifact(full_disk: Path, 
     assert "was cut short and is removed" in done.stderr and "is it full?" in done.stderr
     assert not list(full_disk.rglob("*.tmp"))  # neither the trace's nor the status file's half-written copy
     (run,) = all_runs(tracking_uri)
-    assert run.info.status == "FAILED" and run.data.tags[names.TAG_ERROR].startswith("CaptureIncomplete")
-    logged = [a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(run.info.run_id)]
-    assert names.TRACE_FOLDER not in logged  # the truncated trace stays out of the store
+    error = run.data.tags[names.TAG_ERROR]
+    assert run.info.status == "FAILED" and error.startswith("PhaseError: capture report: CaptureIncomplete")
+    client = mlflow.MlflowClient(tracking_uri)
+    traces = [a.path for a in client.list_artifacts(run.info.run_id, names.TRACE_FOLDER)]
+    assert not [path for path in traces if client.list_artifacts(run.info.run_id, path)], traces  # no cut-short trace
+    assert run.data.metrics[names.STEP_MEDIAN_MS] > 0  # what was measured before it (steady state) is kept
     # the status file says FAILED, or, when even that could not be written, the console says so
     status = json.loads((full_disk / "run" / "job_status.json").read_text())["status"]
     assert status == "FAILED" or "could not write job_status.json" in done.stdout + done.stderr

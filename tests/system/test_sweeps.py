@@ -80,7 +80,7 @@ def test_faults_fail_alone_under_the_isolated_launcher(tmp_path: Path, tracking_
     status = {r.data.params["workload.fault"]: r.info.status for r in runs}
     assert status == {"none": "FINISHED", "fine": "FINISHED", "raise": "FAILED", "abort": "FAILED", "kill": "FAILED"}
     errors = {r.data.params["workload.fault"]: r.data.tags.get(names.TAG_ERROR) for r in runs}
-    assert errors["raise"] == "RuntimeError: injected failure"
+    assert errors["raise"] == "PhaseError: steady state: RuntimeError: injected failure"  # the phase it failed in
     assert errors["abort"] == "died from signal SIGABRT" and errors["kill"] == "died from signal SIGKILL"
     failed = next(r for r in runs if r.data.params["workload.fault"] == "raise")
     artifacts = {a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(failed.info.run_id)}
