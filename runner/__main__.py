@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import hydra
@@ -20,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner import CONF_DIR, names
 from runner.backends.user_env import record_user_environment
 from runner.callbacks import NOTES, JobFailure, UsageError, end_sweep_early
-from runner.compose import help_text, refusal
+from runner.compose import help_text, hydra_help_checkable, refusal
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
 from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus
 from runner.secrets import one_line, redact, redact_file, redact_process_output
@@ -108,44 +106,6 @@ def one_line_refusal(err: Exception) -> str | None:
 
 
 main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run)
-
-# Python 3.14's add_argument checks each help with `'%' in help` (ArgumentParser._check_help); before it, no such hook
-CHECK_HELP = "_check_help"
-
-
-@contextmanager
-def hydra_help_checkable() -> Iterator[None]:
-    """Let Python 3.14's argparse check Hydra 1.3's lazy `--shell-completion` help (hydra issue 3121, open).
-
-    hydra-core 1.3.8 passes an object with only `__repr__` as that help, so `'%' in help` raises and
-    `@hydra.main` fails with "badly formed help string" before it parses anything. A help that fails the
-    check and is not a string is replaced by its text (what Hydra's --hydra-help prints), then checked again;
-    every help that passes, Hydra's too once a release fixes it, is left as it is. No-op before 3.14.
-    """
-    check: Callable[[argparse.ArgumentParser, argparse.Action], None] | None
-    check = getattr(argparse.ArgumentParser, CHECK_HELP, None)
-    if check is None:
-        yield
-        return
-
-    def check_as_text(parser: argparse.ArgumentParser, action: argparse.Action) -> None:
-        try:
-            check(parser, action)
-        except ValueError:
-            if action.help is None or isinstance(action.help, str):
-                raise
-            action.help = str(action.help)
-            check(parser, action)
-
-    own = CHECK_HELP in vars(argparse.ArgumentParser)  # else inherited from argparse's _ActionsContainer
-    setattr(argparse.ArgumentParser, CHECK_HELP, check_as_text)
-    try:
-        yield
-    finally:
-        if own:
-            setattr(argparse.ArgumentParser, CHECK_HELP, check)
-        else:
-            delattr(argparse.ArgumentParser, CHECK_HELP)
 
 
 def cli() -> None:

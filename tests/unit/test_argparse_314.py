@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from runner.__main__ import CHECK_HELP, hydra_help_checkable
+from runner.compose import CHECK_HELP, hydra_help_checkable
 
 RunnerInProcess = Callable[..., subprocess.CompletedProcess[str]]
 
