@@ -39,7 +39,7 @@ def version_base_unset(hydra_restore_singletons: None) -> None:
     1.3) would make the suites' jobs stay in the working directory.
     """
     state = Singleton.get_state()
-    del state["instances"][VersionBase]  # made afresh, unset, when next asked for
+    state["instances"].pop(VersionBase, None)  # made afresh, unset, when next asked for (absent if none asked yet)
     Singleton.set_state(state)
 
 
