@@ -82,19 +82,21 @@ def logical_nc_config(generation: str, environ: Mapping[str, str] = os.environ) 
     return int(value), f"{value}, from {LNC_ENV}"
 
 
-def lnc_check(lnc: int | None, others: dict[str, str | None]) -> tuple[str, list[str]]:
-    """The `neuron.lnc_check` tag, and one warning line per source whose LNC differs from the runner's `lnc`.
+def lnc_check(runner_lnc: tuple[int | None, str], others: dict[str, str | None]) -> tuple[str, list[str]]:
+    """The `neuron.lnc_check` tag, and one warning line naming each source whose LNC differs from the runner's.
 
-    `others` maps a source (a variable, a tool's field) to the physical NeuronCores per logical one it
-    gives, None where it gives none: a disagreement means the roofline's per-core share and the link
-    classes are computed for cores the job does not have.
+    `runner_lnc` is `logical_nc_config`'s answer (the LNC and where it came from); `others` maps a
+    source (a variable, a tool's field) to the physical NeuronCores per logical one it gives, None
+    where it gives none: a disagreement means the roofline's per-core share and the link classes are
+    computed for cores the job does not have.
     """
+    lnc, origin = runner_lnc
     given = {source: value for source, value in others.items() if value is not None}
     if lnc is None or not given:
         return f"unchecked: the runner's LNC is {lnc or 'unknown'}; compared with {', '.join(given) or 'nothing'}", []
     differ = {source: value for source, value in given.items() if value != str(lnc)}
     lines = [f"{source}={value} disagrees with the runner's LNC {lnc}" for source, value in differ.items()]
     if lines:
-        fix = f"set {LNC_ENV} to the LNC the job runs at"
+        fix = f"the runner's LNC is {origin}: set {LNC_ENV} to the LNC the job runs at"
         return f"warning: {'; '.join(lines)}", [f"LNC mismatch: {'; '.join(lines)} ({fix})"]
     return f"ok: LNC {lnc}, as {', '.join(given)} give", []

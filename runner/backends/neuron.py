@@ -357,7 +357,7 @@ class NeuronBackend(Backend):
         explorer_lnc = ", ".join(map(str, sorted(summary.physical_cores))) or None
         others = {VIRTUAL_CORE_SIZE_ENV: os.environ.get(VIRTUAL_CORE_SIZE_ENV), EXPLORER_LNC: explorer_lnc}
         report.tags[names.TAG_NEURON_LNC_CHECK], lnc_warnings = lnc_check(
-            logical_nc_config(trainium_generation())[0], others
+            logical_nc_config(trainium_generation()), others
         )
         report.warnings.extend(lnc_warnings)
         return report

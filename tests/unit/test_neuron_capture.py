@@ -11,7 +11,7 @@ import pytest
 
 from runner import names
 from runner.backends import neuron_capture
-from runner.backends.cores import format_cores, lnc_check, parse_core_range, parse_cores
+from runner.backends.cores import format_cores, lnc_check, logical_nc_config, parse_core_range, parse_cores
 from runner.backends.neuron_capture import (
     UnknownSchema,
     check_capture,
@@ -296,18 +296,19 @@ def test_explorers_physical_cores_per_logical_one_are_read(tmp_path: Path, monke
     assert explorer_summary(session_dirs(tmp_path / "cap"), 60).physical_cores == {1}
 
 
-def test_lnc_check_names_each_source_that_disagrees() -> None:
-    tag, warnings = lnc_check(2, {"NEURON_RT_VIRTUAL_CORE_SIZE": "1", "Explorer's num_physical_cores": "2"})
+def test_lnc_check_names_each_source_that_disagrees_and_where_the_runners_lnc_came_from() -> None:
+    trn2 = logical_nc_config("trn2", {})
+    tag, warnings = lnc_check(trn2, {"NEURON_RT_VIRTUAL_CORE_SIZE": "1", "Explorer's num_physical_cores": "2"})
     assert tag == "warning: NEURON_RT_VIRTUAL_CORE_SIZE=1 disagrees with the runner's LNC 2"
-    (line,) = warnings
-    assert (
-        line.startswith("LNC mismatch: NEURON_RT_VIRTUAL_CORE_SIZE=1 disagrees") and "NEURON_LOGICAL_NC_CONFIG" in line
-    )
-    assert lnc_check(2, {"NEURON_RT_VIRTUAL_CORE_SIZE": "2", "x": None}) == (
+    assert warnings == [
+        "LNC mismatch: NEURON_RT_VIRTUAL_CORE_SIZE=1 disagrees with the runner's LNC 2 (the runner's LNC is 2, "
+        "the documented trn2 default: set NEURON_LOGICAL_NC_CONFIG to the LNC the job runs at)"
+    ]
+    assert lnc_check(trn2, {"NEURON_RT_VIRTUAL_CORE_SIZE": "2", "x": None}) == (
         "ok: LNC 2, as NEURON_RT_VIRTUAL_CORE_SIZE give",
         [],
     )
-    assert lnc_check(None, {"x": "1"})[0].startswith("unchecked: ")
+    assert lnc_check(logical_nc_config("trn3", {}), {"x": "1"})[0].startswith("unchecked: ")
 
 
 def test_without_pyarrow_summary_json_is_read_and_the_tag_says_why(
