@@ -33,9 +33,11 @@ _in_bad_fork = False  # forked from a process whose runtime had started (SRC's _
 def total_cores() -> int:
     """The logical NeuronCores: NEURON_STANDIN_CORES at Trn2's default LNC of 2, twice as many at LNC=1.
 
-    Deviation "lnc_ignored": a runtime whose logical cores do not follow the variable.
+    The LNC is the variable's, else the host's (NEURON_STANDIN_HOST_LNC, as /opt/aws/neuron/logical_nc_config
+    sets it; 2 by default). Deviation "lnc_ignored": a runtime whose logical cores do not follow the variable.
     """
-    lnc_1 = os.environ.get(LNC_ENV) == "1" and not deviates("lnc_ignored")
+    lnc = os.environ.get(LNC_ENV) or os.environ.get("NEURON_STANDIN_HOST_LNC") or "2"
+    lnc_1 = lnc == "1" and not deviates("lnc_ignored")
     return int(os.environ.get("NEURON_STANDIN_CORES", "8")) * (2 if lnc_1 else 1)
 
 
