@@ -7,8 +7,10 @@ that is not running; the doctor's own process never touches the runtime.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import statistics
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -22,7 +24,7 @@ import torch
 
 from runner import names
 from runner.backends.base import CaptureReport
-from runner.backends.cores import LNC_ENV, logical_nc_config, parse_cores
+from runner.backends.cores import LNC_ENV, lnc_check, logical_nc_config, parse_cores
 from runner.backends.neuron import (
     DEFAULT_CACHES,
     INFLIGHT_ENV,
@@ -75,6 +77,10 @@ WARM_TOLERANCE = 1.5
 COLD_EXCESS_MS = 0.5
 FIRST_TIMED = 3
 TIMED_STEPS = 20
+# the LNC the Neuron tools report for each device: "the current logical NeuronCore configuration"
+# (SDK:tools/neuron-sys-tools/neuron-ls.rst, `neuron-ls -j` and its field definitions)
+NEURON_LS = "neuron-ls"
+RUNTIME_LNC = "neuron-ls -j's logical_neuroncore_config"
 
 
 @dataclass(frozen=True)
@@ -736,21 +742,45 @@ def probe_cpu_fallbacks(host: NeuronHost) -> Verdict:
     return check.judge(found["ops"] is not None, evidence, fix)
 
 
+def reported_lnc(timeout_s: float) -> tuple[str | None, str]:
+    """The LNC `neuron-ls -j` reports (its devices' values), run with NEURON_LOGICAL_NC_CONFIG unset; else why none.
+
+    The host's own setting (/opt/aws/neuron/logical_nc_config, SDK:deploy/eks/prerequisites.rst) can
+    make the runtime's default differ from the generation's documented one, which the runner assumes.
+    """
+    tool = neuron_tool(NEURON_LS)
+    if tool is None:
+        return None, f"{NEURON_LS} is neither on PATH nor in {NEURON_BIN}"
+    env = {name: value for name, value in os.environ.items() if name != LNC_ENV}
+    try:
+        done = subprocess.run([tool, "-j"], env=env, capture_output=True, text=True, timeout=timeout_s, check=True)
+        values = {str(device["logical_neuroncore_config"]) for device in json.loads(done.stdout)}
+    except (OSError, subprocess.SubprocessError, ValueError, TypeError, KeyError) as err:
+        return None, f"{NEURON_LS} -j gave none ({type(err).__name__}: {err})"
+    return ", ".join(sorted(values)) or None, "no device listed"
+
+
 def probe_lnc(host: NeuronHost) -> Verdict:
     """The runtime's logical NeuronCores follow NEURON_LOGICAL_NC_CONFIG; unset, its LNC is the runner's default."""
     generation = trainium_generation()
     default, words = logical_nc_config(generation, {})
     check = Assumption(
-        "lnc", f"{LNC_ENV}=1 gives a logical NeuronCore per physical one; unset, {generation}'s LNC is {words}"
+        "lnc",
+        f"{LNC_ENV}=1 gives a logical NeuronCore per physical one; unset, {generation}'s LNC is {words}, "
+        f"as {RUNTIME_LNC} reports",
     )
     unset = len(_run(host, visible_cores, env={LNC_ENV: None, VISIBLE_CORES_ENV: None}))
     at_1 = len(_run(host, visible_cores, env={LNC_ENV: "1", VISIBLE_CORES_ENV: None}))
-    evidence = f"{unset} logical NeuronCores with {LNC_ENV} unset, {at_1} with {LNC_ENV}=1"
+    reported, why_none = reported_lnc(host.timeout_s)
+    evidence = f"{unset} logical NeuronCores with {LNC_ENV} unset, {at_1} with {LNC_ENV}=1; {RUNTIME_LNC}: "
+    evidence += reported or why_none
     if default is None:
-        evidence += f": the runtime's default reads as LNC {at_1 / unset:g}" if unset else ""
+        evidence += f"; the runtime's default reads as LNC {at_1 / unset:g}" if unset else ""
         return check.unknown(evidence, f"set {LNC_ENV} (1 or 2) for per-core peaks")
+    _, mismatch = lnc_check((default, words), {RUNTIME_LNC: reported})
     fix = f"per-core peaks and link classes take LNC {default} while {LNC_ENV} is unset: set it (1 or 2)"
-    return check.judge(at_1 == unset * default, evidence, fix, breaks_runner=True)
+    agrees = at_1 == unset * default and not mismatch
+    return check.judge(agrees, "; ".join([evidence, *mismatch]), fix, breaks_runner=True)
 
 
 # the Neuron caches a cache job moves: TorchNeuron's (NEFF, local NEFF, HLO) and torch-xla's

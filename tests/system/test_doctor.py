@@ -176,6 +176,22 @@ def test_the_compile_caches_probe_watches_torchneurons_own_caches(
     assert all(str(folder) in verdict.assumption for folder in watched)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("host_lnc", "status"), [("2", PASS), ("1", FAIL)])
+def test_the_lnc_probe_names_a_runtime_reporting_another_lnc_than_the_runners(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host_lnc: str, status: str
+) -> None:
+    # a Trn2 host set to LNC 1 (/opt/aws/neuron/logical_nc_config) while the runner takes the documented 2
+    (verdict,) = standin_probe(tmp_path, monkeypatch, {**FEATURES, "NEURON_STANDIN_HOST_LNC": host_lnc}, "lnc")
+    assert verdict.status == status and verdict.breaks_runner == (status == FAIL), verdict
+    assert f"neuron-ls -j's logical_neuroncore_config: {host_lnc}" in verdict.evidence
+    mismatch = (
+        "LNC mismatch: neuron-ls -j's logical_neuroncore_config=1 disagrees with the runner's LNC 2 (the runner's "
+        "LNC is 2, the documented trn2 default: set NEURON_LOGICAL_NC_CONFIG to the LNC the job runs at)"
+    )
+    assert (mismatch in verdict.evidence) == (host_lnc == "1"), verdict.evidence
+
+
 def test_a_users_removed_inflight_variable_is_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (verdict,) = standin_probe(
         tmp_path, monkeypatch, {"NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "4"}, "inflight_removed"
