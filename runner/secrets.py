@@ -13,13 +13,22 @@ from pathlib import Path
 from typing import Any, TextIO
 
 MASK = "***"
-# scheme://user:password@ or scheme://token@ (Hydra writes overrides with escaped colons: http\://a\:b@)
-USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*\\?://)(?P<userinfo>[^/@\s'\"]+)@")
-# ?token=..., &X-Amz-Signature=..., password: ..., 'token': '...', --token ..., and Hydra-escaped ?token\=...
+# scheme://user:password@ or scheme://token@ (Hydra writes overrides with escaped colons: http\://a\:b@); up to
+# the host's `@`, the last one before the path: a password may hold an unencoded `@` (user:p@ss@host)
+USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*\\?://)(?P<userinfo>[^/\s'\"]+)@")
+# the space after an HTTP authorization scheme: %20 or + in a URI, `\ ` in a Hydra override
+_SPACE = r"(?:(?:\\?\s)+|%20|\+)"
+_SCHEME = rf"(?:bearer|basic|digest|negotiate|token){_SPACE}"
+# ?token=..., &X-Amz-Signature=..., password: ..., 'token': '...', --token ..., Hydra-escaped ?token\=..., a URI's
+# ?key=..., Azure's AccountKey=...; an Authorization header keeps its scheme: Authorization: Bearer ***
 SECRET_VALUE = re.compile(
     r"(?i)(?P<name>(?P<flag>--)?\b[a-z0-9_-]*(?:password|passwd|pwd|token|secret|signature|credential|api[_-]?key|"
-    r"access[_-]?key|auth|sig))(?P<sep>['\"]?\s*\\?[=:](?:\\?\s)*['\"]?|(?(flag)\s+(?!-)|(?!)))(?P<value>[^\s&'\",;}]+)"
+    r"(?:access|account)[_-]?key|(?<=[?&])key|auth(?:orization)?|sig))"
+    r"(?P<sep>['\"]?\s*\\?[=:](?:\\?\s)*['\"]?|(?(flag)\s+(?!-)|(?!)))"
+    rf"(?P<scheme>{_SCHEME})?(?P<value>[^\s&'\",;}}]+)"
 )
+# a bearer token wherever it stands (RFC 6750's token68 characters): a header printed without its name
+BEARER = re.compile(rf"(?i)\b(?P<scheme>bearer{_SPACE})(?P<value>[a-z0-9._~+/-]+=*)")
 
 
 def _mask_userinfo(match: re.Match[str]) -> str:
@@ -28,9 +37,10 @@ def _mask_userinfo(match: re.Match[str]) -> str:
 
 
 def redact(text: str) -> str:
-    """The text with URI passwords, bare URI tokens and secret-named values masked."""
+    """The text with URI passwords, bare URI tokens, secret-named values and bearer tokens masked."""
     text = USERINFO.sub(_mask_userinfo, text)
-    return SECRET_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{MASK}", text)
+    text = SECRET_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{m['scheme'] or ''}{MASK}", text)
+    return BEARER.sub(lambda m: f"{m['scheme']}{MASK}", text)
 
 
 def one_line(error: BaseException) -> str:

@@ -33,6 +33,37 @@ from runner.secrets import one_line, redact, redact_tree
         ),
         pytest.param("https://h/api?auth=abc123&page=2", "https://h/api?auth=***&page=2", id="query-auth"),
         pytest.param("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI", "AWS_SECRET_ACCESS_KEY=***", id="aws-secret-access-key"),
+        pytest.param("Authorization: Bearer eyJhbGci.eyJzdWIi-x_y", "Authorization: Bearer ***", id="bearer-header"),
+        pytest.param(
+            "https://h/api?authorization=Bearer%20abc123&page=2",
+            "https://h/api?authorization=Bearer%20***&page=2",
+            id="bearer-in-a-uri",
+        ),
+        pytest.param("authorization=Bearer abc123", "authorization=Bearer ***", id="bearer-assigned"),
+        pytest.param('{"Authorization": "Basic dXNlcjpwYXNz"}', '{"Authorization": "Basic ***"}', id="basic-in-json"),
+        pytest.param("401 for Bearer abc.def/ghi== at h", "401 for Bearer *** at h", id="bearer-in-a-message"),
+        pytest.param(
+            "+header=Authorization\\:\\ Bearer\\ abc",
+            "+header=Authorization\\:\\ Bearer\\ ***",
+            id="bearer-hydra-escaped",
+        ),
+        pytest.param(
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9v+YmFy/==;EndpointSuffix=core.windows.net",
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=***;EndpointSuffix=core.windows.net",
+            id="azure-account-key",
+        ),
+        pytest.param("https://h/v1?key=AIzaSyA1&alt=json", "https://h/v1?key=***&alt=json", id="query-key-first"),
+        pytest.param("https://h/v1?alt=json&key=AIzaSyA1", "https://h/v1?alt=json&key=***", id="query-key-last"),
+        pytest.param("https\\://h/v1?key\\=AIzaSyA1", "https\\://h/v1?key\\=***", id="query-key-hydra-escaped"),
+        pytest.param(
+            "postgresql://alice:p@ss@db.example:5432/runs",
+            "postgresql://alice:***@db.example:5432/runs",
+            id="at-in-password",
+        ),
+        pytest.param("http://alice:a@b:c@d@host", "http://alice:***@host", id="several-at-in-password"),
+        pytest.param(
+            "tracking.uri=http\\://alice\\:p@ss@h/x", "tracking.uri=http\\://alice\\:***@h/x", id="at-hydra-escaped"
+        ),
     ],
 )
 def test_credentials_are_masked(text: str, shown: str) -> None:
@@ -48,6 +79,8 @@ def test_credentials_are_masked(text: str, shown: str) -> None:
         pytest.param("--no-auth --verbose", id="a-flag-without-a-value"),
         pytest.param("token expired, mail admin@example.com", id="prose"),
         pytest.param("measure.warmup_s=0.1 workload.hidden=4096", id="config-values"),
+        pytest.param("override any key with key=value; sort_key=name monkey=3", id="key-outside-a-query"),
+        pytest.param("http://host:5000/runs/a@b", id="at-in-a-uri-path"),
     ],
 )
 def test_text_without_credentials_is_left_alone(text: str) -> None:
