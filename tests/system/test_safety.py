@@ -25,7 +25,7 @@ import pytest
 
 from runner import names
 from runner.job import OWNER_FILE, STATUS_FILE
-from tests.helpers import REPO, RunnerInProcess, all_runs
+from tests.helpers import REPO, RunnerInProcess, all_runs, serve_mlflow
 
 pytestmark = pytest.mark.slow
 TINY = ["workload.hidden=16", "workload.seq_len=2", "measure=quick", "backend=cpu"]
@@ -248,35 +248,60 @@ def every_text(root: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
 
 
-def test_a_password_in_the_tracking_uri_is_published_nowhere(tmp_path: Path, mlflow_server: str) -> None:
-    url, experiment = mlflow_server, "password_in_the_uri"  # the session's server is shared: runs of its own
-    secret_url = url.replace("http://", f"http://alice:{PASSWORD}@")
-    sweep = subprocess.run(
-        [sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", *TINY, f"tracking.uri={secret_url}",
-         f"tracking.experiment={experiment}", f"hydra.sweep.dir={tmp_path}/out/sweep"],
-        cwd=REPO, capture_output=True, text=True,
-    )  # fmt: skip
-    env = {**os.environ, "MLFLOW_TRACKING_URI": secret_url, "NEURON_CC_FLAGS": f"--O1 --password={PASSWORD}"}
-    single = subprocess.run(
-        [sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY, f"tracking.experiment={experiment}",
-         f"hydra.run.dir={tmp_path}/out/run"], cwd=REPO, capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    assert sweep.returncode == 0 and single.returncode == 0, (sweep.stderr[-2000:], single.stderr[-2000:])
-    runs = all_runs(url, experiment)
-    assert len(runs) == 3
-    published = json.dumps([[r.info.run_name, r.data.params, r.data.tags] for r in runs])
-    for run in runs:
-        mlflow.artifacts.download_artifacts(
-            run_id=run.info.run_id, dst_path=str(tmp_path / "dl" / run.info.run_id), tracking_uri=url
-        )
+# a distinct value per credential form; the URI's password holds an unencoded `@`, each half of it a value
+PLANTED = {
+    "the URI password's head": "pw-head-4f2a",
+    "the URI password's tail, after its @": "pw-tail-4f2a",
+    "a --password flag": PASSWORD,
+    "a bearer token": "bearer-4f2a-do-not-leak",
+    "an Azure account key": "azurekey4f2a+do/not/leak==",
+    "a query key": "querykey-4f2a-do-not-leak",
+}
+# allow-listed variables the manifest records: a sweep sets them by overrides, a single run finds them set
+PLANTED_ENV = {
+    "NEURON_CC_FLAGS": f"--O1 --password={PASSWORD}",
+    "NEURON_RT_PROXY_HEADER": f"Authorization: Bearer {PLANTED['a bearer token']}",
+    "NEURON_RT_STORE": f"AccountName=acct;AccountKey={PLANTED['an Azure account key']};EndpointSuffix=core.windows.net",
+    "NEURON_COMPILE_CACHE_URL": f"https://cache.example/neff?v=1&key={PLANTED['a query key']}",
+}
+
+
+def test_planted_credentials_are_published_nowhere(tmp_path: Path) -> None:
+    """Every credential form, planted in a run and a sweep, reaches no file of theirs or the store, nor the terminal."""
+    store = tmp_path / "store"  # a server of its own: its SQLite file and artifacts are searched too
+    with serve_mlflow(f"sqlite:///{store / 'server.db'}", store / "artifacts") as url:
+        head, tail = PLANTED["the URI password's head"], PLANTED["the URI password's tail, after its @"]
+        secret_url = url.replace("http://", f"http://alice:{head}@{tail}@")
+        sweep = subprocess.run(
+            [sys.executable, "-m", "runner", "-m", "+workload=rmsnorm_naive", *TINY, "workload.seed=1,2",
+             f"tracking.uri={secret_url}", f"hydra.sweep.dir={tmp_path}/out/sweep",
+             *(f"+hydra.job.env_set.{name}='{value}'" for name, value in PLANTED_ENV.items())],
+            cwd=REPO, capture_output=True, text=True,
+        )  # fmt: skip
+        env = {**os.environ, "MLFLOW_TRACKING_URI": secret_url, **PLANTED_ENV}
+        single = subprocess.run(
+            [sys.executable, "-m", "runner", "+workload=rmsnorm_naive", *TINY, f"hydra.run.dir={tmp_path}/out/run"],
+            cwd=REPO, capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        assert sweep.returncode == 0 and single.returncode == 0, (sweep.stderr[-2000:], single.stderr[-2000:])
+        runs = all_runs(url)
+        assert len(runs) == 4
+        published = json.dumps([[r.info.run_name, r.data.params, r.data.tags] for r in runs])
     assert "alice:***@" in published  # masked, not dropped: the user can still tell which server
     terminal = sweep.stdout + sweep.stderr + single.stdout + single.stderr
     assert "alice:***@" in terminal
     # links into the UI are for the server itself: no user, no password
     assert f"runs table:   {url}/#/experiments/" in sweep.stdout and f"open it: {url}/#/experiments/" in single.stdout
-    for where, text in [("store", published), ("artifacts", every_text(tmp_path / "dl")),
-                        ("output folders", every_text(tmp_path / "out")), ("terminal", terminal)]:  # fmt: skip
-        assert PASSWORD not in text, f"the password reached the {where}"
+    manifests = list(store.rglob(names.ENVIRONMENT_FILE))
+    assert len(manifests) == 3  # the single run's and the sweep's two jobs'
+    for manifest in manifests:  # the planted variables were recorded, masked
+        recorded = manifest.read_text()
+        for masked in ["--password=***", "Authorization: Bearer ***", "AccountKey=***;", "&key=***"]:
+            assert masked in recorded, f"{masked} missing from {manifest}"
+    for where, text in [("store", every_text(store)), ("output folders", every_text(tmp_path / "out")),
+                        ("terminal", terminal)]:  # fmt: skip
+        for form, value in PLANTED.items():
+            assert value not in text, f"{form} reached the {where}"
 
 
 def test_a_server_that_cannot_be_reached_does_not_leak_the_password_in_the_errors(tmp_path: Path) -> None:
