@@ -6,7 +6,8 @@ times as CI would, `python -m runner.gate --against HEAD --fail-above PCT` with 
 and the candidate hold the same code, so every exit status 1 is a false alarm. Prints each
 try's change with its interval, the gate's "caught from" (the smallest slowdown it would catch
 80% of the time at that spread), the seconds per try, and the spread of log(job / baseline) over
-its rounds and over its server pairs (docs/gate.md's "round sd" and "server pair sd"). Target: <= 5% false alarms.
+its rounds and over its server pairs, and in how many rounds the job read slower ("N of M rounds"),
+each try's and over the tries (docs/gate.md quotes them). Target: <= 5% false alarms.
 
 python benchmarks/gate_false_alarms.py [N] [--fail-above PCT] [--rounds R] \
     [--batch B] [--seq-len S] [--hidden H] [--set KEY=VALUE]
@@ -43,6 +44,15 @@ def range_text(values: list[float]) -> str:
     return f"{statistics.median(values):.1%} ({min(values):.1%}-{max(values):.1%})"
 
 
+def slower_line(slower: list[int], rounds: int) -> str:
+    """How many rounds of each gate read the job slower: an A/A gate expects about half, one side's mode nearly all."""
+    most = max(range(len(slower)), key=slower.__getitem__)
+    return (
+        f"rounds the job read slower: most {slower[most]} of {rounds} rounds (try {most + 1}), "
+        f"median {statistics.median(slower):g} of {rounds}, fewest {min(slower)} of {rounds}"
+    )
+
+
 def percent(text: str) -> float | None:
     """'+12.3%' as 12.3; None for '-'."""
     return None if text == "-" else float(text.rstrip("%"))
@@ -70,6 +80,7 @@ def main(n: int, fail_above: float, rounds: int | None, shape: list[str]) -> Non
     print(f"seconds per try: median {statistics.median(seconds):.0f}, max {max(seconds):.0f}")
     print(rate_line("false alarms in gates", alarms, n, fail_above, f"<= {TARGET_RATE:.0%}"))
     print("; ".join(f"{name}: median {range_text([getattr(x, key) for x in spread])}" for name, key in SPREAD_NAMES))
+    print(slower_line([x.slower for x in spread], len(attempt.row["servers"])))
     if caught:
         quartiles = statistics.quantiles(caught, n=4, method="inclusive") if len(caught) > 1 else caught * 3
         print(
