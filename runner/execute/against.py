@@ -21,7 +21,7 @@ from runner.execute.serve import SideServer
 
 SIDES = ("baseline", "candidate")
 # Rounds one pair of side servers runs before both start afresh. Every worker of a side starts from
-# its server, and under load one side of an A/A gate read 15% slower in 28 of 30 rounds: whatever
+# its server, and under load one side of an A/A gate read 15% slower in nearly every round: whatever
 # a server started with holds for all its rounds, so the test pairs server pairs, not rounds.
 ROUNDS_PER_SERVERS = 3
 
