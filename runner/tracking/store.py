@@ -84,8 +84,8 @@ def check_writable(uri: str) -> None:
 def check_intact(uri: str) -> None:
     """Refuse a SQLite store that is not a database or has damaged pages (MLflow would fail with a traceback).
 
-    `PRAGMA quick_check` reads every page (0.6 s for a 180 MB SQLite file on the 2-core development
-    host, 2026-12-03); a store another process is writing just then is not waited for, nor judged.
+    `PRAGMA quick_check` reads every page, so its cost grows with the file; a store another process
+    is writing just then is not waited for, nor judged.
     """
     path = sqlite_path(uri)
     if path is None or not path.is_file():
