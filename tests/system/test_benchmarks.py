@@ -9,7 +9,6 @@ sizes. Its temporary folders go under the test's own (TMPDIR).
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,10 +90,3 @@ def test_every_benchmark_script_is_run_here_or_says_why() -> None:
     assert sorted(listed) == sorted(scripts)  # each once
     assert set(RUN_BY.values()) <= set(RUNS)
 
-
-def test_every_script_the_docs_name_is_run_here() -> None:
-    """A figure in the README or docs/ names its script (tests/unit/test_docs.py); that script must run here."""
-    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    named = {name for page in pages for name in re.findall(r"benchmarks/(\w+\.py)", page.read_text())}
-    assert named, "the docs name no benchmarks/*.py"
-    assert sorted(named - {*RUNS, *RUN_BY, "gpu_check.py"}) == []

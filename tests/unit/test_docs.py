@@ -1,7 +1,8 @@
 """The docs a reader follows resolve, and every figure they cite says where it comes from.
 
 A moved module or a renamed heading breaks a link silently; these tests name the page and the link.
-A measured figure with no benchmark, date or load cannot be checked or rerun; the test names its line.
+A measured figure with no benchmark, date or load cannot be checked or rerun; the test names its line,
+and a script the docs name must run at a tiny size in `make test-all` (tests/system/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import NamedTuple
 import pytest
 
 from tests.helpers import REPO
+from tests.system.test_benchmarks import NOT_RUN, RUN_BY, RUNS
 
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
@@ -164,6 +166,31 @@ def test_every_relative_link_resolves(page: Path) -> None:
 def test_every_repo_path_named_exists(page: Path) -> None:
     missing = missing_repo_paths(page)
     assert not missing, f"{page.name} names paths that do not exist: " + ", ".join(missing)
+
+
+def scripts_not_run(pages: list[Path]) -> list[str]:
+    """The benchmarks/*.py the pages name that test_benchmarks.py neither runs (itself or through another script)
+    nor leaves to a test file that names it (gpu_check.py's), so their figures could not be made again."""
+    named = {name for page in pages for name in re.findall(r"benchmarks/(\w+\.py)", page.read_text())}
+    elsewhere = {
+        script
+        for script, reason in NOT_RUN.items()
+        if any(script in (REPO / test).read_text() for test in re.findall(r"tests/[\w/]+\.py", reason))
+    }
+    return sorted(named - {*RUNS, *RUN_BY, *elsewhere})
+
+
+def test_every_script_the_docs_name_runs_at_a_tiny_size() -> None:
+    missing = scripts_not_run(PAGES)
+    assert not missing, f"named in the docs, run by no test: {missing}; add each to RUNS in test_benchmarks.py"
+
+
+def test_a_named_script_not_run_is_reported(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("`benchmarks/gate_false_alarms.py` `benchmarks/gating.py` `benchmarks/gpu_check.py`\n")
+    assert scripts_not_run([page]) == []
+    page.write_text("`benchmarks/mutants.py` (not run: no test file runs it), `benchmarks/no_such_table.py`\n")
+    assert scripts_not_run([page]) == ["mutants.py", "no_such_table.py"]
 
 
 def test_every_docs_page_named_in_the_readme_exists() -> None:
