@@ -89,4 +89,3 @@ def test_every_benchmark_script_is_run_here_or_says_why() -> None:
     listed = [*RUNS, *RUN_BY, *NOT_RUN]
     assert sorted(listed) == sorted(scripts)  # each once
     assert set(RUN_BY.values()) <= set(RUNS)
-
