@@ -1,0 +1,427 @@
+"""Speedup fidelity: does a sweep's printed speedup agree with an independent interleaved timer, and do the
+intervals it states cover the next identical run?
+
+Per trial and shape, in a fresh random order: one default sweep of the reference study
+(`python -m runner -m +experiment=rmsnorm_comparison`, tracking into a temporary store), whose
+speedups of the built-in and compiled RMSNorm over the naive one (and their 95% CIs, paired by
+round) are computed by the runner's own `compare_times` from what it logged; and an independent
+timing: `SETS` sets of fresh processes, one per variant, each set pinned as the runner's worker of
+that round (one thread on the round's core, the same malloc mode), taking turns in a fresh random
+order `TURNS` times, each turn one `torch.utils.benchmark.Timer.blocked_autorange` after the
+inputs moved to new memory (the runner's `MemoryLayouts`: a process's layout moves its time, so a
+reference of a few fixed layouts is known only to 14-24%, issue 40). The Timer speedup is the
+ratio of the variants' medians over all their turns.
+
+Reported (issue 52's acceptance): per pair and shape, the runner's speedup over the Timer speedup
+(share in 0.95-1.05) and the share of trials whose CI covers the Timer speedup; each job's stated
+interval (`time/step_median_uncertainty_pct`) against the same job's median in the next trial, each
+speedup CI against the next trial's speedup, and the share of jobs flagged `timing.stable=false`.
+`--single N` times N default single runs (`+workload=rmsnorm_naive`, at its default shape or the
+first `--shape`) one after another instead and reports their interval against the next run's median.
+`--save FILE` keeps every number as JSON, which `--report FILE` reads back.
+
+python benchmarks/speedup_fidelity.py [trials] [--quick] [--shape BxSxH ...] [--save FILE] | --single N | --report FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from runner import names
+from runner.config import TrackingConfig
+from runner.job import read_status
+from runner.measure.host_memory import KEEP_ENV
+from runner.report.pairing import compare_times
+from runner.report.reader import Rounds, latest_sweep, rounds, sweep_children, variant
+
+REPO = Path(__file__).resolve().parents[1]
+BASELINE = "rmsnorm_naive"
+VARIANTS = (BASELINE, "rmsnorm_builtin", "rmsnorm_compiled")
+# (batch, seq_len, hidden): --quick keeps only the first
+SHAPES = ((4, 512, 1024), (8, 512, 1024))
+TARGET = (0.95, 1.05)
+# the independent side: sets of fresh processes (as the runner's rounds), turns per set, seconds per turn
+SETS = 4
+TURNS = 12
+TURN_S = 0.1
+
+
+@dataclass
+class Job:
+    """One job of a sweep (or one single run): its median, stated interval, flag and per-round medians."""
+
+    variant: str
+    median_ms: float
+    interval_pct: float
+    stable: bool
+    reasons: str
+    round_medians_ms: list[float]
+
+
+@dataclass
+class Speedup:
+    """The runner's speedup of a variant over the baseline (baseline time over the variant's) and its 95% CI."""
+
+    value: float
+    low: float
+    high: float
+
+
+@dataclass
+class Trial:
+    """One trial of a shape: the sweep's jobs and speedups, and the Timer speedups of the same variants."""
+
+    shape: tuple[int, int, int]
+    jobs: list[Job] = field(default_factory=list)
+    speedups: dict[str, Speedup] = field(default_factory=dict)
+    timer_speedups: dict[str, float] = field(default_factory=dict)
+    timer_set_speedups: dict[str, list[float]] = field(default_factory=dict)
+    # each variant's median over its Timer turns, in ms (beside the jobs' `median_ms`: which side moved)
+    timer_ms: dict[str, float] = field(default_factory=dict)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def shape_overrides(shape: tuple[int, int, int]) -> list[str]:
+    batch, seq_len, hidden = shape
+    return ["backend=cpu", f"workload.batch={batch}", f"workload.seq_len={seq_len}", f"workload.hidden={hidden}"]
+
+
+def new_store(work: Path) -> str:
+    """A migrated SQLite store holding the runner's experiment, its artifacts under `work` (not the repo)."""
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    MlflowClient(uri).create_experiment(TrackingConfig.experiment, artifact_location=(work / "artifacts").as_uri())
+    return uri
+
+
+def run_runner(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "runner", *args], cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"runner exited {done.returncode}: {' '.join(args)}\n{done.stderr[-3000:]}")
+
+
+def job_of(client: MlflowClient, run_id: str) -> Job:
+    run = client.get_run(run_id)
+    return Job(
+        variant(run),
+        run.data.metrics[names.STEP_MEDIAN_MS],
+        run.data.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT],
+        run.data.tags.get(names.TAG_TIMING_STABLE) == "true",
+        run.data.tags.get(names.TAG_TIMING_REASONS) or "",
+        rounds(client, run).in_order(),
+    )
+
+
+def runner_sweep(trial: Trial, uri: str, out: Path) -> None:
+    """One default sweep of the reference study: its jobs, and each variant's paired speedup over the baseline."""
+    sweep = ["-m", "+experiment=rmsnorm_comparison", *shape_overrides(trial.shape), "resume=false"]
+    run_runner([*sweep, f"tracking.uri={uri}", f"hydra.sweep.dir={out}"])
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(TrackingConfig.experiment)
+    assert experiment is not None  # new_store made it
+    children = sweep_children(client, experiment.experiment_id, latest_sweep(client, experiment.experiment_id))
+    trial.jobs = [job_of(client, run.info.run_id) for run in children]
+    trial.speedups = runner_speedups(trial.jobs)
+
+
+def runner_speedups(jobs: list[Job]) -> dict[str, Speedup]:
+    """Each variant's speedup over the baseline as `runner.compare` states it: paired by round (one sweep's)."""
+    samples = {job.variant: Rounds(dict(enumerate(job.round_medians_ms, start=1)), "sweep") for job in jobs}
+    speedups = {}
+    for name in VARIANTS[1:]:
+        estimate = compare_times(samples[BASELINE], samples[name]).estimate
+        if estimate is not None:  # new over baseline: the speedup is its inverse
+            speedups[name] = Speedup(1 / estimate.ratio, 1 / estimate.high, 1 / estimate.low)
+    return speedups
+
+
+def start_process(name: str, shape: tuple[int, int, int], number: int) -> subprocess.Popen[str]:
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        str(number),
+        f"+workload={name}",
+        *shape_overrides(shape),
+    ]
+    # as the runner starts its workers: its fixed malloc mode, unless the user set the variables
+    env = {**KEEP_ENV, **os.environ}
+    return subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def answer(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line:
+        raise SystemExit(f"a Timer process exited {process.wait()} without an answer")
+    return line.strip()
+
+
+def timer_speedups(trial: Trial, rng: random.Random) -> None:
+    """The independent side: per set, one fresh process per variant, taking turns; ratio of medians over all."""
+    turns: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    per_set: dict[str, list[float]] = {name: [] for name in VARIANTS[1:]}
+    for number in range(1, SETS + 1):
+        processes = {name: start_process(name, trial.shape, number) for name in VARIANTS}
+        try:
+            for process in processes.values():
+                answer(process)  # built, first call made, warmed up
+            mine: dict[str, list[float]] = {name: [] for name in VARIANTS}
+            for _ in range(TURNS):
+                for name in rng.sample(VARIANTS, len(VARIANTS)):
+                    process = processes[name]
+                    assert process.stdin is not None
+                    process.stdin.write("turn\n")
+                    process.stdin.flush()
+                    mine[name].append(float(answer(process)))
+        finally:
+            for process in processes.values():
+                if process.stdin is not None:
+                    process.stdin.close()
+                process.wait()
+        for name in VARIANTS:
+            turns[name] += mine[name]
+        for name in VARIANTS[1:]:
+            per_set[name].append(statistics.median(mine[BASELINE]) / statistics.median(mine[name]))
+    trial.timer_speedups = {
+        name: statistics.median(turns[BASELINE]) / statistics.median(turns[name]) for name in VARIANTS[1:]
+    }
+    trial.timer_set_speedups = per_set
+    trial.timer_ms = {name: statistics.median(turns[name]) for name in VARIANTS}
+
+
+def child(number: int, overrides: list[str]) -> None:
+    """In the fresh process: build the workload as the runner does, placed as its worker `number`, then time turns."""
+    import torch
+    from torch.utils.benchmark import Timer
+
+    from runner.backends.base import WHOLE_MACHINE
+    from runner.backends.cpu import CpuBackend
+    from runner.compose import compose_config
+    from runner.config import load_run_spec
+    from runner.measure.build import build_workload
+    from runner.measure.layouts import MemoryLayouts
+    from runner.measure.loop import SETTLE_CALLS
+
+    spec = load_run_spec(compose_config(*overrides, "tracking=off"))
+    CpuBackend.worker_placement(spec.backend, number, WHOLE_MACHINE).take()
+    workload = build_workload(spec.workload, CpuBackend(spec.backend))
+    with torch.no_grad():
+        workload.step()  # the first call, which compiles the compiled variant, outside the timing
+        end = time.perf_counter() + spec.measure.warmup_s
+        for _ in range(spec.measure.warmup):
+            workload.step()
+        while time.perf_counter() < end:
+            workload.step()
+        print("ready", flush=True)
+        timer = Timer("step()", globals={"step": workload.step}, num_threads=torch.get_num_threads())
+        layouts = MemoryLayouts(workload.inputs)
+        for _ in sys.stdin:
+            layouts.move()  # a turn's median is one layout's: the reference, like the runner, rests on many
+            for _ in range(SETTLE_CALLS):
+                workload.step()
+            print(timer.blocked_autorange(min_run_time=TURN_S).median * 1000, flush=True)
+
+
+def measure(trials: list[Trial], work: Path) -> None:
+    uri = new_store(work)
+    progress(f"store and sweep folders in {work}")
+    rng, start = random.Random(0), time.perf_counter()
+    for index, trial in enumerate(trials):
+        sides = ["runner", "Timer"]
+        for side in rng.sample(sides, 2):
+            if side == "runner":
+                runner_sweep(trial, uri, work / f"trial{index}")
+            else:
+                timer_speedups(trial, rng)
+        said = ", ".join(
+            f"{name}: runner {trial.speedups[name].value:.3f} [{trial.speedups[name].low:.3f}, "
+            f"{trial.speedups[name].high:.3f}], Timer {trial.timer_speedups[name]:.3f}"
+            for name in VARIANTS[1:]
+            if name in trial.speedups
+        )
+        progress(
+            f"trial {index + 1}/{len(trials)} {'x'.join(map(str, trial.shape))}: {said} "
+            f"[{time.perf_counter() - start:.0f} s]"
+        )
+
+
+def single_runs(count: int, work: Path, shape: tuple[int, int, int] | None) -> list[Job]:
+    """`count` default single runs of the naive RMSNorm (at its default shape, or `shape`), one after another."""
+    uri, found = new_store(work), []
+    client, start = MlflowClient(uri), time.perf_counter()
+    for number in range(count):
+        out = work / f"run{number}"
+        sized = shape_overrides(shape) if shape else ["backend=cpu"]
+        run_runner(["+workload=rmsnorm_naive", *sized, f"tracking.uri={uri}", f"hydra.run.dir={out}"])
+        job = job_of(client, (read_status(out) or {})["run_id"])
+        found.append(job)
+        progress(
+            f"run {number + 1}/{count}: {job.median_ms:.4f} ms +-{job.interval_pct:.1f}% "
+            f"stable={str(job.stable).lower()} [{time.perf_counter() - start:.0f} s]"
+        )
+    return found
+
+
+def share(flags: list[bool]) -> str:
+    return f"{sum(flags)}/{len(flags)} ({sum(flags) / len(flags):.0%})" if flags else "0/0"
+
+
+def covers(job: Job, next_ms: float) -> bool:
+    """The job's stated interval holds the next identical run's median."""
+    return abs(math.log(next_ms / job.median_ms)) <= math.log1p(job.interval_pct / 100)
+
+
+def report_runs(series: list[list[Job]]) -> None:
+    """Interval coverage over consecutive runs of each series, and the flags with their reasons."""
+    pairs = [covers(a, b.median_ms) for jobs in series for a, b in zip(jobs, jobs[1:], strict=False)]
+    flagged = [not job.stable for jobs in series for job in jobs]
+    widths = sorted(job.interval_pct for jobs in series for job in jobs)
+    print(
+        f"a run's interval holds the next identical run's median: {share(pairs)} (target at least 90%); "
+        f"stated +-% median {statistics.median(widths):.1f} (range {widths[0]:.1f}-{widths[-1]:.1f})"
+    )
+    print(f"runs flagged timing.stable=false: {share(flagged)} (target at most 30%)")
+    reasons = sorted({job.reasons for jobs in series for job in jobs if not job.stable})
+    for reason in reasons:
+        print(f"  flagged: {reason}")
+
+
+def report(trials: list[Trial]) -> None:
+    print(
+        f"{'pair':34} {'shape':11} {'trials':>6} {'runner/Timer (median)':>21} {'in 0.95-1.05':>13} "
+        f"{'CI covers Timer':>15} {'Timer sets sd':>13}"
+    )
+    within_all, covered_all = [], []
+    for shape in sorted({trial.shape for trial in trials}):
+        mine = [t for t in trials if t.shape == shape]
+        for name in VARIANTS[1:]:
+            both = [t for t in mine if name in t.speedups and name in t.timer_speedups]
+            ratios = [t.speedups[name].value / t.timer_speedups[name] for t in both]
+            within = [TARGET[0] <= r <= TARGET[1] for r in ratios]
+            covered = [t.speedups[name].low <= t.timer_speedups[name] <= t.speedups[name].high for t in both]
+            spread = [
+                statistics.stdev(map(math.log, t.timer_set_speedups[name]))
+                for t in both
+                if len(t.timer_set_speedups.get(name, [])) > 1
+            ]
+            within_all += within
+            covered_all += covered
+            print(
+                f"{name + ' / ' + BASELINE:34} {'x'.join(map(str, shape)):11} {len(both):6} "
+                f"{statistics.median(ratios) if ratios else math.nan:21.3f} {share(within):>13} "
+                f"{share(covered):>15} {statistics.median(spread) if spread else math.nan:13.3f}"
+            )
+            print(f"{'':34} runner/Timer per trial: {' '.join(f'{r:.3f}' for r in ratios)}")
+            if len(both) > 1:  # who moves from trial to trial: the ratio's variance is the two sides' together
+                runner_sd = statistics.stdev(math.log(t.speedups[name].value) for t in both)
+                timer_sd = statistics.stdev(math.log(t.timer_speedups[name]) for t in both)
+                print(
+                    f"{'':34} trial-to-trial sd of log speedup: runner {runner_sd:.3f}, Timer {timer_sd:.3f}, "
+                    f"their ratio {statistics.stdev(map(math.log, ratios)):.3f}"
+                )
+    print(
+        f"all pairs: runner speedup within {TARGET[0]}-{TARGET[1]} of the Timer speedup {share(within_all)}, "
+        f"its 95% CI covering it {share(covered_all)} (targets at least 90% each)"
+    )
+    for shape in sorted({trial.shape for trial in trials}):
+        timed = [t for t in trials if t.shape == shape and t.timer_ms]
+        for name in VARIANTS if timed else ():
+            ratios = [job.median_ms / t.timer_ms[name] for t in timed for job in t.jobs if job.variant == name]
+            print(
+                f"{name} {'x'.join(map(str, shape))}: the runner's median over the Timer's, per trial: "
+                + " ".join(f"{ratio:.3f}" for ratio in ratios)
+            )
+    reruns = []
+    for shape in sorted({trial.shape for trial in trials}):
+        mine = [t for t in trials if t.shape == shape]
+        for a, b in zip(mine, mine[1:], strict=False):
+            reruns += [
+                a.speedups[n].low <= b.speedups[n].value <= a.speedups[n].high
+                for n in VARIANTS[1:]
+                if n in a.speedups and n in b.speedups
+            ]
+    print(f"a sweep's speedup CI holds its rerun's speedup: {share(reruns)} (target at least 90%)")
+    series = [
+        [job for t in trials if t.shape == shape for job in t.jobs if job.variant == name]
+        for shape in sorted({t.shape for t in trials})
+        for name in VARIANTS
+    ]
+    report_runs(series)
+
+
+def load(saved: Path) -> tuple[list[Trial], list[Job]]:
+    """A --save file's trials, their speedups computed again from the rounds by today's `compare_times`."""
+    data = json.loads(saved.read_text())
+    trials = []
+    for saved_trial in data["trials"]:
+        jobs = [Job(**job) for job in saved_trial["jobs"]]
+        timer, per_set = saved_trial["timer_speedups"], saved_trial["timer_set_speedups"]
+        shape, timer_ms = tuple(saved_trial["shape"]), saved_trial.get("timer_ms", {})
+        trials.append(Trial(shape, jobs, runner_speedups(jobs), timer, per_set, timer_ms))
+    return trials, [Job(**j) for j in data["single"]]
+
+
+def save(path: Path, trials: list[Trial], single: list[Job]) -> None:
+    path.write_text(
+        json.dumps({"trials": [asdict(t) for t in trials], "single": [asdict(j) for j in single]}, indent=1)
+    )
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trials", nargs="?", type=int, default=10, help="trials per shape (default 10)")
+    parser.add_argument("--quick", action="store_true", help="only the smallest shape")
+    parser.add_argument("--shape", action="append", metavar="BxSxH", help="these shapes instead (repeatable)")
+    parser.add_argument("--single", type=int, metavar="N", help="N default single runs instead of sweeps")
+    parser.add_argument("--save", type=Path, help="write every number to this JSON file")
+    parser.add_argument("--report", type=Path, help="read a --save file back and report it")
+    parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.child is not None:
+        child(int(args.child[0]), args.child[1:])
+        return
+    if args.report is not None:
+        trials, single = load(args.report)
+    else:
+        shapes = [tuple(map(int, s.split("x"))) for s in args.shape] if args.shape else list(SHAPES)
+        shapes = shapes[:1] if args.quick else shapes
+        trials = [] if args.single else [Trial(shape) for _ in range(args.trials) for shape in shapes]  # type: ignore[arg-type]
+        single: list[Job] = []
+        work = Path(tempfile.mkdtemp(prefix="speedup-fidelity-"))
+        try:
+            if args.single:
+                single = single_runs(args.single, work, tuple(shapes[0]) if args.shape else None)  # type: ignore[arg-type]
+            else:
+                measure(trials, work)
+        finally:  # what was measured is kept, even when a run failed or Ctrl-C stopped it
+            trials = [t for t in trials if t.jobs and t.timer_speedups]
+            if args.save is not None:
+                save(args.save, trials, single)
+    if trials:
+        report(trials)
+    if single:
+        report_runs([single])
+
+
+if __name__ == "__main__":
+    main()
