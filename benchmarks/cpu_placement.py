@@ -35,7 +35,7 @@ import torch
 from runner.compose import compose_config
 from runner.config import RunSpec, load_run_spec
 from runner.execute.workers import start_steady_state, steps
-from runner.measure.stability import instability_reasons
+from runner.measure.stability import instability_reasons, within_run
 
 OVERRIDES = ["+workload=rmsnorm_naive", "backend=cpu", "tracking=off"]
 # a step this many times the fastest variant's median is a stall, not noise
@@ -66,7 +66,8 @@ class Variant:
 
     def unstable_workers(self) -> int:
         """Workers the runner's verdict would call unstable, each judged as a run of its own."""
-        return sum(bool(instability_reasons([[steps]])) for steps in self.workers)
+        judged = [within_run([[steps]], [statistics.median(steps)]) for steps in self.workers]
+        return sum(bool(instability_reasons(spread)) for spread in judged)
 
 
 def progress(message: str) -> None:

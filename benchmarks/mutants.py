@@ -36,7 +36,8 @@ VERDICTS = "tests/unit/test_verdicts.py"
 TRUST = "tests/unit/test_trust.py"
 AGAINST_GATE = f"{VERDICTS}::test_the_against_gate_exits_1_only_on_a_significant_slowdown_past_the_margin"
 PAIRED_TEST = f"{VERDICTS}::test_the_paired_test_asks_one_sided_whether_the_ratio_exceeds_the_margin"
-UNCERTAIN = f"{VERDICTS}::test_a_median_uncertain_by_more_than_5_percent_is_unstable"
+UNCERTAIN = f"{VERDICTS}::test_a_run_whose_next_run_may_land_more_than_5_percent_away_is_unstable"
+HOST_DRIFT = f"{VERDICTS}::test_the_host_drift_is_read_from_two_earlier_runs_of_the_configuration_and_the_newest_ten"
 HIGHER_IS_BETTER = 'HIGHER_IS_BETTER = ("_per_s", "gbps", "gflops", "_fraction")'
 LAUNCHER = "tests/unit/test_process_launcher.py"
 SECRETS = "tests/unit/test_secrets.py::test_credentials_are_masked"
@@ -89,15 +90,25 @@ MUTANTS = [
            "estimate.ratio > 1 + margin", (AGAINST_GATE, f"{TRUST}::test_gate_against_a_synthetic_baseline"),
            "a job whose change is within the margin but whose interval reaches past it reads \"ok\""),
     Mutant("uncertainty-bound-10%", "runner/measure/stability.py", "MAX_UNCERTAINTY = 0.05",
-           "MAX_UNCERTAINTY = 0.10", (UNCERTAIN,), "a median uncertain by up to 10% counts as stable"),
-    Mutant("uncertainty-one-standard-error", "runner/measure/stability.py", "np.expm1(2 * logs.std",
-           "np.expm1(1 * logs.std", (UNCERTAIN,), "the interval is one standard error wide, not two"),
+           "MAX_UNCERTAINTY = 0.10", (UNCERTAIN,), "a next run up to 10% away counts as stable"),
+    Mutant("interval-one-run-only", "runner/measure/stability.py", "t_quantile(0.975, self.df) * np.sqrt(2)",
+           "t_quantile(0.975, self.df)", (UNCERTAIN,), "the interval leaves out the next run's own error"),
+    Mutant("host-drift-ignored", "runner/measure/result.py",
+           "stated = between_runs(earlier_ms, result.metrics[names.STEP_MEDIAN_MS]) or result.spread",
+           "stated = result.spread",
+           ("tests/integration/test_tracking.py::"
+            "test_from_its_third_run_a_configuration_states_its_interval_from_what_its_runs_moved",),
+           "a run's interval leaves out what its configuration's earlier runs moved (the host's drift)"),
     Mutant("uncertainty-over-steps", "runner/measure/stability.py", "min(BLOCKS, len(repeat))", "len(repeat)",
            (f"{VERDICTS}::test_blocks_are_the_stretches_the_loop_moves_memory_between",),
            "every step its own block: a tail of slow steps widens the interval"),
-    Mutant("disagreeing-processes-pass", "runner/measure/stability.py", "for process in step_ms:",
-           "for process in step_ms[:1]:", (f"{VERDICTS}::test_processes_that_disagree_make_the_median_uncertain",),
-           "only the first process's blocks are judged"),
+    Mutant("host-drift-from-one-earlier-run", "runner/measure/stability.py", "MIN_EARLIER_RUNS = 2",
+           "MIN_EARLIER_RUNS = 1", (HOST_DRIFT,), "two runs (one degree of freedom) state the host's drift"),
+    Mutant("host-drift-from-every-earlier-run", "runner/measure/stability.py", "MAX_EARLIER_RUNS = 10",
+           "MAX_EARLIER_RUNS = 100", (HOST_DRIFT,), "runs of any age state the host's drift, not the newest 10"),
+    Mutant("disagreeing-processes-pass", "runner/measure/stability.py", "if len(process_medians) > 1:",
+           "if len(process_medians) > 99:", (f"{VERDICTS}::test_processes_that_disagree_make_the_median_uncertain",),
+           "the processes' medians are not judged, only their blocks"),
     Mutant("mann-whitney-no-continuity", "runner/measure/stats.py", 'mannwhitneyu(a, b, alternative="two-sided")',
            'mannwhitneyu(a, b, alternative="two-sided", use_continuity=False)',
            ("tests/unit/test_compare.py::test_mann_whitney_matches_known_exact_values",),

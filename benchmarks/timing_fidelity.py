@@ -41,7 +41,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.job import read_status
 from runner.measure.host_memory import KEEP_ENV
-from runner.measure.stability import median_uncertainty
+from runner.measure.stats import geometric_interval
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
@@ -95,8 +95,8 @@ class Cell:
 
     def reference_uncertainty(self) -> float:
         """About the 95% half-width of the Timer reference, relative: what the target can be checked to."""
-        # the runner's own interval, each Timer process one block
-        return median_uncertainty([[[run.timer_ms]] for run in self.runs]) if len(self.runs) > 1 else float("nan")
+        interval = geometric_interval([run.timer_ms for run in self.runs])
+        return float("nan") if interval is None else float(np.sqrt(interval[1] / interval[0]) - 1)
 
     def run_to_run_sd(self, side: str) -> float:
         """The sd of log medians over the runs: how much one run of that side moves from the next."""

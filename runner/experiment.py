@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlflow.entities import Run
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR, names
@@ -17,7 +18,8 @@ from runner.config import ConfigError, JobInfo, RunSpec
 from runner.execute.plan import Execution, plan
 from runner.job import THIS_PROCESS, JobLife, close_dead_runs, config_hash, finished_run_id
 from runner.job.manifest import build_manifest
-from runner.measure.result import JobResult, PhaseError
+from runner.job.status import JobStatus
+from runner.measure.result import JobResult, PhaseError, judge_timing
 from runner.report.console import job_summary
 from runner.secrets import redact_tree
 from runner.tracking.run import flatten, git_commit
@@ -45,6 +47,20 @@ def run_tags(spec: RunSpec, job: JobInfo, execution: Execution, manifest: dict[s
         f"{names.TAG_VERSION_PREFIX}python": manifest["python"],
         **{f"{names.TAG_ENV_PREFIX}{name}": value for name, value in manifest["environment"].items()},
     }
+
+
+def earlier_medians(runs: list[Run]) -> list[float]:
+    """The configuration's FINISHED medians on this host at this commit, newest first: what the host's drift did."""
+    commit = git_commit(CONF_DIR.parent)
+    mine = [
+        run
+        for run in runs
+        if run.info.status == JobStatus.FINISHED
+        and run.data.tags.get(names.TAG_HOST) == platform.node()
+        and run.data.tags.get(names.TAG_GIT_COMMIT) == commit
+        and names.STEP_MEDIAN_MS in run.data.metrics
+    ]
+    return [run.data.metrics[names.STEP_MEDIAN_MS] for run in sorted(mine, key=lambda r: -r.info.start_time)]
 
 
 def job_plots(results: list[JobResult], folder: Path) -> Path | None:
@@ -107,8 +123,9 @@ def run_experiment(
             return {}
     with THIS_PROCESS.job(spec.backend.name, resolved_config, job.run_name):  # refused if it would share wrongly
         execution = prepare(spec, job, life, published_config, digest)
-    if spec.tracking.enabled and not resume:  # (a resumed job closed them above)
-        close_dead_runs(spec.tracking, digest)
+    earlier_ms: list[float] = []
+    if spec.tracking.enabled and not resume:  # (a resumed job closed them above, and has no FINISHED run)
+        earlier_ms = earlier_medians(close_dead_runs(spec.tracking, digest))
     manifest = build_manifest(execution.backend, spec)
     log.info("%s on %s (%s)", job.run_name, execution.backend.name, execution.placement)
     with life.run(spec.tracking) as run:
@@ -122,10 +139,12 @@ def run_experiment(
             measured = execution.run()
         except PhaseError as err:  # what the phases before it measured is kept; the run still closes FAILED
             if err.partial is not None:
+                judge_timing(err.partial, spec, execution.backend, earlier_ms)
                 run.log_result(err.partial, spec.tracking.max_artifact_mb)
                 log.error("%s failed; the run keeps what the phases before it measured", err.phase)
             raise
         result = measured.result
+        judge_timing(result, spec, execution.backend, earlier_ms)
         run.log_result(result, spec.tracking.max_artifact_mb)
         if plots := job_plots(measured.every_rank, job.output_dir / names.PLOTS_FOLDER):
             run.log_artifacts(plots, names.PLOTS_FOLDER)

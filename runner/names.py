@@ -22,7 +22,7 @@ REPEAT_CV = "time/repeat_cv"
 # one value per worker process (history step = process index), and their spread
 PROCESS_MEDIAN_MS = "time/process_median_ms"
 PROCESS_CV = "time/process_cv"
-# about the 95% half-width of time/step_median_ms, in percent
+# how far the next identical run's time/step_median_ms may land, in percent either way (about 95%)
 STEP_MEDIAN_UNCERTAINTY_PCT = "time/step_median_uncertainty_pct"
 FIRST_CALL_S = "time/first_call_s"
 # where the steady state is timed by device events (runner.step_clock): the synchronized step's wall time, the

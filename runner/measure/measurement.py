@@ -9,7 +9,6 @@ from runner import names
 from runner.measure.loop import SteadyState
 from runner.measure.memory import MemoryPeak
 from runner.measure.optable import OpTable, summary_metrics
-from runner.measure.stability import median_uncertainty
 from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.window import ProfilerCost
 
@@ -52,7 +51,6 @@ class Measurement:
         metrics[names.STEP_MEDIAN_MS] = statistics.median(process_medians)
         if len(process_medians) > 1:
             metrics[names.PROCESS_CV] = coefficient_of_variation(process_medians)
-        metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] = median_uncertainty(self.steady.step_ms) * 100
         if len(self.steady.step_ms[0]) > 1:
             repeat_medians = [statistics.median(repeat) for process in self.steady.step_ms for repeat in process]
             metrics[names.REPEAT_CV] = coefficient_of_variation(repeat_medians)

@@ -25,7 +25,7 @@ from runner.measure.layers import first_failing, layer_errors, layer_table
 from runner.measure.measurement import Measurement
 from runner.measure.optable import OpTable, self_time_by_op
 from runner.measure.roofline import over_peak, roofline_metrics
-from runner.measure.stability import instability_advice, instability_reasons
+from runner.measure.stability import Spread, between_runs, instability_advice, instability_reasons, within_run
 from runner.measure.window import judge_window
 from runner.secrets import one_line
 from workloads.base import CostModel
@@ -71,6 +71,10 @@ class JobResult:
     memory_dir: Path | None = None
     # the system metrics sampled while the job measured, in the order they were read
     system: list[SystemSample] = field(default_factory=list)
+    # what the run itself shows of its median's spread (its blocks, its processes); `judge_timing` states it
+    spread: Spread | None = None
+    # the console's warning when the timing is unstable, with what would narrow it
+    timing_warning: str | None = None
 
 
 class PhaseError(RuntimeError):
@@ -142,9 +146,6 @@ def timing_result(spec: RunSpec, backend: Backend, measurement: Measurement, cap
     by_op = self_time_by_op(measurement.table)
     device_time = "reported" if measurement.table.has_device_time else "absent: the profiler reported no device time"
     tags: dict[str, Any] = {names.TAG_TOP_OP: next(iter(by_op), None), names.TAG_DEVICE_TIME: device_time}
-    reasons = instability_reasons(measurement.steady.step_ms)
-    tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
-    tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
     flushed = ", cache flushed before each step" if spec.measure.flush_cache else ""
     tags[names.TAG_STEP_CLOCK] = backend.step_clock + flushed
     metrics.update(wall_breakdown(metrics))
@@ -160,7 +161,7 @@ def timing_result(spec: RunSpec, backend: Backend, measurement: Measurement, cap
         metrics[names.MEMORY_WINDOW_PEAK_MB] = measurement.memory.peak_bytes / MIB
         tags[names.TAG_MEMORY_SOURCE] = measurement.memory.source
         tables[names.MEMORY_SITES_FILE] = measurement.memory.table()
-    return JobResult(
+    result = JobResult(
         metrics=metrics,
         tags=tags,
         table=measurement.table,
@@ -170,7 +171,30 @@ def timing_result(spec: RunSpec, backend: Backend, measurement: Measurement, cap
         step_ms=measurement.samples(),
         tables=tables,
         memory_dir=measurement.memory.snapshot.parent if measurement.memory else None,
+        spread=within_run(measurement.steady.step_ms, measurement.process_medians()),
     )
+    judge_timing(result, spec, backend, [])
+    return result
+
+
+def judge_timing(result: JobResult, spec: RunSpec, backend: Backend, earlier_ms: list[float]) -> None:
+    """State the run's interval for the next identical run, and `timing.stable`: whether it is within 5%.
+
+    `earlier_ms`: the configuration's earlier medians on this host, newest first, which the job reads from the
+    store: only they show the host's drift between runs.
+    """
+    if result.spread is None or names.STEP_MEDIAN_MS not in result.metrics:
+        return
+    # the earlier runs saw what moves a run's median, this run's own spread included; without them, only the run
+    stated = between_runs(earlier_ms, result.metrics[names.STEP_MEDIAN_MS]) or result.spread
+    result.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] = stated.next_run * 100
+    reasons = instability_reasons(stated)
+    result.tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
+    result.tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
+    result.timing_warning = None
+    if reasons:
+        advice = instability_advice(spec, backend, stated)
+        result.timing_warning = f"timing unstable ({'; '.join(reasons)}): compare its step time with care; {advice}"
 
 
 def model_metrics(
@@ -245,11 +269,6 @@ def collect_result(
         tags[names.TAG_FIRST_FAILING_LAYER] = first_failing(errors) or "none"
         metrics[names.LAYERS_FAILING] = float(sum(not error.passed for error in errors))
     result.warnings = list(capture.warnings)
-    if tags[names.TAG_TIMING_STABLE] == "false":
-        result.warnings.append(
-            f"timing unstable ({tags[names.TAG_TIMING_REASONS]}): compare its step time with care; "
-            + instability_advice(spec, backend)
-        )
     if warning := finite_warning(str(tags.get(names.TAG_OUTPUT_FINITE, "true"))):
         result.warnings.append(warning)
     if over := over_peak(metrics):

@@ -1,17 +1,46 @@
-"""Is a run's step time comparable? `timing.stable`: the median's interval from its blocks' medians (docs/trust.md)."""
+"""Is a run's step time comparable? `timing.stable`: how far the next identical run's median may land (docs/trust.md).
+
+A run's blocks and worker processes show what moves its median inside the run; only the configuration's earlier
+runs on this host show the host's drift between runs, which on a noisy VM is most of it (issue 52).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from runner.backends.base import Backend
 from runner.config import RunSpec
 from runner.measure.loop import stretch_ends
+from runner.measure.stats import t_quantile
 
 # blocks of consecutive steps per process and repeat (a CPU worker's memory layouts: one each)
 BLOCKS = 8
-# the "5% off" a user bets on: the median's interval may be at most this wide on either side
+# the "5% off" a user bets on: the next run's median may land at most this far on either side
 MAX_UNCERTAINTY = 0.05
+# the configuration's earlier runs (with this one, 3: two degrees of freedom) that show the host's drift
+MIN_EARLIER_RUNS = 2
+# and the newest this many of them: the host of last month is not the host of today
+MAX_EARLIER_RUNS = 10
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The sd of a run's log median as one source shows it, with its degrees of freedom."""
+
+    sd: float
+    df: int
+    source: str  # for the reason: "its blocks", "its 3 worker processes", "5 runs of this configuration ..."
+    # shown by earlier runs: the host's drift, which only comparisons paired by round cancel
+    between_runs: bool = False
+
+    @property
+    def next_run(self) -> float:
+        """About the 95% half-width, relative, within which the next identical run's median lands (two runs' sd)."""
+        if self.df < 1:
+            return 0.0
+        return float(np.expm1(t_quantile(0.975, self.df) * np.sqrt(2) * self.sd))
 
 
 def block_medians(step_ms: list[list[list[float]]]) -> list[float]:
@@ -24,22 +53,46 @@ def block_medians(step_ms: list[list[list[float]]]) -> list[float]:
     return medians
 
 
-def median_uncertainty(step_ms: list[list[list[float]]]) -> float:
-    """About the 95% half-width of the run's median, relative: two standard errors of its blocks' log mean (or 0)."""
-    logs = np.log(block_medians(step_ms))
+def _mean_spread(values: list[float], source: str) -> Spread:
+    """The standard error of the values' log mean, which the run's median stands for."""
+    logs = np.log(values)
     if len(logs) < 2:
-        return 0.0
-    return float(np.expm1(2 * logs.std(ddof=1) / np.sqrt(len(logs))))
+        return Spread(0.0, 0, source)
+    return Spread(float(logs.std(ddof=1) / np.sqrt(len(logs))), len(logs) - 1, source)
 
 
-def instability_reasons(step_ms: list[list[list[float]]]) -> list[str]:
-    """Why this run's step time should not be compared; empty when it can be."""
-    uncertainty = median_uncertainty(step_ms)
-    if uncertainty > MAX_UNCERTAINTY:
-        return [f"its median is uncertain by about {uncertainty:.1%} (over {MAX_UNCERTAINTY:.0%})"]
+def within_run(step_ms: list[list[list[float]]], process_medians: list[float]) -> Spread:
+    """What the run itself shows: its blocks (layouts, drift in a process) or its processes, whichever is wider."""
+    spreads = [_mean_spread(block_medians(step_ms), "its blocks")]
+    if len(process_medians) > 1:
+        spreads.append(_mean_spread(process_medians, f"its {len(process_medians)} worker processes"))
+    return max(spreads, key=lambda spread: spread.next_run)
+
+
+def between_runs(earlier_ms: list[float], median_ms: float) -> Spread | None:
+    """The spread of this run's and the configuration's earlier runs' medians: the host's drift included."""
+    if len(earlier_ms) < MIN_EARLIER_RUNS:
+        return None
+    logs = np.log([*earlier_ms[:MAX_EARLIER_RUNS], median_ms])
+    source = f"{len(logs)} runs of this configuration on this host"
+    return Spread(float(logs.std(ddof=1)), len(logs) - 1, source, between_runs=True)
+
+
+def instability_reasons(spread: Spread) -> list[str]:
+    """Why this run's step time should not be compared on its own; empty when it can be."""
+    if spread.next_run > MAX_UNCERTAINTY:
+        return [
+            f"the next run may land +-{spread.next_run:.1%} from its median (from {spread.source}; "
+            f"over {MAX_UNCERTAINTY:.0%})"
+        ]
     return []
 
 
-def instability_advice(spec: RunSpec, backend: Backend) -> str:
-    """What to rerun an unstable job with: the backend says what its device accepts (`steadier_measurement`)."""
+def instability_advice(spec: RunSpec, backend: Backend, spread: Spread) -> str:
+    """What would narrow the interval: the host's drift cancels only when paired; a run's own spread, in more runs."""
+    if spread.between_runs:
+        return (
+            f"this host moves a run's median by about {spread.sd:.1%} between runs (sd); compare variants paired "
+            "by round (in one sweep, or gate --against), where a drift the rounds share cancels"
+        )
     return f"rerun on an idle machine with {backend.steadier_measurement(spec)}"

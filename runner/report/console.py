@@ -165,6 +165,6 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
     trace = _trace(trace_dir)
     if trace is not None:
         lines.append(trace)
-    lines += [f"WARNING: {warning}" for warning in result.warnings]
+    lines += [f"WARNING: {warning}" for warning in [*result.warnings, result.timing_warning] if warning]
     lines.append(where)
     return "\n".join(lines)

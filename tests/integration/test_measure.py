@@ -39,7 +39,7 @@ from runner.measure.phases import measure
 from runner.measure.profiling import CycleRecorder, build_profiler
 from runner.measure.result import collect_result, rounds_table, wall_breakdown
 from runner.measure.roofline import resolve_peak, roofline_metrics
-from runner.measure.stability import instability_advice
+from runner.measure.stability import Spread, between_runs, instability_advice, instability_reasons
 from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.turns import RefereedTurns, TurnsAddress, give_turns, referee
 from runner.measure.window import judge_window
@@ -415,6 +415,10 @@ def neuron_backend() -> NeuronBackend:
     return NeuronBackend.__new__(NeuronBackend)
 
 
+# a run whose own processes disagree: more of them narrow its interval
+IN_THE_RUN = Spread(0.1, 2, "its 3 worker processes")
+
+
 @pytest.mark.parametrize(
     ("backend", "overrides", "advised"),
     [
@@ -429,7 +433,7 @@ def neuron_backend() -> NeuronBackend:
 )
 def test_instability_advice_is_what_the_runner_accepts(backend: Backend, overrides: list[str], advised: str) -> None:
     spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", *overrides))
-    advice = instability_advice(spec, backend)
+    advice = instability_advice(spec, backend, IN_THE_RUN)
     (override,) = re.findall(r"\((measure\.\w+=\d+)\)", advice)
     assert override == advised
     assert "backend.cpu_placement" not in advice  # the default places each CPU worker on one thread already
@@ -443,7 +447,17 @@ def test_instability_advice_is_what_the_runner_accepts(backend: Backend, overrid
 
 def test_unpinned_cpu_workers_are_advised_one_core() -> None:
     spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "backend.cpu_placement=unpinned"))
-    assert "backend.cpu_placement=one_core" in instability_advice(spec, CpuBackend(spec.backend))
+    assert "backend.cpu_placement=one_core" in instability_advice(spec, CpuBackend(spec.backend), IN_THE_RUN)
+
+
+def test_a_host_that_drifts_between_runs_is_named_and_a_paired_comparison_advised() -> None:
+    """More worker processes cannot narrow what the host does between runs: the advice says so, by how much."""
+    spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu"))
+    drifting = between_runs([1.2, 0.8, 1.1], 1.0)
+    assert drifting is not None and instability_reasons(drifting)
+    advice = instability_advice(spec, CpuBackend(spec.backend), drifting)
+    assert f"by about {drifting.sd:.1%} between runs" in advice and "paired by round" in advice
+    assert "measure.processes" not in advice
 
 
 def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:

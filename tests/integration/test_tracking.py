@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pytest
 import torch
 from mlflow.entities import Run
@@ -16,6 +17,7 @@ from omegaconf import OmegaConf
 from runner import compare, history, names
 from runner.config import ConfigError, TrackingConfig, load_run_spec
 from runner.experiment import run_experiment
+from runner.measure.stats import t_quantile
 from runner.report.reader import op_table
 from runner.tracking.run import flatten
 from runner.tracking.store import store_lock
@@ -88,6 +90,21 @@ def test_a_late_failure_keeps_what_was_measured(tmp_path: Path) -> None:
     assert {names.OP_TABLE_FILE, names.TRACE_FOLDER} <= artifacts
     traces = mlflow.MlflowClient().list_artifacts(run.info.run_id, names.TRACE_FOLDER)
     assert traces
+
+
+def test_from_its_third_run_a_configuration_states_its_interval_from_what_its_runs_moved(tmp_path: Path) -> None:
+    """Only earlier runs show the host's drift: the third run's interval is the three medians' spread, t with 2 df."""
+    quick = ("+workload=rmsnorm_naive", "workload.hidden=16", "measure=quick")
+    medians = [run_job(tmp_path / f"run{k}", *quick)[names.STEP_MEDIAN_MS] for k in range(3)]
+    _, second, third = sorted(all_runs(), key=lambda run: run.info.start_time)
+    spread = float(np.log(medians).std(ddof=1))
+    stated = float(np.expm1(t_quantile(0.975, 2) * np.sqrt(2) * spread)) * 100
+    assert third.data.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] == pytest.approx(stated)
+    # one earlier run shows no spread: the second states what it saw itself
+    assert second.data.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] != pytest.approx(
+        float(np.expm1(t_quantile(0.975, 1) * np.sqrt(2) * np.log(medians[:2]).std(ddof=1))) * 100
+    )
+    assert third.data.tags[names.TAG_TIMING_STABLE] == ("true" if stated <= 5 else "false")
 
 
 def test_bad_input_leaves_no_run(tmp_path: Path) -> None:

@@ -15,8 +15,15 @@ from scipy import stats
 
 from runner import gate
 from runner.execute import against
-from runner.measure.stability import BLOCKS, block_medians, instability_reasons, median_uncertainty
-from runner.measure.stats import TimeRatio, paired_time_ratio, time_ratio
+from runner.measure.stability import (
+    BLOCKS,
+    Spread,
+    between_runs,
+    block_medians,
+    instability_reasons,
+    within_run,
+)
+from runner.measure.stats import TimeRatio, paired_time_ratio, t_quantile, time_ratio
 from runner.report.gate_verdicts import judged, measured, summary
 
 
@@ -30,25 +37,40 @@ def processes(*block_medians: list[float], steps_per_block: int = 10) -> list[li
     return [[[ms for median in medians for ms in [median] * steps_per_block]] for medians in block_medians]
 
 
-def alternating(uncertainty: float, count: int = 3 * BLOCKS) -> list[float]:
-    """Block medians alternately above and below 1 ms, their log sd set so the median is uncertain by exactly this."""
-    sd = np.log1p(uncertainty) * np.sqrt(count) / 2
+def alternating(interval: float, count: int = 3 * BLOCKS) -> list[float]:
+    """Block medians alternately above and below 1 ms, their log sd set so the next run's interval is exactly this."""
+    sd = np.log1p(interval) / (stats.t.ppf(0.975, count - 1) * np.sqrt(2)) * np.sqrt(count)
     half = sd * np.sqrt((count - 1) / count)  # +-half has this sample sd (ddof=1) over an even count
     return list(np.exp(half * np.resize([1.0, -1.0], count)))
 
 
+def spread_of(step_ms: list[list[list[float]]]) -> Spread:
+    return within_run(step_ms, [float(np.median([ms for repeat in p for ms in repeat])) for p in step_ms])
+
+
 @pytest.mark.parametrize(
-    ("uncertainty", "reasons"),
+    ("interval", "reasons"),
     [
         pytest.param(0.049, [], id="4.9%-inside"),
-        pytest.param(0.051, ["its median is uncertain by about 5.1% (over 5%)"], id="5.1%-outside"),
+        pytest.param(
+            0.051, ["the next run may land +-5.1% from its median (from its blocks; over 5%)"], id="5.1%-outside"
+        ),
     ],
 )
-def test_a_median_uncertain_by_more_than_5_percent_is_unstable(uncertainty: float, reasons: list[str]) -> None:
-    medians = alternating(uncertainty)
+def test_a_run_whose_next_run_may_land_more_than_5_percent_away_is_unstable(
+    interval: float, reasons: list[str]
+) -> None:
+    """The interval is t(0.975, df) * sqrt(2) standard errors: a second run has an error of its own."""
+    medians = alternating(interval)
     step_ms = processes(medians[:BLOCKS], medians[BLOCKS : 2 * BLOCKS], medians[2 * BLOCKS :])
-    assert median_uncertainty(step_ms) == pytest.approx(uncertainty)
-    assert instability_reasons(step_ms) == reasons
+    spread = spread_of(step_ms)
+    assert spread.next_run == pytest.approx(interval)
+    assert instability_reasons(spread) == reasons
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 10, 30, 100])
+def test_the_t_quantile_is_scipys(df: int) -> None:
+    assert t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), rel=0.0015)
 
 
 def test_blocks_are_the_stretches_the_loop_moves_memory_between() -> None:
@@ -65,20 +87,32 @@ def test_a_repeat_is_cut_into_8_blocks() -> None:
 
 @pytest.mark.parametrize(
     ("slowest", "stable"),
-    [pytest.param(1.02, True, id="2%-apart"), pytest.param(1.3, False, id="30%-apart")],
+    [pytest.param(1.005, True, id="0.5%-apart"), pytest.param(1.3, False, id="30%-apart")],
 )
 def test_processes_that_disagree_make_the_median_uncertain(slowest: float, stable: bool) -> None:
-    steady = [1.0 + 0.001 * (block % 2) for block in range(BLOCKS)]
-    step_ms = processes(steady, steady, [ms * slowest for ms in steady])
-    assert (instability_reasons(step_ms) == []) == stable
+    """Each process's blocks agree: only the processes' medians can widen the interval (t with 2 df)."""
+    steady = [1.0 + 0.0001 * (block % 2) for block in range(BLOCKS)]
+    spread = spread_of(processes(steady, steady, [ms * slowest for ms in steady]))
+    assert spread.source == "its 3 worker processes"
+    assert (instability_reasons(spread) == []) == stable
 
 
 def test_a_slow_mode_that_comes_and_goes_is_unstable_and_a_tail_of_slow_steps_is_not() -> None:
     """Whole blocks 5x slower move the median; 7% of single steps 3x slower, spread over every block, do not."""
     mode = [5.0 if block % 3 == 0 else 1.0 for block in range(BLOCKS)]
-    assert instability_reasons(processes(mode, mode, mode)) != []
+    assert instability_reasons(spread_of(processes(mode, mode, mode))) != []
     tail = [[[3.0 if step % 15 == 0 else 1.0 + 0.001 * (step % 7) for step in range(300)]] for _ in range(3)]
-    assert instability_reasons(tail) == []
+    assert instability_reasons(spread_of(tail)) == []
+
+
+def test_the_host_drift_is_read_from_two_earlier_runs_of_the_configuration_and_the_newest_ten() -> None:
+    """Three runs (two degrees of freedom) at least; an eleventh, older run far off is not read."""
+    assert between_runs([1.0], 1.0) is None
+    found = between_runs([1.01, 0.99], 1.0)
+    assert found is not None and found.df == 2 and found.between_runs
+    assert found.sd == pytest.approx(np.log([1.01, 0.99, 1.0]).std(ddof=1))
+    newest = between_runs([1.0, 1.01] * 5 + [9.0], 1.0)
+    assert newest is not None and newest.df == 10 and newest.sd < 0.01
 
 
 def one_sided_p(base: list[float], new: list[float], margin: float) -> float:
