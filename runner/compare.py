@@ -33,7 +33,7 @@ from runner.report.selection import (
     selected_runs,
 )
 from runner.report.sweep_report import ui_links
-from runner.report.table import FORMATS, comparison_rows, op_diff, render, without_empty_columns
+from runner.report.table import FORMATS, comparison_rows, op_diff, render, unresolved_note, without_empty_columns
 from runner.signals import skip_final_collections
 
 USAGE_EXIT = 2  # bad input: argparse's status, and runner.gate's and runner.history's for what they cannot find
@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         if parent is not None and args.format == "table":
             print(describe_sweep(parent) + "\n")
         print(render(rows if args.format == "csv" else without_empty_columns(rows), args.format))
+        if args.format == "table" and (note := unresolved_note(rows)):
+            print(note)
         if diff is not None:
             print(f"\nper-op diff: {label(runs[0])} -> {label(runs[1])}\n")
             print(render(diff, args.format))

@@ -12,7 +12,7 @@ from runner import names
 from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.reader import label, sweep_children
 from runner.report.scaling import scaling_curves, scaling_report
-from runner.report.table import SPEEDUP, comparison_rows, render, without_empty_columns
+from runner.report.table import SPEEDUP, comparison_rows, render, unresolved_note, without_empty_columns
 from runner.tracking.links import comparison_links, describe_links, swept_columns, ui_for
 
 
@@ -40,6 +40,8 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     for path in write_plots(client, runs, plots_dir, found):
         client.log_artifact(run_id, str(path), names.PLOTS_FOLDER)
     table = render(shown, "table")
+    if note := unresolved_note(rows):
+        table += "\n" + note
     if curves:
         report = crossover_report(found, curves)
         client.log_text(run_id, report + "\n", names.CROSSOVERS_FILE)

@@ -35,6 +35,8 @@ from runner.report.reader import (
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
 TEST = "test"  # which test the speedup comes from: paired by round, or unpaired
+# a speedup whose interval holds 1: the comparison asked for is not resolved at this precision
+NOT_RESOLVED = "no significant difference"
 MEDIAN = "median ms ± IQR"  # the speedup and its test follow this column
 
 
@@ -143,7 +145,7 @@ def speedup(run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple
     interval = f"[{1 / estimate.high:.2f}, {1 / estimate.low:.2f}]"
     note = " (timing unstable)" if unstable else ""
     if not estimate.significant:
-        return f"no significant difference {interval}{note}", comparison.test
+        return f"{NOT_RESOLVED} {interval}{note}", comparison.test
     return f"{1 / estimate.ratio:.2f}x {interval}{note}", comparison.test
 
 
@@ -175,6 +177,17 @@ def without_empty_columns(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     """
     kept = [h for h in (rows[0] if rows else {}) if any(row[h] != "-" for row in rows)]
     return [{h: row[h] for h in kept} for row in rows]
+
+
+def unresolved_note(rows: list[dict[str, str]]) -> str | None:
+    """What would narrow the intervals that hold 1 (None: every comparison is resolved)."""
+    unresolved = [row["run"] for row in rows if row[SPEEDUP].startswith(NOT_RESOLVED)]
+    if not unresolved:
+        return None
+    return (
+        f"not resolved: {', '.join(unresolved)} against the baseline (the 95% interval holds 1); an interval narrows "
+        "with the square root of the rounds: 4x as many (measure.processes) would about halve it"
+    )
 
 
 def render(rows: list[dict[str, str]], fmt: str) -> str:

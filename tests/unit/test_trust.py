@@ -357,6 +357,10 @@ def test_compare_prints_speedups_only_with_an_interval(
         out = capsys.readouterr().out
         assert "speedup (95% CI)" in out and "2.00x [" in out and "not compared: run unstable" in out
         assert "NO" in out  # the stable column
+        assert "not resolved" not in out  # every comparison made is resolved
+    # an interval that holds 1 says what would narrow it, under the table
+    assert compare.main(["--runs", base, faster, same]) == 0
+    assert "not resolved: same against the baseline (the 95% interval holds 1)" in capsys.readouterr().out
 
 
 def test_gate_shows_the_times_its_test_compares(
