@@ -20,7 +20,8 @@ speedup CI against the next trial's speedup, and the share of jobs flagged `timi
 first `--shape`) one after another instead and reports their interval against the next run's median.
 `--save FILE` keeps every number as JSON, which `--report FILE` reads back.
 
-python benchmarks/speedup_fidelity.py [trials] [--quick] [--shape BxSxH ...] [--save FILE] | --single N | --report FILE
+python benchmarks/speedup_fidelity.py [trials] [--quick] [--shape BxSxH ...] [--set KEY=VALUE ...] [--save FILE]
+    | --single N | --report FILE
 """
 
 from __future__ import annotations
@@ -127,9 +128,9 @@ def job_of(client: MlflowClient, run_id: str) -> Job:
     )
 
 
-def runner_sweep(trial: Trial, uri: str, out: Path) -> None:
+def runner_sweep(trial: Trial, uri: str, out: Path, extra: list[str]) -> None:
     """One default sweep of the reference study: its jobs, and each variant's paired speedup over the baseline."""
-    sweep = ["-m", "+experiment=rmsnorm_comparison", *shape_overrides(trial.shape), "resume=false"]
+    sweep = ["-m", "+experiment=rmsnorm_comparison", *shape_overrides(trial.shape), "resume=false", *extra]
     run_runner([*sweep, f"tracking.uri={uri}", f"hydra.sweep.dir={out}"])
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(TrackingConfig.experiment)
@@ -238,7 +239,7 @@ def child(number: int, overrides: list[str]) -> None:
             print(timer.blocked_autorange(min_run_time=TURN_S).median * 1000, flush=True)
 
 
-def measure(trials: list[Trial], work: Path) -> None:
+def measure(trials: list[Trial], work: Path, extra: list[str]) -> None:
     uri = new_store(work)
     progress(f"store and sweep folders in {work}")
     rng, start = random.Random(0), time.perf_counter()
@@ -246,7 +247,7 @@ def measure(trials: list[Trial], work: Path) -> None:
         sides = ["runner", "Timer"]
         for side in rng.sample(sides, 2):
             if side == "runner":
-                runner_sweep(trial, uri, work / f"trial{index}")
+                runner_sweep(trial, uri, work / f"trial{index}", extra)
             else:
                 timer_speedups(trial, rng)
         said = ", ".join(
@@ -261,14 +262,14 @@ def measure(trials: list[Trial], work: Path) -> None:
         )
 
 
-def single_runs(count: int, work: Path, shape: tuple[int, int, int] | None) -> list[Job]:
+def single_runs(count: int, work: Path, shape: tuple[int, int, int] | None, extra: list[str]) -> list[Job]:
     """`count` default single runs of the naive RMSNorm (at its default shape, or `shape`), one after another."""
     uri, found = new_store(work), []
     client, start = MlflowClient(uri), time.perf_counter()
     for number in range(count):
         out = work / f"run{number}"
         sized = shape_overrides(shape) if shape else ["backend=cpu"]
-        run_runner(["+workload=rmsnorm_naive", *sized, f"tracking.uri={uri}", f"hydra.run.dir={out}"])
+        run_runner(["+workload=rmsnorm_naive", *sized, *extra, f"tracking.uri={uri}", f"hydra.run.dir={out}"])
         job = job_of(client, (read_status(out) or {})["run_id"])
         found.append(job)
         progress(
@@ -390,6 +391,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--shape", action="append", metavar="BxSxH", help="these shapes instead (repeatable)")
     parser.add_argument("--single", type=int, metavar="N", help="N default single runs instead of sweeps")
     parser.add_argument("--save", type=Path, help="write every number to this JSON file")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override")
     parser.add_argument("--report", type=Path, help="read a --save file back and report it")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -410,9 +412,10 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="speedup-fidelity-"))
         try:
             if args.single:
-                single = single_runs(args.single, work, tuple(shapes[0]) if args.shape else None)  # type: ignore[arg-type]
+                shape = tuple(shapes[0]) if args.shape else None
+                single = single_runs(args.single, work, shape, args.set)  # type: ignore[arg-type]
             else:
-                measure(trials, work)
+                measure(trials, work, args.set)
         finally:  # what was measured is kept, even when a run failed or Ctrl-C stopped it
             trials = [t for t in trials if t.jobs and t.timer_speedups]
             if args.save is not None:
