@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import mlflow
@@ -17,10 +18,21 @@ from runner.config import TrackingConfig, load_run_spec
 from runner.execute import monitor
 from runner.execute.monitor import NeuronMonitorSampler, PollingSampler, gpu_values
 from runner.experiment import run_experiment
+from runner.measure.result import SystemSample
 from runner.tracking.run import MlflowRun, ensure_experiment
 from tests.helpers import STANDIN, all_runs, compose_cfg, job_for
 
 TINY = ("+workload=rmsnorm_naive", "workload.hidden=16", "measure=quick", "backend=cpu")
+# seconds a wait for a sample may take: it bounds a hang only, so a busy host's late sample fails no test
+HANG_S = 60.0
+
+
+def wait_for(what: str, done: Callable[[], bool]) -> None:
+    """Poll until `done()`: the test waits on the event (a sample taken), not on a clock a loaded host outruns."""
+    deadline = time.monotonic() + HANG_S
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not within {HANG_S:g} s"
+        time.sleep(0.05)
 
 
 def run_job(tmp_path: Path, *overrides: str) -> mlflow.entities.Run:
@@ -32,15 +44,26 @@ def run_job(tmp_path: Path, *overrides: str) -> mlflow.entities.Run:
     return run
 
 
-def test_a_cpu_job_logs_the_hosts_cpu_and_memory_each_second_it_measures(tmp_path: Path, tracking_uri: str) -> None:
-    run = run_job(tmp_path, "monitor=every_second", "measure.warmup_s=2.5")
+def test_a_cpu_job_logs_the_hosts_cpu_and_memory_each_second_it_measures(
+    tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stop = PollingSampler.stop
+
+    def stop_after_two_periods(sampler: PollingSampler) -> list[SystemSample]:
+        """The job's measurement ends once two periods are sampled, however late a busy host's samples come."""
+        wait_for("two samples while the job measures", lambda: len(sampler.samples) >= 2)
+        return stop(sampler)
+
+    monkeypatch.setattr(PollingSampler, "stop", stop_after_two_periods)
+    run = run_job(tmp_path, "monitor=every_second")
     system = {key for key in run.data.metrics if key.startswith(names.SYSTEM_PREFIX)}
     assert system == {names.SYSTEM_HOST_CPU_PCT, names.SYSTEM_HOST_MEMORY_USED_BYTES}
     client = mlflow.MlflowClient(tracking_uri)
     cpu = sorted(client.get_metric_history(run.info.run_id, names.SYSTEM_HOST_CPU_PCT), key=lambda m: m.step)
     assert len(cpu) >= 3 and [m.step for m in cpu] == list(range(len(cpu)))  # each second, and one at the end
     assert all(0 <= m.value <= 100 for m in cpu)
-    assert 800 <= cpu[1].timestamp - cpu[0].timestamp <= 3000  # stamped when read, a period apart
+    # stamped when read, a period apart (in ms: a late sample on a busy host is later, not 1000x later)
+    assert 800 <= cpu[1].timestamp - cpu[0].timestamp <= HANG_S * 1000
     manifest = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{names.ENVIRONMENT_FILE}")
     assert manifest[names.MANIFEST_MONITOR] == {"source": "host", "period_s": 1, "version": None, "missing": ""}
     assert not [thread for thread in threading.enumerate() if thread.name == "system-monitor"]
@@ -60,7 +83,7 @@ def test_off_starts_nothing_and_logs_no_system_series(tmp_path: Path, monkeypatc
 def test_gpu_readings_are_sampled_and_logged_as_histories_a_rank_under_its_folder(tracking_uri: str) -> None:
     sampler = PollingSampler(1, [lambda: gpu_values(50, 1e9, 200_000)])
     sampler.start()
-    time.sleep(1.3)
+    wait_for("a sample after the period", lambda: len(sampler.samples) >= 1)
     samples = sampler.stop()
     assert len(samples) == 2  # one after the period, one when stopped
     tracking = TrackingConfig(uri=tracking_uri)
@@ -107,13 +130,18 @@ def bytes_read_by_live_threads() -> int:
     return sum(int(io.read_text().split("rchar:")[1].split()[0]) for io in Path("/proc/self/task").glob("*/io"))
 
 
+def kept_a_report(sampler: NeuronMonitorSampler) -> bool:
+    """Whether the reader has written one whole sample line (neuron-monitor reported once, the reader kept it)."""
+    return sampler.samples_file.is_file() and "\n" in sampler.samples_file.read_text()
+
+
 def test_the_standins_neuron_monitor_is_read_for_this_process_by_a_reader_and_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     on_standin_host(tmp_path, monkeypatch)
     sampler = NeuronMonitorSampler(1, tmp_path)
     sampler.start()
-    time.sleep(2.5)
+    wait_for("a report kept by the reader", lambda: kept_a_report(sampler))
     samples = sampler.stop()
     assert len(samples) >= 1 and samples[0].values[names.SYSTEM_NEURON_CORE_UTILIZATION.format(core=3)] == 42.0
     started, stopped = (json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines())
@@ -143,7 +171,7 @@ def test_reports_that_grow_with_loaded_models_are_not_read_by_the_measuring_proc
     sampler = NeuronMonitorSampler(1, tmp_path)
     before = bytes_read_by_live_threads()
     sampler.start()
-    time.sleep(2.5)
+    wait_for("a report kept by the reader", lambda: kept_a_report(sampler))
     measuring = bytes_read_by_live_threads()  # a thread reading the reports is live until stopped
     samples = sampler.stop()
     read = {"while measuring": measuring - before, "when stopped": bytes_read_by_live_threads() - measuring}
