@@ -47,11 +47,12 @@ def run_job(tmp_path: Path, *overrides: str) -> mlflow.entities.Run:
 def test_a_cpu_job_logs_the_hosts_cpu_and_memory_each_second_it_measures(
     tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stop = PollingSampler.stop
+    stop, stopping = PollingSampler.stop, list[float]()
 
     def stop_after_two_periods(sampler: PollingSampler) -> list[SystemSample]:
         """The job's measurement ends once two periods are sampled, however late a busy host's samples come."""
         wait_for("two samples while the job measures", lambda: len(sampler.samples) >= 2)
+        stopping.append(time.time())
         return stop(sampler)
 
     monkeypatch.setattr(PollingSampler, "stop", stop_after_two_periods)
@@ -61,6 +62,8 @@ def test_a_cpu_job_logs_the_hosts_cpu_and_memory_each_second_it_measures(
     client = mlflow.MlflowClient(tracking_uri)
     cpu = sorted(client.get_metric_history(run.info.run_id, names.SYSTEM_HOST_CPU_PCT), key=lambda m: m.step)
     assert len(cpu) >= 3 and [m.step for m in cpu] == list(range(len(cpu)))  # each second, and one at the end
+    memory = client.get_metric_history(run.info.run_id, names.SYSTEM_HOST_MEMORY_USED_BYTES)
+    assert max(m.timestamp for m in memory) >= int(stopping[0] * 1000)  # the last one read as the sampler stopped
     assert all(0 <= m.value <= 100 for m in cpu)
     # stamped when read, a period apart (in ms: a late sample on a busy host is later, not 1000x later)
     assert 800 <= cpu[1].timestamp - cpu[0].timestamp <= HANG_S * 1000
@@ -82,10 +85,11 @@ def test_off_starts_nothing_and_logs_no_system_series(tmp_path: Path, monkeypatc
 
 def test_gpu_readings_are_sampled_and_logged_as_histories_a_rank_under_its_folder(tracking_uri: str) -> None:
     sampler = PollingSampler(1, [lambda: gpu_values(50, 1e9, 200_000)])
+    started = time.time()
     sampler.start()
     wait_for("a sample after the period", lambda: len(sampler.samples) >= 1)
     samples = sampler.stop()
-    assert len(samples) == 2  # one after the period, one when stopped
+    assert len(samples) == 2 and samples[0].time_s - started >= 0.99  # one after the period, one when stopped
     tracking = TrackingConfig(uri=tracking_uri)
     with mlflow.start_run(experiment_id=ensure_experiment(tracking)) as active:
         run = MlflowRun(active.info.run_id, active.info.experiment_id, tracking)
