@@ -20,12 +20,12 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 from hydra.core.utils import JobStatus as HydraJobStatus
-from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner import names
 from runner.config import ConfigError, TrackingConfig, check_launcher_limits
+from runner.errors import JobFailure, UsageError
 from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus
 from runner.secrets import redact
 from runner.signals import ignore_later_stops, signals_held, stop_on_signals
@@ -37,14 +37,6 @@ from runner.tracking.store import StoreFull, check_usable, prepare_store
 log = logging.getLogger(__name__)
 # bytes written to prove a folder takes files: more than Hydra writes into .hydra/ before a job
 PROBE_BYTES = 64 * 1024
-
-
-class UsageError(CompactHydraException):
-    """Bad input: one line on stderr, a non-zero exit, and no job folder left behind."""
-
-
-class JobFailure(CompactHydraException):
-    """A single job that failed: one line on stderr naming its error.txt, a non-zero exit."""
 
 
 @dataclass

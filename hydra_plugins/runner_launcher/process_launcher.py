@@ -189,8 +189,7 @@ class RunnerLauncher(Launcher):
                 config.hydra.job.num = idx
             configs.append(config)
         if self.runner_sweep:
-            from runner.callbacks import UsageError
-            from runner.config import ConfigError
+            from runner.errors import ConfigError, UsageError
             from runner.sweep.rounds import before_launch
 
             try:
@@ -231,8 +230,7 @@ class ProcessLauncher(RunnerLauncher):
         """In the runner's sweep, the shares of the machine its backend plans for `jobs` at a time (`Slot`s)."""
         assert self.config is not None
         from runner.backends.registry import launcher_slots
-        from runner.callbacks import UsageError
-        from runner.config import ConfigError
+        from runner.errors import ConfigError, UsageError
 
         try:
             return launcher_slots(self.config.backend, self.jobs, self.cores, self.cores_per_job)
