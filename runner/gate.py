@@ -108,7 +108,11 @@ def against(args: argparse.Namespace) -> int:
         print(checks_text({job: found}))
         firsts = " ".join(order[0][0] for order in timed.orders)
         print(f"\n{PAIRED_LEGEND}\nwhich side ran first in each round (b baseline, c candidate): {firsts}")
-        print(summary([(estimate, estimate.p_slower)], 0, args.fail_above, "more rounds (--rounds)"))
+        print(
+            summary(
+                [(estimate, estimate.p_slower)], 0, args.fail_above, "more rounds (--rounds)", failing({job: found})
+            )
+        )
     wrong = not_passed_checks({job: found})
     return REGRESSION_EXIT if estimate.p_slower < SIGNIFICANCE or wrong else 0
 
@@ -117,6 +121,11 @@ def checks_text(found: dict[str, list[Check]]) -> str:
     """Each job's lines besides its time (output, accuracy, first call, peak memory), under the table."""
     lines = [f"\n{job}:\n" + "\n".join(f"  {check.text}" for check in lines) for job, lines in found.items() if lines]
     return "".join(lines)
+
+
+def failing(found: dict[str, list[Check]]) -> int:
+    """How many jobs failed a check besides their time."""
+    return sum(any(check.failed for check in lines) for lines in found.values())
 
 
 def not_passed_checks(found: dict[str, list[Check]]) -> bool:
@@ -194,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     tested = [(p.estimate, p.p_holm) for p in pairs if p.estimate is not None]
     if args.format != "json":
         print(f"\n{TIMES_LEGEND}")
-        print(summary(tested, len(pairs) - len(tested), args.fail_above, "more worker processes (measure.processes)"))
+        closer = "more worker processes (measure.processes)"
+        print(summary(tested, len(pairs) - len(tested), args.fail_above, closer, failing(found)))
     why = not_passed(pairs, margin)
     if why is not None:
         print(f"gate: not passed: {why}", file=sys.stderr)

@@ -172,8 +172,14 @@ def measured(
     }
 
 
-def summary(tested: list[tuple[TimeRatio, float]], untested: int, fail_above: float, closer: str) -> str:
-    """The lines under the table: what the spread lets the gate catch (`closer` narrows it), and the count."""
+def summary(
+    tested: list[tuple[TimeRatio, float]], untested: int, fail_above: float, closer: str, failed_checks: int
+) -> str:
+    """The lines under the table: what the spread lets the gate catch (`closer` narrows it), and the counts.
+
+    `failed_checks` jobs failed a check besides their time (output, accuracy, memory): the verdict column judges
+    time only, so the count line says so too, for a reader of stdout alone.
+    """
     margin = fail_above / 100
     lines = []
     if tested:
@@ -185,5 +191,8 @@ def summary(tested: list[tuple[TimeRatio, float]], untested: int, fail_above: fl
     regressions = sum(p < SIGNIFICANCE for _, p in tested)
     unjudged = sum(not_judged(estimate, p, margin) for estimate, p in tested)
     counts = f"gate: {regressions} regression(s) above +{fail_above:g}% in {len(tested)} tested job(s)"
-    lines.append(counts + (f", {unjudged} of them not judged" if unjudged else "") + f"; {untested} not tested")
+    checked = f"; {failed_checks} failed a check besides time (the lines above)" if failed_checks else ""
+    lines.append(
+        counts + (f", {unjudged} of them not judged" if unjudged else "") + f"; {untested} not tested{checked}"
+    )
     return "\n".join(lines)

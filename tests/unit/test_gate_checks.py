@@ -90,6 +90,7 @@ def test_the_stored_gate_fails_a_job_whose_output_is_nan_though_its_time_is_ok(
     assert gate.main(["--runs", job, "--baseline", base, "--fail-above", "5"]) == gate.REGRESSION_EXIT
     out = capsys.readouterr().out
     assert f"new ({job}):\n  output: NOT FINITE (8 of 8 elements are NaN or infinite); the baseline's finite\n" in out
+    assert "0 not tested; 1 failed a check besides time (the lines above)" in out  # the table's verdict is time's
     fixed = synthetic_run(client, [1.0, 1.01, 0.99, 1.0], "fixed", tags={**FINITE, **PASS})
     code, (row,), err = run_gate(capsys, "--runs", fixed, "--baseline", base, "--fail-above", "5")
     assert (code, err) == (0, "") and row["checks"][0] == "output: finite"

@@ -215,14 +215,16 @@ def test_caught_from_is_the_margin_plus_what_the_spread_hides() -> None:
     estimate = TimeRatio(1.0, 0.98, 1.02, p_value=1.0, p_slower=1.0, detectable=0.0267)
     row = measured([1.0, 1.0], [1.0, 1.0], estimate, estimate.p_slower, 0.05, "paired, 2 rounds", "one job")
     assert row["caught from"] == "+7.8%"
-    assert summary([(estimate, estimate.p_slower)], 0, 5.0, "more rounds").startswith(
+    assert summary([(estimate, estimate.p_slower)], 0, 5.0, "more rounds", 0).startswith(
         "smallest slowdown the gate catches 80% of the time here: +7.8%;"
     )
 
 
 def test_a_regression_is_not_counted_among_the_jobs_not_judged() -> None:
     """A significant slowdown is judged, a regression, though its interval reaches past the margin too."""
-    counts = summary([(SLOWER, SLOWER.p_slower), (NOISY, NOISY.p_slower)], 1, 5.0, "more rounds").splitlines()[-1]
+    counts = summary([(SLOWER, SLOWER.p_slower), (NOISY, NOISY.p_slower)], 1, 5.0, "more rounds", 0).splitlines()[-1]
     assert counts == "gate: 1 regression(s) above +5% in 2 tested job(s), 1 of them not judged; 1 not tested"
-    alone = summary([(SLOWER, SLOWER.p_slower)], 0, 5.0, "more rounds").splitlines()[-1]
+    alone = summary([(SLOWER, SLOWER.p_slower)], 0, 5.0, "more rounds", 0).splitlines()[-1]
     assert alone == "gate: 1 regression(s) above +5% in 1 tested job(s); 0 not tested"
+    checked = summary([(SLOWER, SLOWER.p_slower)], 0, 5.0, "more rounds", 1).splitlines()[-1]
+    assert checked == alone + "; 1 failed a check besides time (the lines above)"
