@@ -7,8 +7,8 @@ step's allocations moved between 8 stretches), in a random order, with the runne
 a variant in one round share the host's stretch of time, so the spread of their difference is
 what a worker of its own adds: its process, its layout. Prints per variant the median of the
 worker medians, that per-worker spread (sd of log(a/b) / sqrt 2) and the spread of the round
-means (the host's drift, which rounds pair out). `--set measure.worker_start=spawn` gives every
-worker its own interpreter instead of a fork of one server.
+means (the host's drift, which rounds pair out). `RUNNER_WORKER_START=spawn` before the command gives
+every worker its own interpreter instead of a fork of one server.
 
 python benchmarks/memory_layouts.py [rounds] [--set KEY=VALUE ...]
 """

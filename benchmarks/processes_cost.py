@@ -26,11 +26,13 @@ the top only what a runner worker imports (torch and the runner), the rest insid
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +41,7 @@ from runner.compose import compose_config
 from runner.config import RunSpec, load_run_spec
 from runner.execute.processes import Child, StartMethod
 from runner.execute.rounds import run_round
-from runner.execute.workers import prepare_workers, start_steady_state, steps
+from runner.execute.workers import WORKER_START_ENV, prepare_workers, start_steady_state, steps
 from runner.sweep.rounds import JobSide, RoundJob
 
 if TYPE_CHECKING:
@@ -62,25 +64,29 @@ def start_s(method: StartMethod) -> float:
         return float(child.result()) - started
 
 
-def started_by(spec: RunSpec, method: StartMethod) -> RunSpec:
-    """`spec` with workers started by `method` (measure.worker_start=auto forks them from the fork server)."""
-    return replace(spec, measure=replace(spec.measure, worker_start="spawn" if method == "spawn" else "auto"))
+@contextmanager
+def started_by(method: StartMethod) -> Iterator[None]:
+    """Workers started by `method` meanwhile (RUNNER_WORKER_START: auto forks them from the fork server)."""
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {WORKER_START_ENV: "spawn" if method == "spawn" else "auto"}):
+        yield
 
 
 def whole_worker_s(spec: RunSpec, method: StartMethod) -> float:
     """Seconds from `Child()` to the answer of a default worker: build, first call, warm-up, 200 steps."""
-    spec = started_by(spec, method)
-    started = time.monotonic()
-    steps(start_steady_state(spec, "steady-state worker 1", 1))
-    return time.monotonic() - started
+    with started_by(method):
+        started = time.monotonic()
+        steps(start_steady_state(spec, "steady-state worker 1", 1))
+        return time.monotonic() - started
 
 
 def round_s(jobs: list[RoundJob], method: StartMethod) -> float:
     """Seconds for one round: a worker of each job, taking turns as a sweep's CPU workers do."""
-    jobs = [replace(job, spec=started_by(job.spec, method)) for job in jobs]
-    started = time.monotonic()
-    run_round([JobSide(index, job) for index, job in enumerate(jobs)], 1, in_turns=True)
-    return time.monotonic() - started
+    with started_by(method):
+        started = time.monotonic()
+        run_round([JobSide(index, job) for index, job in enumerate(jobs)], 1, in_turns=True)
+        return time.monotonic() - started
 
 
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")

@@ -16,9 +16,11 @@ python benchmarks/timing_factors.py [rounds] [--variant rmsnorm_naive] [--shape 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
+from unittest import mock
 
 import numpy as np
 import torch
@@ -26,14 +28,16 @@ from timing_fidelity import independent_median, progress  # benchmarks/timing_fi
 
 from runner.compose import compose_config
 from runner.config import RunSpec, load_run_spec
-from runner.execute.workers import prepare_workers, steady_state_in_processes
+from runner.execute.workers import WORKER_START_ENV, prepare_workers, steady_state_in_processes
+from runner.measure.host_memory import KEEP_FREED_MEMORY_ENV
 
-# arm -> the overrides that change one factor from the default job's steady state
-FACTORS: dict[str, list[str]] = {
+# arm -> the overrides that change one factor from the default job's steady state, or the benchmarks' knob
+# (an environment variable, docs/trust.md) where no config key sets it
+FACTORS: dict[str, list[str] | dict[str, str]] = {
     "default": [],
-    "spawned workers (no fork server)": ["measure.worker_start=spawn"],
+    "spawned workers (no fork server)": {WORKER_START_ENV: "spawn"},
     "unpinned workers": ["backend.cpu_placement=unpinned"],
-    "glibc's own malloc modes": ["measure.keep_freed_memory=false"],
+    "glibc's own malloc modes": {KEEP_FREED_MEMORY_ENV: "0"},
     "warm-up 1 s": ["measure.warmup_s=1.0"],
     "steps for 1 s a process": ["measure.steps_s=1.0", "measure.steps=100000"],
     "5 processes": ["measure.processes=5"],
@@ -41,13 +45,15 @@ FACTORS: dict[str, list[str]] = {
 }
 
 
-def arm_spec(cell: list[str], factor: list[str]) -> RunSpec:
-    return load_run_spec(compose_config(*cell, "backend=cpu", "tracking=off", *factor))
+def arm_spec(cell: list[str], factor: list[str] | dict[str, str]) -> RunSpec:
+    overrides = factor if isinstance(factor, list) else []
+    return load_run_spec(compose_config(*cell, "backend=cpu", "tracking=off", *overrides))
 
 
-def process_medians(spec: RunSpec) -> list[float]:
-    """The runner's steady state for this spec, in its worker processes: each process's median in ms."""
-    steady = steady_state_in_processes(spec, spec.measure.processes or 3)
+def process_medians(spec: RunSpec, factor: list[str] | dict[str, str]) -> list[float]:
+    """The runner's steady state for this spec (with the arm's knob set), in its worker processes: each one's median."""
+    with mock.patch.dict(os.environ, factor if isinstance(factor, dict) else {}):
+        steady = steady_state_in_processes(spec, spec.measure.processes or 3)
     return [statistics.median([ms for repeat in process for ms in repeat]) for process in steady.step_ms]
 
 
@@ -75,7 +81,7 @@ def main(rounds: int, variant: str, shape: str, arms: list[str] | None) -> None:
                 if arm == "Timer":
                     timer.append(independent_median([*cell, "backend=cpu"], "Timer"))
                 else:
-                    numbers[arm].append(statistics.median(process_medians(specs[arm])))
+                    numbers[arm].append(statistics.median(process_medians(specs[arm], FACTORS[arm])))
             progress(f"round {number}/{rounds} [{time.perf_counter() - start:.0f} s]: Timer {timer[-1]:.4f} ms")
             progress("  " + ", ".join(f"{arm} {values[-1]:.4f}" for arm, values in numbers.items()))
     finally:  # a failed or stopped round: what was measured is still reported

@@ -145,6 +145,11 @@ REMOVED_KEYS = {
         "since Neuron SDK 2.31 (removed in 2.32); queue depth is measure.inflight (steps queued per synchronize, "
         "measure.mode=throughput) with torch-neuronx's asynchronous runtime (backend.async_runtime)"
     ),
+    # set only by tests and benchmarks: each is now an environment variable, a benchmark's knob
+    "measure.worker_start": "only benchmarks chose it; RUNNER_WORKER_START=spawn starts each worker in a new "
+    "interpreter (docs/trust.md)",
+    "measure.keep_freed_memory": "only benchmarks chose it; RUNNER_KEEP_FREED_MEMORY=0 leaves glibc's own malloc "
+    "modes (docs/trust.md)",
 }
 
 
@@ -232,12 +237,8 @@ class MeasureConfig:
     repeats: int = 1
     # fresh worker processes, one after another; 0 = the job's own process; null = the backend's default
     processes: int | None = None
-    # auto forks workers from a server that imported torch; spawn: a new interpreter each (docs/trust.md)
-    worker_start: str = "auto"
     # steady states timed at once, each on its own share of the machine; null = measure.processes
     copies: int | None = None
-    # glibc keeps freed blocks up to 32 MiB, so no step pays page faults for its past; false: glibc's modes
-    keep_freed_memory: bool = True
     # latency: synchronized steps; throughput: also blocks of `inflight` steps per synchronize
     mode: str = "latency"
     # steps queued between synchronizes in throughput mode, and where device events time the steady state
@@ -276,7 +277,6 @@ class MeasureConfig:
         _at_least("measure.copies", self.copies, 1)
         _at_least("measure.processes", self.processes, 0)
         _allowed("measure.mode", self.mode, ("latency", "throughput"))
-        _allowed("measure.worker_start", self.worker_start, ("auto", "spawn"))
         if self.compile_cache is not None:
             _allowed("measure.compile_cache", self.compile_cache, ("cold", "warm"))
         if (self.compile_cache is None) != (self.compile_cache_dir is None):

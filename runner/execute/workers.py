@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from multiprocessing.synchronize import Barrier
@@ -25,7 +25,7 @@ import torch
 from runner import names
 from runner.backends.base import WHOLE_MACHINE, Placement, Slot
 from runner.backends.registry import backend_class, make_backend
-from runner.config import RunSpec
+from runner.config import ConfigError, RunSpec
 from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, start_fork_server, stop
 from runner.measure.accuracy import check_accuracy, check_finite
 from runner.measure.build import build_workload
@@ -39,6 +39,8 @@ BARRIER_TIMEOUT_S = 1800
 # what torch.profiler imports as it first starts (`prepare_trace` asks `hasattr(torch,
 # "_inductor")`): 1.6-2.2 s on this project's 2-core host, paid by the job's first profiled window
 PROFILER_PRELOAD = ("torch._inductor",)
+# a benchmark's knob, no config key (docs/trust.md): spawn starts each worker in a new interpreter, not a fork
+WORKER_START_ENV = "RUNNER_WORKER_START"
 
 
 @dataclass(frozen=True)
@@ -49,14 +51,17 @@ class WorkerStart:
     why: str
 
 
-def worker_start(requested: str = "auto") -> WorkerStart:
-    """A fork of the fork server where the platform and `measure.worker_start` allow it, else a spawn.
+def worker_start(environ: Mapping[str, str] = os.environ) -> WorkerStart:
+    """A fork of the fork server where the platform and `RUNNER_WORKER_START` allow it, else a spawn.
 
     Every device allows it: the server touches no device (a child forked after CUDA or the Neuron
     runtime started cannot use it; autoload waits for first use; reference: sections 5.1, 10.6).
     """
+    requested = environ.get(WORKER_START_ENV, "auto")
+    if requested not in ("auto", "spawn"):
+        raise ConfigError(f"{WORKER_START_ENV}={requested!r} is not allowed; choose one of: auto, spawn")
     if requested == "spawn":
-        return WorkerStart("spawn", "measure.worker_start=spawn")
+        return WorkerStart("spawn", f"{WORKER_START_ENV}=spawn")
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return WorkerStart("spawn", f"multiprocessing has no fork server on {sys.platform}")
     return WorkerStart("forkserver", f"forked from a server that imported {', '.join(FORK_SERVER_PRELOAD)}")
@@ -64,8 +69,7 @@ def worker_start(requested: str = "auto") -> WorkerStart:
 
 def _set_what_start_reads(spec: RunSpec) -> None:
     """Set what an interpreter reads as it starts (MALLOC_*, OMP_NUM_THREADS), which a fork has from its server."""
-    if spec.measure.keep_freed_memory:
-        keep_freed_memory()
+    keep_freed_memory()
     if (threads := os.environ.get("OMP_NUM_THREADS", "")).isdigit():  # torch reads it only as it loads
         torch.set_num_threads(int(threads))
 
@@ -118,9 +122,8 @@ def prepare_workers(specs: list[RunSpec]) -> None:
 
     The server preloads the compiler only where no device runtime is installed (`device_runtime_installed`).
     """
-    forked = [spec for spec in specs if worker_start(spec.measure.worker_start).method == "forkserver"]
-    if forked:
-        compiling = [] if device_runtime_installed() else [spec for spec in forked if spec.workload.compile]
+    if worker_start().method == "forkserver":
+        compiling = [] if device_runtime_installed() else [spec for spec in specs if spec.workload.compile]
         compiled = {backend_class(spec.backend.name) for spec in compiling}
         preload = dict.fromkeys(module for backend in compiled for module in backend.compiler_preload)
         start_fork_server(preload)
@@ -169,7 +172,7 @@ def _placement(spec: RunSpec, number: int, slot: Slot) -> Placement | None:
 
 
 def _start(name: str, target: Callable[..., Any], spec: RunSpec, *args: Any, slot: Slot = WHOLE_MACHINE) -> Child:
-    method = worker_start(spec.measure.worker_start).method
+    method = worker_start().method
     return Child(name, target, spec, *args, env=dict(slot.env), start_method=method)
 
 
@@ -216,7 +219,7 @@ def steady_state_concurrently(spec: RunSpec, slots: list[Slot]) -> SteadyState:
     """
     # the slot's environment pins each copy; backend.cores would pin every copy back to the job's cores
     spec = replace(spec, backend=spec.backend.unpinned())
-    method = worker_start(spec.measure.worker_start).method
+    method = worker_start().method
     start_together = multiprocessing.get_context(method).Barrier(len(slots))
     log.info("steady state: %d copies at once (%s) ...", len(slots), "; ".join(slot.name for slot in slots))
     workers: list[Child] = []

@@ -13,6 +13,9 @@ UNHASHED_TOP = ("tracking", "resume", "monitor")
 # keys added after runs were stored, with the value those runs measured with: hashed only when set otherwise, so a
 # stored run keeps its hash (a sweep's resume and the history find it)
 ADDED_KEYS = {("measure", "flush_cache"): False}
+# keys removed from the config (benchmarks' knobs now), with the value every run that did not set them measured with:
+# hashed as that value, so such a run keeps its hash
+REMOVED_KEYS = {("measure", "worker_start"): "auto", ("measure", "keep_freed_memory"): True}
 
 
 def config_hash(resolved: dict[str, Any]) -> str:
@@ -21,4 +24,7 @@ def config_hash(resolved: dict[str, Any]) -> str:
     for (group, key), stored in ADDED_KEYS.items():
         if isinstance(identity.get(group), dict) and identity[group].get(key, stored) == stored:
             identity[group] = {k: v for k, v in identity[group].items() if k != key}
+    for (group, key), measured in REMOVED_KEYS.items():
+        if isinstance(identity.get(group), dict):
+            identity[group] = {**identity[group], key: measured}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]

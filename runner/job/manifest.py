@@ -76,7 +76,7 @@ def build_manifest(
     """Everything needed to tell two runs' environments apart, safe to publish; with `spec`, its workers' too."""
     placement = backend.placement_facts(spec) if spec is not None else {}
     monitor = plan_monitor(spec.monitor, backend.system_monitor) if spec is not None else None
-    workers = worker_start(spec.measure.worker_start if spec is not None else "auto")
+    workers = worker_start(environ)
     system_packages = system_package_versions()
     return {
         "python": platform.python_version(),

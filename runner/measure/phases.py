@@ -97,8 +97,7 @@ def measure(
         PhaseError: a phase failed; it names the phase and carries what the phases before it measured.
     """
     started = time.perf_counter()
-    if spec.measure.keep_freed_memory:
-        keep_freed_memory()
+    keep_freed_memory()
     graphs_before = dynamo_graph_count()
     log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
     with phase("first call"):

@@ -29,11 +29,11 @@ from runner.doctor.host import host_rows
 from runner.execute import workers
 from runner.execute.in_process import steady_state_source
 from runner.execute.processes import Child, ChildFailed, StartMethod
-from runner.execute.workers import start_steady_state, steady_state_in_processes, steps
+from runner.execute.workers import WORKER_START_ENV, start_steady_state, steady_state_in_processes, steps
 from runner.measure import loop
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
-from runner.measure.host_memory import is_glibc
+from runner.measure.host_memory import KEEP_FREED_MEMORY_ENV, is_glibc
 from runner.measure.loop import FEWEST_TIMED_STEPS, SETTLE_CALLS, steady_state
 from runner.measure.measurement import Measurement
 from runner.measure.phases import measure
@@ -375,9 +375,9 @@ def test_a_failing_worker_fails_the_job_with_its_reason(fault: str, message: str
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_a_ctrl_c_while_a_worker_starts_leaves_it_running(method: StartMethod) -> None:
-    start = "measure.worker_start=" + ("spawn" if method == "spawn" else "auto")
-    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive", start))
+def test_a_ctrl_c_while_a_worker_starts_leaves_it_running(method: StartMethod, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(WORKER_START_ENV, "spawn" if method == "spawn" else "auto")
+    spec = load_run_spec(compose_cfg("backend=cpu", "tracking=off", "measure=quick", "+workload=rmsnorm_naive"))
     worker = start_steady_state(spec, "steady-state worker 1", 1)
     os.kill(worker.pid, signal.SIGINT)  # what a Ctrl-C to the process group does while it starts
     samples = steps(worker)
@@ -417,6 +417,9 @@ def test_a_forked_worker_runs_on_its_own_threads_and_allocator_mode(monkeypatch:
             seen[set_first] = child.result()
     assert seen[False][0] != threads and seen[False][1] == 1  # the server's: as it started, without the job's
     assert seen[True] == (threads, 0)  # the worker's own, once it sets them
+    glibc_modes = {**env, KEEP_FREED_MEMORY_ENV: "0"}  # the benchmarks' knob: glibc's own modes
+    with Child("worker", threads_and_mapped_blocks, spec, True, env=glibc_modes, start_method="forkserver") as child:
+        assert child.result() == (threads, 1)
 
 
 def neuron_backend() -> NeuronBackend:

@@ -15,6 +15,7 @@ from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
 from runner.backends.registry import BACKEND_CLASSES, COMPILE_CACHES
 from runner.config import BackendConfig, load_run_spec
 from runner.execute import ranks
+from runner.execute.workers import WORKER_START_ENV
 from runner.job.manifest import build_manifest
 from runner.measure.compile_cache import use_compile_cache
 from tests.helpers import compose_cfg
@@ -85,9 +86,8 @@ def test_the_manifest_says_how_workers_start_and_why_they_are_spawned() -> None:
     assert forked == {"start_method": "forkserver", "why": "forked from a server that imported " + ", ".join(
         ["torch", "runner.execute.workers", "workloads"]
     )}  # fmt: skip
-    spawn = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "measure.worker_start=spawn"))
-    asked = build_manifest(backend, spawn, environ={})["workers"]
-    assert asked == {"start_method": "spawn", "why": "measure.worker_start=spawn"}
+    asked = build_manifest(backend, environ={WORKER_START_ENV: "spawn"})["workers"]
+    assert asked == {"start_method": "spawn", "why": "RUNNER_WORKER_START=spawn"}
 
 
 class Clock:

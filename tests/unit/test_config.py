@@ -169,7 +169,6 @@ def test_runner_keys_default_from_one_dataclass_and_no_workload_file_repeats_a_d
             "measure.warmup_s=1e308", r"^measure\.warmup_s=1e\+308 is out of range: at most 86400 s", id="warmup-1e308"
         ),
         pytest.param("backend.price_per_hour=-5", r"backend\.price_per_hour must be >= 0, got -5", id="price"),
-        pytest.param("measure.worker_start=fork", r"measure\.worker_start='fork'.*auto, spawn", id="worker-start"),
         pytest.param("measure.steps_s=0", r"measure\.steps_s must be > 0 seconds or null", id="steps-s"),
         pytest.param("measure.layouts=0", r"measure\.layouts must be >= 1, got 0", id="layouts"),
         pytest.param(
@@ -252,6 +251,28 @@ def test_a_removed_key_says_why_and_what_to_use() -> None:
     assert "Neuron SDK 2.31" in message and "measure.inflight" in message and "backend.async_runtime" in message
     with pytest.raises(ConfigError, match=r"^backend\.inflight_requests was removed: "):
         load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=neuron", "+backend.inflight_requests=4"))
+
+
+@pytest.mark.parametrize(
+    ("override", "variable"),
+    [
+        ("measure.worker_start=spawn", "RUNNER_WORKER_START=spawn"),
+        ("measure.keep_freed_memory=false", "RUNNER_KEEP_FREED_MEMORY=0"),
+    ],
+)
+def test_a_key_only_benchmarks_set_is_refused_naming_the_variable_that_replaced_it(
+    override: str, variable: str
+) -> None:
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} was removed: only benchmarks chose it; {variable} "):
+        load_run_spec(compose_cfg("+workload=rmsnorm_naive", f"+{override}"))
+
+
+def test_the_keys_benchmarks_took_keep_the_config_hash_a_run_had_before_they_left() -> None:
+    resolved = OmegaConf.to_container(compose_cfg("+workload=rmsnorm_naive"), resolve=True)
+    assert isinstance(resolved, dict) and not {"worker_start", "keep_freed_memory"} & set(resolved["measure"])
+    older = {**resolved, "measure": {**resolved["measure"], "worker_start": "auto", "keep_freed_memory": True}}
+    assert config_hash(resolved) == config_hash(older)
 
 
 def test_missing_workload_lists_the_options() -> None:
