@@ -17,7 +17,8 @@ from runner.backends.cores import format_cores
 from runner.config import TrackingConfig
 from runner.doctor.cuda_probes import CUDA_PROBE_NAMES, cuda_verdicts
 from runner.doctor.host import host_rows, usable_backends
-from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts, visible_cores
+from runner.doctor.neuron_host import NeuronHost, visible_cores
+from runner.doctor.neuron_probes import PROBE_NAMES, neuron_verdicts
 from runner.doctor.probe import Assumption, ProcessFailed, Verdict, in_fresh_process
 from runner.doctor.report import as_json, exit_status, log_report, markdown, write_files
 from runner.job import open_run

@@ -13,10 +13,11 @@ from runner.config import RunSpec
 from runner.execute.monitor import system_monitor
 from runner.execute.workers import steady_state_in_processes
 from runner.measure.build import BuiltWorkload
+from runner.measure.collect import collect_result
 from runner.measure.compile_cache import cache_report
 from runner.measure.loop import SteadyState, SteadyStateSource, in_this_process
 from runner.measure.phases import measure
-from runner.measure.result import JobResult, PhaseError, collect_result, phase, timing_result
+from runner.measure.result import JobResult, PhaseError, phase, timing_result
 
 
 def steady_state_source(

@@ -33,12 +33,13 @@ from runner.execute.workers import WORKER_START_ENV, start_steady_state, steady_
 from runner.measure import loop
 from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
+from runner.measure.collect import collect_result
 from runner.measure.host_memory import KEEP_FREED_MEMORY_ENV, is_glibc
 from runner.measure.loop import FEWEST_TIMED_STEPS, SETTLE_CALLS, steady_state
 from runner.measure.measurement import Measurement
 from runner.measure.phases import measure
 from runner.measure.profiling import CycleRecorder, build_profiler
-from runner.measure.result import collect_result, rounds_table, wall_breakdown
+from runner.measure.result import rounds_table, wall_breakdown
 from runner.measure.roofline import resolve_peak, roofline_metrics
 from runner.measure.stability import Spread, between_runs, instability_advice, instability_reasons
 from runner.measure.stats import coefficient_of_variation, describe_steps

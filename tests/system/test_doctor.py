@@ -19,7 +19,8 @@ from mlflow import MlflowClient
 
 from runner import names
 from runner.doctor import neuron_probes
-from runner.doctor.neuron_probes import PROBE_NAMES, NeuronHost, neuron_verdicts
+from runner.doctor.neuron_host import NeuronHost
+from runner.doctor.neuron_probes import PROBE_NAMES, neuron_verdicts
 from runner.doctor.probe import FAIL, PASS, Verdict
 from runner.doctor.report import exit_status
 from tests.helpers import REPO, STANDIN, STANDIN_PATH

@@ -9,7 +9,8 @@ import pytest
 
 from runner.config import ConfigError, RunSpec, load_run_spec
 from runner.execute import plan as planning
-from runner.execute.plan import InProcess, Ranks, plan
+from runner.execute.execution import InProcess, Ranks
+from runner.execute.plan import plan
 from runner.execute.slurm_ranks import SlurmTask
 from tests.helpers import REPO, compose_cfg
 
