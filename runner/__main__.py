@@ -17,9 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import CONF_DIR, names
 from runner.backends.user_env import record_user_environment
-from runner.callbacks import NOTES, JobFailure, UsageError, end_sweep_early
+from runner.callbacks import NOTES, end_sweep_early
 from runner.compose import help_text, hydra_help_checkable, refusal
 from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
+from runner.errors import JobFailure, UsageError
 from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus
 from runner.secrets import one_line, redact, redact_file, redact_process_output
 from runner.signals import exit_code_of, skip_final_collections
@@ -46,15 +47,19 @@ def job_info() -> JobInfo:
 
 
 def run(cfg: DictConfig) -> float:
-    """Run one job; return its steady-state median step time, the metric a sweeper minimises (NaN if it failed)."""
-    from runner.execute.slurm_ranks import follow, slurm_task  # torch loads only past --help
+    """Run one job; return its steady-state median step time, the metric a sweeper minimises (NaN if it failed).
 
-    task = slurm_task()
-    if task is not None and task.rank > 0:  # one of a Slurm job's tasks: task 0 is the job, this a rank
-        with suppress(ConfigError):  # task 0 reports bad input
-            follow(load_run_spec(cfg), Path(HydraConfig.get().runtime.output_dir), task)
-        return NO_RESULT
+    A single run checks its config before torch or Slurm support loads: only a sweep's job is a Slurm task.
+    """
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
+    if sweeping:
+        from runner.execute.slurm_ranks import follow, slurm_task
+
+        task = slurm_task()
+        if task is not None and task.rank > 0:  # one of a Slurm job's tasks: task 0 is the job, this a rank
+            with suppress(ConfigError):  # task 0 reports bad input
+                follow(load_run_spec(cfg), Path(HydraConfig.get().runtime.output_dir), task)
+            return NO_RESULT
     life = JobLife(job_info(), sweeping)
     metrics: dict[str, float] = {}
     try:

@@ -521,7 +521,8 @@ def load_run_spec(cfg: DictConfig) -> RunSpec:
     for group in SCHEMAS:
         _check_keys(cfg[group], group)
     _refuse_non_finite(OmegaConf.to_container(cfg, resolve=True), "")
-    return RunSpec(_workload_spec(cfg.get("workload")), **{group: _to_object(cfg[group], group) for group in SCHEMAS})
+    groups = {group: _to_object(cfg[group], group) for group in SCHEMAS}  # first: the workload's check imports torch
+    return RunSpec(_workload_spec(cfg.get("workload")), **groups)
 
 
 def device_dtype(backend: str) -> str:

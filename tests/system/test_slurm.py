@@ -57,11 +57,8 @@ def test_a_dead_slurm_job_yields_nan_instead_of_stopping_the_sweep(
     from submitit.core import plugins
     from submitit.core.utils import UncompletedJobError
 
-    from hydra_plugins.runner_launcher.slurm_launcher import (
-        TolerantSlurmExecutor,
-        TolerantSlurmJob,
-        TolerantSlurmLauncher,
-    )
+    from hydra_plugins.runner_launcher._slurm_executor import TolerantSlurmExecutor, TolerantSlurmJob
+    from hydra_plugins.runner_launcher.slurm_launcher import TolerantSlurmLauncher
 
     def results_of_a_dead_job(job: object) -> list[object]:
         raise UncompletedJobError("Job 7 (task: 0) has not produced any output (state: OUT_OF_MEMORY)")
