@@ -32,7 +32,7 @@ from runner.signals import ignore_later_stops, signals_held, stop_on_signals
 from runner.sweep.jobs import isolate_if_needed, swept_keys
 from runner.sweep.summary import summarise_sweep
 from runner.tracking.run import PARENT_RUN_ENV
-from runner.tracking.store import StoreFull, check_usable, prepare_store
+from runner.tracking.store import StoreFull, check_usable, mlflow_client, prepare_store
 
 log = logging.getLogger(__name__)
 # bytes written to prove a folder takes files: more than Hydra writes into .hydra/ before a job
@@ -168,14 +168,13 @@ class RunnerCallback(Callback):
 
     def _open_parent(self, config: DictConfig, tracking: TrackingConfig) -> None:
         """Create the sweep's parent run (its jobs' runs are its children); earlier sweeps' dead parents are closed."""
-        from mlflow import MlflowClient
         from mlflow.tracking.context.registry import resolve_tags
 
         from runner.job import close_orphans
         from runner.tracking.run import ensure_experiment, mlflow_write
 
         experiment_id = ensure_experiment(tracking)
-        client = MlflowClient(tracking.uri)
+        client = mlflow_client(tracking)
         close_orphans(client, client.search_runs([experiment_id], f"tags.`{names.TAG_SWEEP}` = 'true'"))
         tags = {
             names.TAG_SWEEP: "true",
@@ -220,11 +219,9 @@ class RunnerCallback(Callback):
         print(text, flush=True)
         failed = stopped or bool(summary.failed or summary.killed) or not summary.total
         if self.parent_run_id is not None and tracking is not None:
-            from mlflow import MlflowClient
-
             from runner.tracking.run import mlflow_write
 
-            client, parent = MlflowClient(tracking.uri), self.parent_run_id
+            client, parent = mlflow_client(tracking), self.parent_run_id
             if summary.reused_run_ids:
                 reused = ",".join(summary.reused_run_ids)
                 mlflow_write(lambda: client.set_tag(parent, names.TAG_REUSED_RUNS, reused))

@@ -15,7 +15,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.job.status import SWEEP_ID_ENV, JobStatus, read_status, write_status
 from runner.tracking.run import PARENT_RUN_ENV, mlflow_write
-from runner.tracking.store import prepare_store
+from runner.tracking.store import mlflow_client, prepare_store
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,7 @@ def close_dead_job(
         run_id = open_dead_run(tracking_uri, os.environ[PARENT_RUN_ENV], run_name, job_dir, overrides)
         write_status(job_dir, run_id=run_id)
     if run_id and tracking_uri:
-        from mlflow import MlflowClient
-
-        client = MlflowClient(tracking_uri)
+        client = mlflow_client(tracking_uri)
         run = client.get_run(run_id)
         if run.info.status != JobStatus.RUNNING:  # it closed its run (KILLED by a stop), then died before its status
             write_status(job_dir, status=run.info.status, error=run.data.tags.get(names.TAG_ERROR))
@@ -68,11 +66,10 @@ def close_dead_job(
 
 def open_dead_run(tracking_uri: str, parent_run_id: str, run_name: str, job_dir: Path, overrides: str) -> str:
     """Open, under the sweep's parent run, the run of a job that died before opening its own; its caller closes it."""
-    from mlflow import MlflowClient
     from mlflow.tracking.context.registry import resolve_tags
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-    client = MlflowClient(tracking_uri)
+    client = mlflow_client(tracking_uri)
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     tags = {
         names.TAG_KIND: names.KIND_JOB,
@@ -99,10 +96,8 @@ def finished_run_id(tracking: TrackingConfig, config_hash: str) -> str | None:
 
 def close_dead_runs(tracking: TrackingConfig, config_hash: str) -> list[Any]:
     """The configuration's runs in the experiment, the dead ones among them marked FAILED (`close_orphans`)."""
-    from mlflow import MlflowClient
-
     prepare_store(tracking.uri)
-    client = MlflowClient(tracking.uri)
+    client = mlflow_client(tracking)
     experiment = client.get_experiment_by_name(tracking.experiment)
     if experiment is None:
         return []

@@ -11,6 +11,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.job.status import JobStatus
 from runner.tracking.run import PARENT_RUN_ENV, MlflowRun, NullRun, ensure_experiment, mlflow_write
+from runner.tracking.store import mlflow_client
 
 if TYPE_CHECKING:
     from mlflow import ActiveRun
@@ -39,7 +40,7 @@ def open_run(tracking: TrackingConfig, run_name: str, start_time_ms: int | None 
     def create_and_start() -> ActiveRun:
         """Created and started in one write, so a stop held meanwhile finds the run active and closes it."""
         if not created:
-            created.append(mlflow.MlflowClient().create_run(experiment_id, start_time_ms, tags, run_name).info.run_id)
+            created.append(mlflow_client(tracking).create_run(experiment_id, start_time_ms, tags, run_name).info.run_id)
         return mlflow.start_run(run_id=created[0])
 
     try:  # a stop held while the run started is raised as start_run returns: that run is closed too

@@ -18,7 +18,7 @@ from runner.config import ConfigError, TrackingConfig
 from runner.job import JobStatus
 from runner.report.reader import find_sweep, label, latest_sweep, sweep_children
 from runner.secrets import redact
-from runner.tracking.store import check_usable, sqlite_path
+from runner.tracking.store import check_usable, mlflow_client, sqlite_path
 
 # the same store and experiment a job logs to by default (tracking=local)
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
@@ -114,7 +114,7 @@ def open_experiment(args: argparse.Namespace) -> tuple[MlflowClient, str]:
         check_usable(args.uri)  # a missing driver or an unreachable server, in one line
     except ConfigError as err:
         raise SystemExit(f"error: {str(err).replace('tracking.uri=', '--uri ', 1)}") from None
-    client = MlflowClient(args.uri)
+    client = mlflow_client(args.uri)
     experiment = client.get_experiment_by_name(args.experiment)
     if experiment is None:
         raise SystemExit(f"error: --experiment {args.experiment!r} does not exist in this tracking store")

@@ -17,7 +17,7 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.secrets import redact
 from runner.signals import signals_held
-from runner.tracking.store import SQLITE_FULL, StoreFull, prepare_store, sqlite_path, store_lock
+from runner.tracking.store import SQLITE_FULL, StoreFull, mlflow_client, prepare_store, sqlite_path, store_lock
 
 if TYPE_CHECKING:  # the result module loads torch; tracking is also used where torch is not needed
     from runner.measure.result import JobResult, SystemSample
@@ -59,10 +59,8 @@ def mlflow_write(call: Callable[[], T]) -> T:
 
 def run_status(uri: str, run_id: str) -> str | None:
     """The status the store shows for a run, read back (a full SQLite store still reads); None if unreadable."""
-    from mlflow import MlflowClient
-
     try:
-        return str(MlflowClient(uri).get_run(run_id).info.status)
+        return str(mlflow_client(uri).get_run(run_id).info.status)
     except Exception as err:  # only a message depends on it
         log.debug("could not read run %s back: %s", run_id, err)
         return None
@@ -116,7 +114,7 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
         experiment = mlflow_write(lambda: mlflow.set_experiment(tracking.experiment))
     # MLflow 3's UI opens GenAI views unless told the runs are training-style; set once, not by every parallel job
     if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
-        client = mlflow.MlflowClient()
+        client = mlflow_client(tracking)
         mlflow_write(lambda: client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))
     return str(experiment.experiment_id)
 
@@ -205,17 +203,15 @@ class MlflowRun(NullRun):
 
     def log_series(self, series: dict[str, list[float]]) -> None:
         """Log each list as one metric's history, one step per value, in one write."""
-        from mlflow import MlflowClient
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         batch = [Metric(key, value, now, step) for key, values in series.items() for step, value in enumerate(values)]
         if batch:
-            mlflow_write(lambda: MlflowClient(self.tracking.uri).log_batch(str(self.run_id), metrics=batch))
+            mlflow_write(lambda: mlflow_client(self.tracking).log_batch(str(self.run_id), metrics=batch))
 
     def log_samples(self, samples: list[SystemSample], prefix: str = "") -> None:
         """Log system samples as metric histories: step = the sample's index, timestamp = when it was read."""
-        from mlflow import MlflowClient
         from mlflow.entities import Metric
 
         batch = [
@@ -223,7 +219,7 @@ class MlflowRun(NullRun):
             for step, sample in enumerate(samples)
             for key, value in sample.values.items()
         ]
-        client = MlflowClient(self.tracking.uri)
+        client = mlflow_client(self.tracking)
         for start in range(0, len(batch), MAX_BATCH_METRICS):
             mlflow_write(partial(client.log_batch, str(self.run_id), metrics=batch[start : start + MAX_BATCH_METRICS]))
 

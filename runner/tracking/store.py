@@ -11,12 +11,16 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import SplitResult, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-from runner.config import ConfigError
+from runner.config import ConfigError, TrackingConfig
 from runner.secrets import redact
 from runner.signals import signals_held
+
+if TYPE_CHECKING:  # mlflow loads only where a store is used, not for `--help`
+    from mlflow import MlflowClient
 
 _prepared: set[str] = set()  # URIs this process has already prepared
 SQLITE_FULL = "database or disk is full"  # what SQLite says when the disk under the store is full
@@ -27,6 +31,16 @@ CONNECT_TIMEOUT_S = 5.0  # for a server to accept a connection before the store 
 
 class StoreFull(RuntimeError):
     """The disk under the store is full: nothing more, not even a run's end, can be written."""
+
+
+def mlflow_client(store: TrackingConfig | str) -> MlflowClient:
+    """A client of the store (a job's tracking config, or a URI a command was given): the runner makes them only here.
+
+    Each names its store: none falls back on the URI MLflow holds for the process, which a job sets for its own run.
+    """
+    from mlflow import MlflowClient
+
+    return MlflowClient(store if isinstance(store, str) else store.uri)
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -169,12 +183,10 @@ def create_sqlite(path: Path, uri: str) -> None:
     A disk filling up mid-migration would otherwise leave a store with an older schema on which every later run
     fails (`table spans already exists`); here it raises StoreFull and leaves nothing behind.
     """
-    from mlflow import MlflowClient
-
     handle, draft = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".creating", dir=path.parent)
     os.close(handle)
     try:
-        MlflowClient(f"sqlite:///{Path(draft).resolve()}").search_experiments(max_results=1)
+        mlflow_client(f"sqlite:///{Path(draft).resolve()}").search_experiments(max_results=1)
         os.replace(draft, path)
     except Exception as err:
         Path(draft).unlink(missing_ok=True)
@@ -190,8 +202,6 @@ def prepare_store(uri: str) -> None:
     """Create and migrate the store once, a process at a time; raises ConfigError (broken) or StoreFull (disk full)."""
     if uri in _prepared:
         return
-    from mlflow import MlflowClient
-
     check_usable(uri)
     # a migration cut short by SIGINT/SIGTERM leaves the store broken: signals wait until it is done
     with store_lock(uri), signals_held():
@@ -200,5 +210,5 @@ def prepare_store(uri: str) -> None:
         if path is not None and not path.exists():
             create_sqlite(path, uri)
         # MLflow migrates an older schema (and creates a database server's tables) on first use
-        MlflowClient(uri).search_experiments(max_results=1)
+        mlflow_client(uri).search_experiments(max_results=1)
     _prepared.add(uri)
