@@ -210,18 +210,27 @@ class RunnerCallback(Callback):
         tracking = self.tracking
         uri = tracking.uri if tracking is not None and tracking.enabled else None
         summary = summarise_sweep(self.sweep_dir, self.sweep_id, uri)
+        # bad input refused before the launcher scheduled a job: its one error line says it all, and no run stays
+        refused = stopped and error is not None and not summary.total
         lines = summary.lines()
         if stopped:
             lines.insert(0, summary.stopped_line(error))
         elif not summary.total:
             lines.insert(0, "sweep: no job to run (the sweep's overrides expand to nothing)")
         text = "\n".join(lines)
-        print(text, flush=True)
+        if not refused:
+            print(text, flush=True)
         failed = stopped or bool(summary.failed or summary.killed) or not summary.total
         if self.parent_run_id is not None and tracking is not None:
             from runner.tracking.run import mlflow_write
 
             client, parent = mlflow_client(tracking), self.parent_run_id
+            if refused:
+                ignore_later_stops()
+                mlflow_write(lambda: client.set_terminated(parent, JobStatus.FAILED.value))
+                mlflow_write(lambda: client.delete_run(parent))  # restorable, in no list
+                self.parent_run_id, self.sweep_id = None, ""
+                return failed
             if summary.reused_run_ids:
                 reused = ",".join(summary.reused_run_ids)
                 mlflow_write(lambda: client.set_tag(parent, names.TAG_REUSED_RUNS, reused))
@@ -245,9 +254,10 @@ class RunnerCallback(Callback):
         if self.compared:
             return
         self.compared = True
+        folder = self.sweep_dir / "comparison"
         try:
             with signals_held():
-                table = report_sweep(client, client.get_run(self.parent_run_id), self.sweep_dir / "comparison")
+                table = report_sweep(client, client.get_run(self.parent_run_id), folder)
                 print(table, flush=True)
         except Exception as err:  # the comparison is a view of the results, never worth losing them over
-            log.warning("could not build the sweep comparison: %s", err)
+            log.warning("could not build the sweep comparison in %s: %s", folder, err)

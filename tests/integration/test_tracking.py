@@ -184,3 +184,31 @@ def test_the_default_stores_lock_is_ignored_by_git(tmp_path: Path, monkeypatch: 
         (lock,) = (path.name for path in (tmp_path / "cwd").iterdir())
     ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "-q", lock], check=False)
     assert ignored.returncode == 0, f"{lock} would be committed"
+
+
+@pytest.mark.parametrize("scheduled", [True, False], ids=["a-job-scheduled", "none-scheduled"])
+def test_a_sweep_an_error_ends_leaves_its_parent_failed_or_no_run_if_it_scheduled_none(
+    tmp_path: Path, tracking_uri: str, scheduled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a job was scheduled the parent records the sweep, FAILED (not KILLED: no signal came); bad input refused
+    before any job leaves no run and no summary, as a single run's refusal does: its one error line says it."""
+    from runner import signals
+    from runner.callbacks import RunnerCallback
+    from runner.job import JobStatus, write_status
+
+    monkeypatch.setattr(signals, "_too_late", [False])  # closing drops later stops; the handlers come back by conftest
+    client = mlflow.MlflowClient(tracking_uri)
+    sweep = RunnerCallback()
+    sweep.sweep_id, sweep.sweep_dir = "s1", tmp_path / "sweep"
+    sweep.tracking = TrackingConfig(uri=tracking_uri)
+    experiment = client.create_experiment("runner", artifact_location=(tmp_path / "artifacts").as_uri())
+    sweep.parent_run_id = client.create_run(experiment).info.run_id
+    if scheduled:
+        (tmp_path / "sweep" / "0_job").mkdir(parents=True)
+        write_status(tmp_path / "sweep" / "0_job", sweep_id="s1", status=JobStatus.SCHEDULED, overrides="a=1")
+    assert sweep._close(stopped=True, error="the disk is full")
+    if scheduled:
+        (parent,) = all_runs(tracking_uri)
+        assert parent.info.status == "FAILED"
+    else:
+        assert all_runs(tracking_uri) == []

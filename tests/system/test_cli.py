@@ -253,7 +253,7 @@ AFTER_THE_FOLDER_CHECK = (
 )
 
 
-def test_a_disk_that_fills_up_is_named_in_one_line_and_a_sweep_it_ends_is_failed_not_killed(
+def test_a_disk_that_fills_up_is_named_in_one_line_and_a_sweep_it_refuses_leaves_no_run(
     full_disk: Path,  # noqa: F811
     tracking_uri: str,
 ) -> None:
@@ -269,10 +269,8 @@ def test_a_disk_that_fills_up_is_named_in_one_line_and_a_sweep_it_ends_is_failed
                            cwd=REPO, capture_output=True, text=True)  # fmt: skip
     assert sweep.returncode == 1 and "Traceback" not in sweep.stderr, sweep.stderr
     assert f"error: the disk under hydra.sweep.dir={full_disk}/sweep {full}" in sweep.stderr
-    assert "signal" not in sweep.stdout
-    assert f"sweep ended early by an error (the disk under hydra.sweep.dir={full_disk}/sweep {full})" in sweep.stdout
-    (parent,) = all_runs(tracking_uri)
-    assert parent.info.status == "FAILED"
+    assert "signal" not in sweep.stdout and "sweep:" not in sweep.stdout  # refused before any job: that line alone
+    assert all_runs(tracking_uri) == []  # as a single run's refusal: no run (the parent opened first is deleted)
 
 
 def test_a_bad_value_in_one_sweep_job_refuses_the_sweep_before_any_job_runs(tmp_path: Path, tracking_uri: str) -> None:
@@ -282,7 +280,7 @@ def test_a_bad_value_in_one_sweep_job_refuses_the_sweep_before_any_job_runs(tmp_
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert line.startswith(refusal) and "schedule.active must be >= 1" in line
     assert not list(tmp_path.rglob("job_status.json"))  # no job ran, none was scheduled
-    assert "sweep" not in done.stdout and "signal" not in done.stdout  # the error line alone
+    assert "sweep:" not in done.stdout and "signal" not in done.stdout  # no summary: the error line alone
     assert all_runs(tracking_uri) == []  # the parent opened before the refusal is deleted: no half-written run
 
 
