@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from runner.compose import compose_config
-from runner.config import RunSpec, load_run_spec
+from runner.config import RunSpec
+from runner.config_loading import load_run_spec
 from runner.execute.workers import start_steady_state, steps
 from runner.measure.stability import instability_reasons, within_run
 

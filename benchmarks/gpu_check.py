@@ -81,7 +81,7 @@ def reference_child(device: str, overrides: list[str]) -> None:
     from runner.backends.base import WHOLE_MACHINE
     from runner.backends.registry import backend_class
     from runner.compose import compose_config
-    from runner.config import load_run_spec
+    from runner.config_loading import load_run_spec
     from runner.measure.build import build_workload
 
     spec = load_run_spec(compose_config(*overrides, f"backend={device}", "tracking=off"))

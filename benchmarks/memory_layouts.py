@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from runner.compose import compose_config
-from runner.config import load_run_spec
+from runner.config_loading import load_run_spec
 from runner.execute.workers import start_steady_state, steps
 
 OVERRIDES = ["+workload=rmsnorm_naive", "backend=cpu", "tracking=off"]

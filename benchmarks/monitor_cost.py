@@ -44,7 +44,8 @@ from mlflow import MlflowClient
 
 from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
-from runner.config import MonitorConfig, load_run_spec
+from runner.config import MonitorConfig
+from runner.config_loading import load_run_spec
 from runner.execute.monitor import neuron_monitor_config, system_monitor
 from runner.execute.monitor_reader import NEURON_MONITOR, neuron_values
 from runner.measure.build import BuiltWorkload, build_workload

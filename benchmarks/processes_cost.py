@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 
 from runner import names
 from runner.compose import compose_config
-from runner.config import RunSpec, load_run_spec
+from runner.config import RunSpec
+from runner.config_loading import load_run_spec
 from runner.execute.processes import Child, StartMethod
 from runner.execute.rounds import run_round
 from runner.execute.workers import WORKER_START_ENV, prepare_workers, start_steady_state, steps

@@ -13,7 +13,7 @@ from tempfile import TemporaryDirectory
 from runner import names
 from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
-from runner.config import load_run_spec
+from runner.config_loading import load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
 from runner.measure.phases import measure

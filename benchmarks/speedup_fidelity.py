@@ -214,7 +214,7 @@ def child(number: int, overrides: list[str]) -> None:
     from runner.backends.base import WHOLE_MACHINE
     from runner.backends.cpu import CpuBackend
     from runner.compose import compose_config
-    from runner.config import load_run_spec
+    from runner.config_loading import load_run_spec
     from runner.measure.build import build_workload
     from runner.measure.layouts import MemoryLayouts
     from runner.measure.loop import SETTLE_CALLS

@@ -27,7 +27,8 @@ import torch
 from timing_fidelity import independent_median, progress  # benchmarks/timing_fidelity.py, beside this script
 
 from runner.compose import compose_config
-from runner.config import RunSpec, load_run_spec
+from runner.config import RunSpec
+from runner.config_loading import load_run_spec
 from runner.execute.workers import WORKER_START_ENV, prepare_workers, steady_state_in_processes
 from runner.measure.host_memory import KEEP_FREED_MEMORY_ENV
 

@@ -167,7 +167,7 @@ def child(side: str, overrides: list[str]) -> None:
     from runner.backends.base import WHOLE_MACHINE
     from runner.backends.cpu import CpuBackend
     from runner.compose import compose_config
-    from runner.config import load_run_spec
+    from runner.config_loading import load_run_spec
     from runner.measure.build import build_workload
 
     spec = load_run_spec(compose_config(*overrides, "tracking=off"))

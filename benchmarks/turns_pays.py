@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from runner.compose import compose_config
-from runner.config import load_run_spec
+from runner.config_loading import load_run_spec
 from runner.execute.rounds import run_round
 from runner.execute.workers import prepare_workers, start_first_call
 from runner.sweep.rounds import JobSide, RoundJob

@@ -19,9 +19,9 @@ from runner import CONF_DIR, names
 from runner.backends.user_env import record_user_environment
 from runner.callbacks import NOTES, end_sweep_early
 from runner.compose import help_text, hydra_help_checkable, refusal
-from runner.config import ConfigError, JobInfo, load_run_spec, register_schemas
-from runner.errors import JobFailure, UsageError
-from runner.job import ERROR_FILE, NO_RESULT, JobLife, JobStatus
+from runner.config_loading import load_run_spec, register_schemas
+from runner.errors import ConfigError, JobFailure, UsageError
+from runner.job import ERROR_FILE, NO_RESULT, JobInfo, JobLife, JobStatus
 from runner.secrets import one_line, redact, redact_file, redact_process_output
 from runner.signals import exit_code_of, skip_final_collections
 from runner.tracking.store import StoreFull

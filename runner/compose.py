@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from runner import CONF_DIR
-from runner.config import register_schemas, unknown_key, unknown_option
+from runner.config_loading import register_schemas, unknown_key, unknown_option
 
 
 def compose_config(*overrides: str, with_hydra: bool = False) -> DictConfig:

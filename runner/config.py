@@ -1,28 +1,17 @@
-"""Typed schemas for the runner-owned config groups, and validation that names the key.
+"""Typed schemas for the runner-owned config groups, and the checks that name the key.
 
 Each option file in `conf/<group>/` extends its `schema_<group>`, so unknown keys and wrong types
-fail at composition; cross-field rules live in `__post_init__`. No torch or mlflow imports here:
-`python -m runner --help` loads this module.
+fail at composition; value and cross-field rules live in `__post_init__`. Turning a composed config
+into these is `runner.config_loading`'s. No torch or mlflow imports here: every layer imports these
+types, `python -m runner --help` too.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
-import importlib.util
-import inspect
-import math
-import os
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
-from runner import CONF_DIR
 from runner.backends.cores import parse_core_range, parse_cores
 from runner.errors import ConfigError as ConfigError  # re-exported: where every layer has imported it from
 
@@ -63,18 +52,6 @@ def check_launcher_limits(jobs: int | None, timeout_s: float | None) -> None:
         )
     if timeout_s is not None and timeout_s < 0:
         raise ConfigError(f"hydra.launcher.timeout_s must be seconds >= 0 (0: no limit), got {timeout_s}")
-
-
-def _refuse_non_finite(value: Any, key: str) -> None:
-    """Refuse inf and nan anywhere in a config: every bound check (`warmup_s >= 0`) lets them through."""
-    if isinstance(value, dict):
-        for name, item in value.items():
-            _refuse_non_finite(item, f"{key}.{name}" if key else str(name))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _refuse_non_finite(item, f"{key}[{index}]")
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}={value} is not a finite number; give a number such as 0.5")
 
 
 @dataclass
@@ -136,21 +113,6 @@ class NeuronBackendConfig(BackendConfig):
         if isinstance(config, cls):
             return config
         return cls(**{f.name: getattr(config, f.name) for f in fields(BackendConfig) if f.name != "name"})
-
-
-# Keys that no longer reach anything: refused with why, and what to use instead.
-REMOVED_KEYS = {
-    "backend.inflight_requests": (
-        "it set NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, which no longer enables asynchronous execution "
-        "since Neuron SDK 2.31 (removed in 2.32); queue depth is measure.inflight (steps queued per synchronize, "
-        "measure.mode=throughput) with torch-neuronx's asynchronous runtime (backend.async_runtime)"
-    ),
-    # set only by tests and benchmarks: each is now an environment variable, a benchmark's knob
-    "measure.worker_start": "only benchmarks chose it; RUNNER_WORKER_START=spawn starts each worker in a new "
-    "interpreter (docs/trust.md)",
-    "measure.keep_freed_memory": "only benchmarks chose it; RUNNER_KEEP_FREED_MEMORY=0 leaves glibc's own malloc "
-    "modes (docs/trust.md)",
-}
 
 
 @dataclass
@@ -386,22 +348,18 @@ class WorkloadSpec(WorkloadKeys):
     target: str
     kwargs: dict[str, Any]
 
-
-@dataclass
-class JobInfo:
-    """What the launcher knows about this job; filled from HydraConfig in __main__ only."""
-
-    # the readable MLflow run name: workload plus overrides
-    run_name: str
-    # the selected workload option, e.g. rmsnorm_naive
-    workload_name: str
-    overrides: list[str]
-    # the job's output directory (traces and captures go under it)
-    output_dir: Path
-    # Hydra's .hydra/ folder with the composed config and overrides, when there is one
-    hydra_dir: Path | None = None
-    # a sweep's job: where the sweep's rounds leave its steady state (runner.sweep.rounds)
-    rounds_dir: Path | None = None
+    def __post_init__(self) -> None:
+        _allowed("workload.dtype", self.dtype, DTYPES)
+        _allowed("workload.mode", self.mode, MODES)
+        _allowed("workload.optimizer", self.optimizer, ("sgd", "adamw"))
+        if not isinstance(self.lr, (int, float)) or self.lr <= 0:
+            raise ConfigError(f"workload.lr must be a positive number, got {self.lr!r}")
+        if not isinstance(self.compile, bool):
+            raise ConfigError(f"workload.compile must be true or false, got {self.compile!r}")
+        if self.inputs is not None and not all(
+            isinstance(shape, list) and all(isinstance(d, int) and d > 0 for d in shape) for shape in self.inputs
+        ):
+            raise ConfigError(f"workload.inputs must be a list of shapes like [[4, 128]], got {self.inputs}")
 
 
 @dataclass
@@ -420,131 +378,3 @@ class RunSpec:
 
 # the schema behind each config group the runner owns: RunSpec's fields but the workload
 SCHEMAS: dict[str, type] = {group: schema for group, schema in get_type_hints(RunSpec).items() if group != "workload"}
-
-
-def locate_target(target: str) -> Any:
-    """Import the object a dotted `_target_` names, or fail naming the key."""
-    module_name, _, attr = target.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"workload._target_={target!r} cannot be imported: {err}") from None
-
-
-def _check_kwargs(target: str, kwargs: dict[str, Any]) -> None:
-    """Reject constructor kwargs the target does not accept, listing those it does."""
-    params = inspect.signature(locate_target(target)).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    for key in kwargs:
-        if key not in params:
-            allowed = [*(name for name in params if name != "self"), *(f.name for f in fields(WorkloadKeys))]
-            raise ConfigError(f"workload.{key} is not a parameter of {target}; allowed: {', '.join(allowed)}")
-
-
-def _workload_spec(node: DictConfig | None) -> WorkloadSpec:
-    if node is None:
-        options = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))
-        raise ConfigError(f"no workload selected: add +workload=<name>; available: {', '.join(options)}")
-    if missing := sorted(OmegaConf.missing_keys(node)):
-        raise ConfigError(f"{missing[0]} is required by this workload config; set it on the command line")
-    raw = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(raw, dict)
-    target = raw.pop("_target_", None)
-    if not isinstance(target, str) or not target:
-        raise ConfigError("workload._target_ must name a module class, e.g. my_pkg.MyModule")
-    runner_keys = {key.name: raw.pop(key.name) for key in fields(WorkloadKeys) if key.name in raw}
-    spec = WorkloadSpec(target=target, kwargs={str(k): v for k, v in raw.items()}, **runner_keys)
-    _allowed("workload.dtype", spec.dtype, DTYPES)
-    _allowed("workload.mode", spec.mode, MODES)
-    _allowed("workload.optimizer", spec.optimizer, ("sgd", "adamw"))
-    if not isinstance(spec.lr, (int, float)) or spec.lr <= 0:
-        raise ConfigError(f"workload.lr must be a positive number, got {spec.lr!r}")
-    if not isinstance(spec.compile, bool):
-        raise ConfigError(f"workload.compile must be true or false, got {spec.compile!r}")
-    if spec.inputs is not None and not all(
-        isinstance(shape, list) and all(isinstance(d, int) and d > 0 for d in shape) for shape in spec.inputs
-    ):
-        raise ConfigError(f"workload.inputs must be a list of shapes like [[4, 128]], got {spec.inputs}")
-    _check_kwargs(target, spec.kwargs)
-    return spec
-
-
-def unknown_key(key: str, known: list[str]) -> ConfigError:
-    """The error for a key no schema has: removed (and why), another option's, or the nearest known key."""
-    if key in REMOVED_KEYS:
-        return ConfigError(f"{key} was removed: {REMOVED_KEYS[key]}")
-    group, _, name = key.rpartition(".")
-    for (option_group, option), schema in OPTION_SCHEMAS.items():
-        if option_group == group and name in {f.name for f in fields(schema)}:
-            return ConfigError(f"{key} is a key of {group}={option} only; this job's {group} takes: {', '.join(known)}")
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean {group + '.' if group else ''}{close[0]}? " if close else ""
-    return ConfigError(f"{key} is not a config key; {hint}allowed{' in ' + group if group else ''}: {', '.join(known)}")
-
-
-def unknown_option(group: str, option: str, options: Sequence[str]) -> ConfigError:
-    """The error for a config group option that does not exist, with the nearest one as a hint."""
-    close = difflib.get_close_matches(option, options, n=1)
-    hint = f"did you mean {close[0]}? " if close else ""
-    return ConfigError(f"{group}={option} is not an option; {hint}choose one of: {', '.join(options)}")
-
-
-def _check_keys(node: DictConfig, group: str) -> None:
-    """Refuse keys a `+` added to a group with a schema: Hydra lets `+measure.step=10` through."""
-    schema = OmegaConf.get_type(node)  # an option's own schema, such as backend=neuron's
-    known = [f.name for f in fields(schema if isinstance(schema, type) and is_dataclass(schema) else SCHEMAS[group])]
-    for key in node:
-        if key not in known:
-            raise unknown_key(f"{group}.{str(key)}", known)
-
-
-def _to_object(node: DictConfig | ListConfig, key: str) -> Any:
-    try:
-        return OmegaConf.to_object(node)
-    except ConfigError:
-        raise
-    except ValueError as err:  # OmegaConf wraps nothing else; keep the key in the message
-        raise ConfigError(f"{key}: {err}") from None
-
-
-def load_run_spec(cfg: DictConfig) -> RunSpec:
-    """Validate a composed config and return its typed form.
-
-    Raises:
-        ConfigError: a value is out of range, unknown, or of the wrong kind; the message
-            names the full key and the allowed values.
-    """
-    for key in cfg:
-        if key not in TOP_LEVEL_KEYS:
-            raise unknown_key(str(key), list(TOP_LEVEL_KEYS))
-    for group in SCHEMAS:
-        _check_keys(cfg[group], group)
-    _refuse_non_finite(OmegaConf.to_container(cfg, resolve=True), "")
-    groups = {group: _to_object(cfg[group], group) for group in SCHEMAS}  # first: the workload's check imports torch
-    return RunSpec(_workload_spec(cfg.get("workload")), **groups)
-
-
-def device_dtype(backend: str) -> str:
-    """The dtype a study computes in: bfloat16 on Neuron (its Tensor Engine's peak is not FP32's), float32 elsewhere.
-
-    `auto` counts as Neuron where torch_neuronx is installed (auto tries Neuron first), found without importing it.
-    """
-    if backend == "auto":
-        backend = "neuron" if importlib.util.find_spec("torch_neuronx") else "cpu"
-    return "bfloat16" if backend == "neuron" else "float32"
-
-
-def register_schemas() -> None:
-    """Register the group schemas as top-level configs (`schema_<group>`), so options list real ones; the resolvers."""
-    # the process id that names a job's default folder; cached, so a sweep's jobs share their parent's
-    OmegaConf.register_new_resolver("runner.pid", os.getpid, use_cache=True, replace=True)
-    # ${runner.device_dtype:${backend.name}}: a study's dtype for the device it runs on
-    OmegaConf.register_new_resolver("runner.device_dtype", device_dtype, replace=True)
-    store = ConfigStore.instance()
-    for group, schema in SCHEMAS.items():
-        store.store(name=f"schema_{group}", node=schema)
-    for (group, option), schema in OPTION_SCHEMAS.items():
-        store.store(name=f"schema_{group}_{option}", node=schema)
-    # workloads are open (every other key is a constructor argument): defaults only, no schema
-    store.store(name="schema_workload", node=WORKLOAD_DEFAULTS)

@@ -14,9 +14,9 @@ from mlflow.entities import Run
 from omegaconf import OmegaConf
 
 from runner import CONF_DIR, names
-from runner.config import ConfigError, JobInfo, RunSpec
+from runner.config import ConfigError, RunSpec
 from runner.execute.plan import Execution, plan
-from runner.job import THIS_PROCESS, JobLife, close_dead_runs, config_hash, finished_run_id
+from runner.job import THIS_PROCESS, JobInfo, JobLife, close_dead_runs, config_hash, finished_run_id
 from runner.job.manifest import build_manifest
 from runner.job.status import JobStatus
 from runner.measure.result import JobResult, PhaseError, judge_timing

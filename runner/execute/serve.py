@@ -24,7 +24,7 @@ from typing import IO, Any
 from hydra.errors import CompactHydraException
 
 from runner.compose import compose_config, refusal
-from runner.config import load_run_spec
+from runner.config_loading import load_run_spec
 from runner.execute.processes import ChildFailed, ChildSilent, die_with_parent, end_process
 from runner.measure.turns import TurnsAddress
 from runner.secrets import one_line

@@ -2,7 +2,7 @@
 
 from runner.job.dead import close_dead_job, close_dead_runs, close_orphans, fail_run, finished_run_id
 from runner.job.hashing import config_hash
-from runner.job.life import ERROR_FILE, OWNER_FILE, JobLife, claim_folder, release_folder
+from runner.job.life import ERROR_FILE, OWNER_FILE, JobInfo, JobLife, claim_folder, release_folder
 from runner.job.run import open_run
 from runner.job.shared_process import ISOLATED_LAUNCHER, THIS_PROCESS, SharedProcess, own_process_keys
 from runner.job.status import NO_RESULT, STATUS_FILE, SWEEP_ID_ENV, JobStatus, read_status, write_status
@@ -15,6 +15,7 @@ __all__ = [
     "STATUS_FILE",
     "SWEEP_ID_ENV",
     "THIS_PROCESS",
+    "JobInfo",
     "JobLife",
     "JobStatus",
     "SharedProcess",

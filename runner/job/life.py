@@ -10,11 +10,12 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner import names
-from runner.config import ConfigError, JobInfo, TrackingConfig
+from runner.config import ConfigError, TrackingConfig
 from runner.job.dead import process_alive
 from runner.job.status import STATUS_FILE, SWEEP_ID_ENV, JobStatus, write_status
 from runner.secrets import one_line, redact
@@ -24,6 +25,23 @@ log = logging.getLogger(__name__)
 # which process works in a job's folder: {"pid", "host"}, created exclusively, removed at its end
 OWNER_FILE = "job_owner.json"
 ERROR_FILE = "error.txt"  # the traceback of a job that raised, in its folder and in its run
+
+
+@dataclass
+class JobInfo:
+    """What the launcher knows about this job; filled from HydraConfig in __main__ only."""
+
+    # the readable MLflow run name: workload plus overrides
+    run_name: str
+    # the selected workload option, e.g. rmsnorm_naive
+    workload_name: str
+    overrides: list[str]
+    # the job's output directory (traces and captures go under it)
+    output_dir: Path
+    # Hydra's .hydra/ folder with the composed config and overrides, when there is one
+    hydra_dir: Path | None = None
+    # a sweep's job: where the sweep's rounds leave its steady state (runner.sweep.rounds)
+    rounds_dir: Path | None = None
 
 
 def current_traceback() -> str:

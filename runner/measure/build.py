@@ -12,7 +12,8 @@ from torch import nn
 from runner.backends.base import Backend
 from runner.backends.cores import LNC_ENV, logical_nc_config
 from runner.backends.neuron import trainium_generation
-from runner.config import ConfigError, WorkloadSpec, locate_target
+from runner.config import ConfigError, WorkloadSpec
+from runner.config_loading import locate_target
 from runner.measure.collectives import GradientAverager
 from workloads.base import LncKernels
 

@@ -25,7 +25,8 @@ from runner.backends.base import Backend, Slot, check_cache_flush
 from runner.backends.neuron import trainium_generation
 from runner.backends.neuron_hbm import device_profiled, first_cores, reservation_note
 from runner.backends.registry import backend_class
-from runner.config import ConfigError, RunSpec, load_run_spec
+from runner.config import ConfigError, RunSpec
+from runner.config_loading import load_run_spec
 from runner.execute.processes import Child, ChildFailed, ChildSilent, answered, stop
 from runner.execute.rounds import or_failure, round_orders, run_round
 from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps

@@ -16,7 +16,7 @@ from typing import Any
 
 from runner import CONF_DIR
 from runner.compose import compose_config as compose_cfg
-from runner.config import JobInfo
+from runner.job import JobInfo
 
 REPO = CONF_DIR.parent
 HELPERS = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner import names
-from runner.config import load_run_spec
+from runner.config_loading import load_run_spec
 from runner.execute.processes import ChildFailed
 from runner.execute.workers import checked_first_call
 from tests.helpers import compose_cfg

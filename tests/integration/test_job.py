@@ -21,7 +21,8 @@ from runner import CONF_DIR, names
 from runner.backends.base import Slot
 from runner.backends.cores import LNC_ENV
 from runner.backends.neuron import NeuronBackend
-from runner.config import BackendConfig, ConfigError, TrackingConfig, register_schemas
+from runner.config import BackendConfig, ConfigError, TrackingConfig
+from runner.config_loading import register_schemas
 from runner.job import (
     OWNER_FILE,
     STATUS_FILE,

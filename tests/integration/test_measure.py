@@ -24,7 +24,8 @@ from runner.backends.base import Backend, CaptureReport
 from runner.backends.cpu import CpuBackend
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import Peak, cpu_peak, datasheet_peak, keep_best_calibration
-from runner.config import BackendConfig, ConfigError, RunSpec, ScheduleConfig, load_run_spec
+from runner.config import BackendConfig, ConfigError, RunSpec, ScheduleConfig
+from runner.config_loading import load_run_spec
 from runner.doctor.host import host_rows
 from runner.execute import workers
 from runner.execute.in_process import steady_state_source

@@ -12,7 +12,7 @@ import torch.cuda._memory_viz as memory_viz
 from omegaconf import OmegaConf
 
 from runner import compare, names
-from runner.config import load_run_spec
+from runner.config_loading import load_run_spec
 from runner.experiment import run_experiment
 from runner.measure.memory import PROFILER_SOURCE
 from runner.report.memory_diff import sites_of

@@ -14,7 +14,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from runner import names
-from runner.config import TrackingConfig, load_run_spec
+from runner.config import TrackingConfig
+from runner.config_loading import load_run_spec
 from runner.execute import monitor
 from runner.execute.monitor import NeuronMonitorSampler, PollingSampler, gpu_values
 from runner.experiment import run_experiment

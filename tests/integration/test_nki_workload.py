@@ -10,7 +10,8 @@ import torch
 from runner import names
 from runner.backends.cores import LNC_ENV
 from runner.backends.cpu import CpuBackend
-from runner.config import BackendConfig, load_run_spec
+from runner.config import BackendConfig
+from runner.config_loading import load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import RunnerInProcess, all_runs, compose_cfg
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from runner import names
 from runner.backends.cpu import CpuBackend
-from runner.config import load_run_spec
+from runner.config_loading import load_run_spec
 from runner.execute.workers import steady_state_concurrently
 from runner.experiment import run_experiment
 from tests.helpers import all_runs, compose_cfg, job_for

@@ -354,7 +354,7 @@ def vector_isa_probed() -> bool:
 PREPARED = """
 import sys
 from runner.compose import compose_config
-from runner.config import load_run_spec
+from runner.config_loading import load_run_spec
 from runner.execute.processes import Child
 from runner.execute.workers import prepare_workers
 from tests.integration.test_processes import vector_isa_probed

@@ -11,7 +11,8 @@ import pytest
 
 from runner import names
 from runner.backends.cpu import CpuBackend
-from runner.config import RunSpec, load_run_spec
+from runner.config import RunSpec
+from runner.config_loading import load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
 from runner.measure.loop import SETTLE_CALLS

@@ -27,7 +27,7 @@ def test_each_rank_starts_with_torchruns_variables_and_its_slot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from runner.backends.base import Slot
-    from runner.config import load_run_spec
+    from runner.config_loading import load_run_spec
     from runner.execute import ranks
     from tests.helpers import compose_cfg
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner.backends.cpu import CpuBackend
-from runner.config import BackendConfig, load_run_spec
+from runner.config import BackendConfig
+from runner.config_loading import load_run_spec
 from runner.sweep.rounds import RoundJob, time_rounds
 from tests.helpers import compose_cfg
 

@@ -8,7 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from runner import experiment
-from runner.config import ConfigError, load_run_spec
+from runner.config import ConfigError
+from runner.config_loading import load_run_spec
 from runner.job import SharedProcess
 from tests.helpers import all_runs, compose_cfg, job_for
 

@@ -11,7 +11,8 @@ from mlflow.entities import Run
 
 from runner import names
 from runner.backends.registry import COMPILE_CACHES
-from runner.config import ConfigError, RunSpec, load_run_spec
+from runner.config import ConfigError, RunSpec
+from runner.config_loading import load_run_spec
 from runner.measure.compile_cache import neff_lookups, use_compile_cache
 from runner.report.curves import Crossover, crossover_report, crossovers, faster, size_curves, too_few_sizes
 from runner.report.scaling import contention_onset, scaling_curves, scaling_report
@@ -111,7 +112,7 @@ def test_contention_sets_in_where_a_copy_loses_its_best_rate(tracking_uri: str) 
 
 def test_a_failing_copy_fails_the_job_without_leaving_the_others_waiting() -> None:
     from runner.backends.base import Slot
-    from runner.config import load_run_spec
+    from runner.config_loading import load_run_spec
     from runner.execute.processes import ChildFailed
     from runner.execute.workers import steady_state_concurrently
     from tests.helpers import compose_cfg

@@ -15,7 +15,8 @@ from mlflow.entities import Run
 from omegaconf import OmegaConf
 
 from runner import compare, history, names
-from runner.config import ConfigError, TrackingConfig, load_run_spec
+from runner.config import ConfigError, TrackingConfig
+from runner.config_loading import load_run_spec
 from runner.experiment import run_experiment
 from runner.measure.stats import t_quantile
 from runner.report.reader import op_table

@@ -21,7 +21,8 @@ from runner import names
 from runner.backends.cpu import CpuBackend
 from runner.backends.neuron import NeuronBackend
 from runner.backends.peaks import datasheet_peak
-from runner.config import BackendConfig, NeuronBackendConfig, load_run_spec
+from runner.config import BackendConfig, NeuronBackendConfig
+from runner.config_loading import load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import HELPERS, REPO, STANDIN, STANDIN_PATH, all_runs, compose_cfg
 

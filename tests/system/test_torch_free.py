@@ -16,6 +16,7 @@ def test_config_and_the_core_syntax_import_without_torch() -> None:
         "import sys\n"
         "from runner.backends.cores import parse_core_range\n"
         "import runner.config\n"
+        "import runner.config_loading\n"
         "print(parse_core_range('2-3', 'backend.cores'), sorted(m for m in ('torch', 'mlflow') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)

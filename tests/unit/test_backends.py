@@ -13,7 +13,8 @@ from runner.backends.cpu import CpuBackend
 from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
 from runner.backends.registry import BACKEND_CLASSES, COMPILE_CACHES
-from runner.config import BackendConfig, load_run_spec
+from runner.config import BackendConfig
+from runner.config_loading import load_run_spec
 from runner.execute import ranks
 from runner.execute.workers import WORKER_START_ENV
 from runner.job.manifest import build_manifest

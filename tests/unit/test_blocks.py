@@ -9,7 +9,8 @@ import torch
 
 from runner.backends.cpu import CpuBackend
 from runner.compose import compose_config
-from runner.config import BackendConfig, load_run_spec
+from runner.config import BackendConfig
+from runner.config_loading import load_run_spec
 from runner.measure.build import build_workload
 from workloads.blocks import MatMul, NaiveAttention, NaiveLayerNorm, NaiveSoftmax, SwiGLU
 from workloads.llama import DecoderLayer, DecoderStack

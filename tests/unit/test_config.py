@@ -25,9 +25,8 @@ from runner.config import (
     RunSpec,
     ScheduleConfig,
     WorkloadKeys,
-    load_run_spec,
-    unknown_key,
 )
+from runner.config_loading import load_run_spec, unknown_key
 from runner.job.hashing import config_hash
 from runner.measure.build import build_workload
 from tests.helpers import compose_cfg

@@ -13,7 +13,8 @@ from runner.backends.cores import LNC_ENV, logical_nc_config
 from runner.backends.neuron import COMPILE_CACHE_URL_ENV, NeuronBackend
 from runner.backends.peaks import CHIP_TO_CHIP, INTRA_CHIP, datasheet_peak, link_between
 from runner.backends.registry import COMPILE_CACHES
-from runner.config import ConfigError, MonitorConfig, NeuronBackendConfig, load_run_spec
+from runner.config import ConfigError, MonitorConfig, NeuronBackendConfig
+from runner.config_loading import load_run_spec
 from runner.execute.monitor import plan_monitor
 from runner.execute.monitor_reader import NEURON_MONITOR
 from runner.measure.compile_cache import use_compile_cache

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import ConfigError, RunSpec, load_run_spec
+from runner.config import ConfigError, RunSpec
+from runner.config_loading import load_run_spec
 from runner.execute import plan as planning
 from runner.execute.execution import InProcess, Ranks
 from runner.execute.plan import plan

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import ConfigError, RunSpec, load_run_spec
+from runner.config import ConfigError, RunSpec
+from runner.config_loading import load_run_spec
 from runner.execute import slurm_ranks
 from runner.execute.processes import Answer, ChildFailed
 from runner.execute.slurm_ranks import RESULT_FILE, SlurmTask, check_world, lead

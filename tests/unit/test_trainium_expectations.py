@@ -13,7 +13,8 @@ from runner.backends import neuron
 from runner.backends.cores import LNC_ENV
 from runner.backends.cpu import CpuBackend
 from runner.backends.neuron_capture import EVENT_SOURCES, add_system_metrics
-from runner.config import BackendConfig, ConfigError, load_run_spec
+from runner.config import BackendConfig, ConfigError
+from runner.config_loading import load_run_spec
 from runner.measure.build import build_workload
 from tests.helpers import STANDIN, compose_cfg
 
