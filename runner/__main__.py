@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sys
 from contextlib import suppress
@@ -117,6 +118,9 @@ def cli() -> None:
     """`main`, its refusals one line (HYDRA_FULL_ERROR=1: Hydra's report); a sweep they end says so at its end."""
     record_user_environment()  # before anything imports torch, which may load torch-neuronx
     skip_final_collections()
+    # a log file that cannot be written (a full disk): logging printed a traceback per record, burying the one line
+    # that names the disk; the console handler still shows every record
+    logging.raiseExceptions = False
     wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     args = sys.argv[1:]

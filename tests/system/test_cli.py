@@ -273,6 +273,15 @@ def test_a_disk_that_fills_up_is_named_in_one_line_and_a_sweep_it_refuses_leaves
     assert all_runs(tracking_uri) == []  # as a single run's refusal: no run (the parent opened first is deleted)
 
 
+def test_a_log_file_that_cannot_be_written_prints_no_traceback(tmp_path: Path, tracking_uri: str) -> None:
+    """A full disk under the job's log file (/dev/full refuses every write): each record gave logging's 20-line
+    '--- Logging error ---' traceback; the console keeps every record."""
+    log_file = "hydra.job_logging.handlers.file.filename=/dev/full"
+    done = runner("+workload=rmsnorm_naive", *SMALL, "measure=quick", f"hydra.run.dir={tmp_path}/run", log_file)
+    assert done.returncode == 0 and "Logging error" not in done.stderr and "Traceback" not in done.stderr
+    assert "MLflow run " in done.stdout
+
+
 def test_a_bad_value_in_one_sweep_job_refuses_the_sweep_before_any_job_runs(tmp_path: Path, tracking_uri: str) -> None:
     done = runner("-m", "+workload=rmsnorm_naive", *SMALL, "schedule.active=1,0", f"hydra.sweep.dir={tmp_path}/s")
     assert done.returncode == 1 and "Traceback" not in done.stderr
