@@ -124,7 +124,7 @@ MUTANTS = [
     Mutant("hydra-escaped-not-masked", "runner/secrets.py", r"\s*\\?[=:]", r"\s*[=:]",
            ("tests/unit/test_secrets.py::test_a_sweeps_job_overrides_are_masked_as_hydra_writes_them",),
            "a sweep's job override ?token\\=abc, as Hydra escapes it, is shown"),
-    Mutant("non-finite-in-lists", "runner/config.py",
+    Mutant("non-finite-in-lists", "runner/config_loading.py",
            '''    elif isinstance(value, list):
         for index, item in enumerate(value):
             _refuse_non_finite(item, f"{key}[{index}]")
