@@ -15,7 +15,7 @@ from pathlib import Path
 
 from runner import names
 from runner.backends.base import CaptureReport
-from runner.measure.traces import read_chrome_trace
+from runner.chrome_trace import read_chrome_trace
 
 # below this fraction the run warns: the op table misses device time
 COVERAGE_WARN = 0.95

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import io
 import math
 import multiprocessing
 import os
@@ -22,13 +21,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection, wait
-from multiprocessing.context import ForkServerProcess, set_spawning_popen
-from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
-from runner.signals import raise_if_stopped, signals_held
+from runner.execute.forkserver_private import (
+    WholeRequestProcess,
+    ensure_fork_server,
+    fork_server_pid,
+    let_go_of_the_fork_server,
+)
+from runner.signals import raise_if_stopped
 
 StartMethod = Literal["spawn", "forkserver"]
 # what the fork server imports so that its children need not (named, not imported: this module
@@ -104,15 +106,6 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _let_go_of_the_fork_server() -> None:
-    """In a forked child: close its copy of the "alive" pipe, so the fork server (its parent) ends with the job."""
-    server = forkserver._forkserver
-    alive = getattr(server, "_forkserver_alive_fd", None)  # set in a forked child only
-    if alive is not None:
-        os.close(alive)
-        setattr(server, "_forkserver_alive_fd", None)  # noqa: B010  (a private attribute typeshed lacks)
-
-
 def _answer(
     target: Callable[..., Any],
     args: tuple[Any, ...],
@@ -121,7 +114,7 @@ def _answer(
     environment: dict[str, str] | None,
 ) -> None:
     """The child's main: take its environment, call the target, send its answer, and, when held, wait to be released."""
-    _let_go_of_the_fork_server()
+    let_go_of_the_fork_server()
     die_with_parent()
     if environment is not None:  # a forked child has the fork server's, fixed when the server started
         os.environ.clear()
@@ -141,9 +134,8 @@ def _answer(
 
 def start_fork_server(preload: Iterable[str] = ()) -> None:
     """Start the fork server (this environment, SIGINT ignored) early: its imports then overlap the job's work."""
-    forkserver.set_forkserver_preload([*FORK_SERVER_PRELOAD, *preload])  # read when the server starts
     with _born_ignoring_interrupts():
-        forkserver.ensure_running()
+        ensure_fork_server([*FORK_SERVER_PRELOAD, *preload])
     atexit.unregister(_end_fork_server)  # once, however often the server is asked for
     atexit.register(_end_fork_server)
 
@@ -153,44 +145,10 @@ def _end_fork_server() -> None:
 
     It holds nothing to clean up, and its children end with it (`die_with_parent`).
     """
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    if pid is not None:
+    if (pid := fork_server_pid()) is not None:
         with suppress(ProcessLookupError, ChildProcessError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-
-
-class _WholeRequestPopen(popen_forkserver.Popen):
-    """Asks the fork server for a child with stops held from the connect to the last byte of the child's data.
-
-    A stop in between left the server an empty request (Python 3.11's server dies of it, with a
-    traceback) or the forked child no data (it prints one). The wait for the fork, which can last
-    the server's preloads, stays open to a stop. The steps are `popen_forkserver.Popen._launch`'s.
-    """
-
-    def _launch(self, process_obj: BaseProcess) -> None:
-        data = io.BytesIO()
-        set_spawning_popen(self)
-        try:
-            reduction.dump(spawn.get_preparation_data(process_obj.name), data)
-            reduction.dump(process_obj, data)
-        finally:
-            set_spawning_popen(None)
-        with signals_held():
-            # _fds and close_fds are the stdlib's, which its stubs lack
-            self.sentinel, write_end = forkserver.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
-            parent_alive = os.dup(write_end)  # the child's sign that this process lives
-            close = util.close_fds  # type: ignore[attr-defined]
-            self.finalizer = util.Finalize(self, close, (parent_alive, self.sentinel))
-            with open(write_end, "wb", closefd=True) as pipe:
-                pipe.write(data.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
-
-
-class _ForkServerProcess(ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj: BaseProcess) -> popen_forkserver.Popen:
-        return _WholeRequestPopen(process_obj)
 
 
 class Child:
@@ -220,7 +178,7 @@ class Child:
         self._release: Connection | None = None
         keep, self._release = context.Pipe(duplex=False) if hold else (None, None)
         environment = _with(os.environ, env or {}) if forked else None
-        process = _ForkServerProcess if forked else context.Process
+        process = WholeRequestProcess if forked else context.Process
         self._process = process(target=_answer, args=(target, args, send, keep, environment), name=name, daemon=daemon)
         if forked:  # born of a server that ignores SIGINT; the wait for its fork must still see a stop
             self._process.start()

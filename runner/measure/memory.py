@@ -19,8 +19,8 @@ import torch
 
 from runner import names
 from runner.backends.base import Backend, MemoryHistory
+from runner.chrome_trace import read_chrome_trace
 from runner.config import ConfigError, ProfilerConfig
-from runner.measure.traces import read_chrome_trace
 
 PROFILER_SOURCE = "profiler memory events"
 MEMORY_EVENT = "[memory]"

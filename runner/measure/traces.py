@@ -7,7 +7,6 @@ pairs, keeping its time in every cycle for significance tests. Not HTA: docs/com
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections import defaultdict
@@ -15,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from runner.chrome_trace import read_chrome_trace
 
 # host spans that form the tree: ops, annotations (steps, compiled regions, optimizer), module
 # scopes; and the runtime calls that launch device work (cuda_runtime, privateuse1_runtime, ...)
@@ -172,16 +173,6 @@ def load_profile(paths: list[Path]) -> Profile:
     for node in nodes.values():  # cycles that recorded no step are not samples
         node.cycle_us = [node.cycle_us[number] for number in recorded]
     return Profile(nodes[()], steps, len(recorded))
-
-
-def read_chrome_trace(path: Path) -> dict[str, Any] | None:
-    """The Chrome trace in `path`; None when the file is other JSON, or not JSON."""
-    with path.open() as f:
-        try:
-            document = json.load(f)
-        except json.JSONDecodeError:
-            return None
-    return document if isinstance(document, dict) and "traceEvents" in document else None
 
 
 def steps_under(folder: Path) -> list[Span]:

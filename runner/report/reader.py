@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner import names
-from runner.measure.traces import read_chrome_trace
+from runner.chrome_trace import read_chrome_trace
 
 
 def label(run: Run) -> str:

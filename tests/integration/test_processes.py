@@ -256,10 +256,10 @@ def test_a_stop_python_dropped_just_before_a_wait_on_a_child_ends_the_wait(tmp_p
 def test_the_fork_server_ends_with_the_process_that_started_it() -> None:
     """Not once it has imported torch and noticed, seconds later: a stopped job leaves nothing running."""
     script = (
-        "from multiprocessing import forkserver\n"
+        "from runner.execute.forkserver_private import fork_server_pid\n"
         "from runner.execute.processes import start_fork_server\n"
         "start_fork_server()\n"
-        "print(forkserver._forkserver._forkserver_pid)\n"
+        "print(fork_server_pid())\n"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     with pytest.raises(ProcessLookupError):  # ended and reaped, while it would still be importing torch
@@ -307,11 +307,11 @@ def says_it_runs_then_hangs() -> None:
 # a parent that starts a hanging child, prints the fork server's pid (if any), and waits to be killed
 PARENT = """
 import sys, time
-from multiprocessing import forkserver
+from runner.execute.forkserver_private import fork_server_pid
 from runner.execute.processes import Child
 from tests.integration.test_processes import says_it_runs_then_hangs
 child = Child("worker", says_it_runs_then_hangs, start_method=sys.argv[1])
-print("server", forkserver._forkserver._forkserver_pid, flush=True)
+print("server", fork_server_pid(), flush=True)
 time.sleep(60)
 """
 
