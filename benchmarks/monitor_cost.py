@@ -42,12 +42,15 @@ from pathlib import Path
 import torch
 from mlflow import MlflowClient
 
+from runner.backends import neuron_monitor
 from runner.backends.cpu import CpuBackend
+from runner.backends.monitor import MonitorPlan
+from runner.backends.neuron import NeuronBackend
+from runner.backends.neuron_monitor import NAME, neuron_values
 from runner.compose import compose_config
 from runner.config import MonitorConfig
 from runner.config_loading import load_run_spec
-from runner.execute.monitor import neuron_monitor_config, system_monitor
-from runner.execute.monitor_reader import NEURON_MONITOR, neuron_values
+from runner.execute.monitor import system_monitor
 from runner.measure.build import BuiltWorkload, build_workload
 from runner.measure.loop import timed_step
 from runner.measure.stats import paired_time_ratio
@@ -59,15 +62,18 @@ EVERY_SECOND = MonitorConfig(period_s=1)
 class CpuWatchedByNeuronMonitor(CpuBackend):
     """The CPU backend with neuron-monitor as its system monitor: the Neuron sampler on a CPU job."""
 
-    system_monitor = NEURON_MONITOR
+    @classmethod
+    def system_sampler(cls, period_s: int) -> MonitorPlan:
+        """neuron-monitor, as the Neuron backend plans it where the tool is installed."""
+        return NeuronBackend.system_sampler(period_s)
 
 
 @contextmanager
 def parsed_here(folder: Path) -> Iterator[None]:
     """neuron-monitor's reports read and parsed by a thread of this process (the runner's design before the reader)."""
     config = folder / "parsed_here.json"
-    config.write_text(json.dumps(neuron_monitor_config(EVERY_SECOND.period_s or 1)))
-    monitor = subprocess.Popen([NEURON_MONITOR, "-c", str(config)], stdout=subprocess.PIPE, text=True)
+    config.write_text(json.dumps(neuron_monitor.config(EVERY_SECOND.period_s or 1)))
+    monitor = subprocess.Popen([NAME, "-c", str(config)], stdout=subprocess.PIPE, text=True)
     assert monitor.stdout is not None
     stdout = monitor.stdout
     reader = threading.Thread(target=lambda: [neuron_values(json.loads(line), os.getpid()) for line in stdout])

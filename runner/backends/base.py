@@ -16,6 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
+from runner.backends.monitor import MonitorPlan
 from runner.backends.peaks import Peak
 from runner.config import BackendConfig, ConfigError, ProfilerConfig, RunSpec
 
@@ -145,8 +146,6 @@ class Backend(ABC):
     compile_caches: ClassVar[dict[str, str]] = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
     # how a cache job counts hits and misses: "torch" (inductor's and AOT autograd's counters) or "neff" (NEFF files)
     compile_cache_counting: ClassVar[str] = "torch"
-    # the system series' sampler (runner.execute.monitor): "host", "nvml" or "neuron-monitor"
-    system_monitor: ClassVar[str] = "host"
     # what the environment manifest records for this device: variables (by prefix), Python and system packages
     manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
     manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)
@@ -323,6 +322,11 @@ class Backend(ABC):
         """
         require_complete_traces(capture_dir)
         return CaptureReport()
+
+    @classmethod
+    def system_sampler(cls, period_s: int) -> MonitorPlan:
+        """What samples the system series every `period_s` s (runner.execute.monitor), probed: here the host's /proc."""
+        return MonitorPlan("host", period_s)
 
     def manifest(self) -> dict[str, Any]:
         """Device facts for the environment manifest."""

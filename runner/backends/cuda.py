@@ -12,6 +12,8 @@ from torch.profiler import ProfilerActivity
 
 from runner import names
 from runner.backends.base import Backend, MemoryHistory, Slot
+from runner.backends.monitor import MonitorPlan
+from runner.backends.nvml import nvml_plan
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.config import BackendConfig
 
@@ -40,8 +42,6 @@ class CudaBackend(Backend):
 
     name = "cuda"
     collective_backend = "nccl"
-    # NVML (nvidia-ml-py): the GPU's utilisation, memory and power
-    system_monitor = "nvml"
     # no process_keys: CUDA reads CUDA_VISIBLE_DEVICES once per process, but a launcher's slot sets it, no config key
     manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
     # the host's clock around a synchronized step counts its launches and Python: 1.8-4.8x Timer's on an H200 (issue 48)
@@ -51,6 +51,11 @@ class CudaBackend(Backend):
     def available(cls) -> bool:
         """A CUDA device is visible to torch."""
         return torch.cuda.is_available()
+
+    @classmethod
+    def system_sampler(cls, period_s: int) -> MonitorPlan:
+        """NVML (nvidia-ml-py) beside the host: the GPU's utilisation, memory and power."""
+        return nvml_plan(period_s)
 
     @classmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:

@@ -17,6 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
+from runner.backends import neuron_monitor
 from runner.backends.base import Backend, CaptureReport, MemoryHistory, Slot, more_repeats, require_complete_traces
 from runner.backends.cores import (
     VIRTUAL_CORE_SIZE_ENV,
@@ -27,9 +28,11 @@ from runner.backends.cores import (
     parse_core_range,
     parse_cores,
 )
+from runner.backends.monitor import MonitorPlan
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.neuron_coverage import device_time_coverage, driver_events
 from runner.backends.neuron_fallback import count_fallbacks_from_now, note_cpu_fallbacks
+from runner.backends.neuron_tools import neuron_tool
 from runner.backends.peaks import Peak, datasheet_peak
 from runner.backends.user_env import ASYNC_NRT_ENV, set_by_user
 from runner.config import BackendConfig, ConfigError, NeuronBackendConfig, ProfilerConfig, RunSpec
@@ -106,8 +109,6 @@ class NeuronBackend(Backend):
                       "hlo": HLO_CACHE_ENV, "neuron_compile_cache": COMPILE_CACHE_URL_ENV}  # fmt: skip
     # torch-neuronx compiles to NEFFs in its own cache: inductor's counters stay at 0
     compile_cache_counting = "neff"
-    # the Neuron tools' neuron-monitor: NeuronCores, device memory, the runtime's latency and errors
-    system_monitor = "neuron-monitor"
     manifest_env_prefixes = ("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_")
     manifest_packages = (*Backend.manifest_packages, "torch-neuronx", "neuronx-cc", "nki", "libneuronxla")
     # Debian/RPM packages of the Neuron runtime, tools and driver
@@ -136,6 +137,14 @@ class NeuronBackend(Backend):
         except ImportError:
             return False
         return hasattr(torch, "neuron") and bool(torch_neuron().is_available())
+
+    @classmethod
+    def system_sampler(cls, period_s: int) -> MonitorPlan:
+        """The Neuron tools' neuron-monitor: NeuronCores, device memory, the runtime's latency and errors, the host."""
+        if neuron_tool(neuron_monitor.NAME) is None:
+            why = f"{neuron_monitor.NAME} is not installed (it comes with {neuron_monitor.PACKAGE})"
+            return MonitorPlan("host", period_s, missing=f"{why}: only the host's CPU and memory are sampled")
+        return MonitorPlan(neuron_monitor.NAME, period_s, tool=neuron_monitor)
 
     @classmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:

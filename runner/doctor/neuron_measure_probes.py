@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import names
+from runner.backends import neuron_monitor
 from runner.backends.base import CaptureReport
 from runner.backends.neuron import VISIBLE_CORES_ENV, NeuronBackend
 from runner.backends.neuron_fallback import note_cpu_fallbacks
@@ -18,8 +19,7 @@ from runner.backends.neuron_tools import NEURON_BIN, neuron_tool
 from runner.config import MeasureConfig, ProfilerConfig, RunSpec
 from runner.doctor.neuron_host import NeuronHost, neuron_backend, start_runtime, tiny_spec
 from runner.doctor.probe import Assumption, ProcessFailed, Verdict
-from runner.execute.monitor import NeuronMonitorSampler
-from runner.execute.monitor_reader import NEURON_MONITOR
+from runner.execute.monitor import ToolSampler
 from runner.measure.build import build_workload
 from runner.measure.loop import timed_step, warm_up
 from runner.measure.memory import recording, window_memory
@@ -52,7 +52,7 @@ def first_executions(spec: RunSpec) -> dict[str, Any]:
 def monitored_runtime(folder: Path, period_s: int) -> dict[str, Any]:
     """The runner's neuron-monitor sampler over a started runtime for two and a half periods: its series and errors."""
     start_runtime()
-    sampler = NeuronMonitorSampler(period_s, folder)
+    sampler = ToolSampler(neuron_monitor, period_s, folder)
     sampler.start()
     time.sleep(2.5 * period_s)
     samples = sampler.stop()
@@ -116,10 +116,10 @@ def probe_neuron_monitor(host: NeuronHost) -> Verdict:
     # neuron-monitor user guide ("The JSON output format"): one report per period, runtimes by pid
     check = Assumption(
         "neuron_monitor",
-        f"{NEURON_MONITOR} -c <config> prints one JSON report per period: the runtime's cores and memory by pid",
+        f"{neuron_monitor.NAME} -c <config> prints one JSON report per period: the runtime's cores and memory by pid",
     )
-    if neuron_tool(NEURON_MONITOR) is None:
-        return check.unknown(f"{NEURON_MONITOR} is neither on PATH nor in {NEURON_BIN} (aws-neuronx-tools)")
+    if neuron_tool(neuron_monitor.NAME) is None:
+        return check.unknown(f"{neuron_monitor.NAME} is neither on PATH nor in {NEURON_BIN} (aws-neuronx-tools)")
     found = host.run(monitored_runtime, host.folder("neuron_monitor"), 1, env={VISIBLE_CORES_ENV: str(host.cores[0])})
     series = [key for key in found["keys"] if key.startswith(names.SYSTEM_NEURON_PREFIX)]
     evidence = f"{found['samples']} report(s) in 2.5 s at period 1s; {len(series)} series of the runtime: " + (
@@ -129,7 +129,7 @@ def probe_neuron_monitor(host: NeuronHost) -> Verdict:
         evidence += f"; reported: {'; '.join(found['errors'])}"
     fix = (
         "monitor=every_second logs no system/neuron/ series on this host (set monitor=none): "
-        "runner/execute/monitor_reader.py neuron_values reads the guide's format"
+        "runner/backends/neuron_monitor.py neuron_values reads the guide's format"
     )
     read = names.SYSTEM_NEURON_DEVICE_BYTES in series and any(key.endswith("/utilization_pct") for key in series)
     return check.judge(read, evidence, fix, breaks_runner=True)

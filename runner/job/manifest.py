@@ -15,10 +15,10 @@ from typing import Any
 
 from runner import names
 from runner.backends.base import Backend
+from runner.backends.monitor import MonitorPlan
 from runner.backends.registry import MANIFEST_ENV_PREFIXES, MANIFEST_PACKAGES, MANIFEST_SYSTEM_PACKAGES
 from runner.config import RunSpec
-from runner.execute.monitor import NEURON_MONITOR_PACKAGE, MonitorPlan, plan_monitor
-from runner.execute.monitor_reader import NEURON_MONITOR
+from runner.execute.monitor import plan_monitor
 from runner.execute.workers import worker_start
 from runner.secrets import redact
 
@@ -59,14 +59,13 @@ def system_package_versions() -> dict[str, str | None]:
 
 
 def monitor_facts(plan: MonitorPlan | None, system_packages: Mapping[str, str | None]) -> dict[str, Any]:
-    """What sampled the system series and how often; neuron-monitor's version is its package's."""
+    """What sampled the system series and how often; a monitor tool's version (neuron-monitor's) is its package's."""
     if plan is None:
         return {"period_s": None, "source": "off (monitor.period_s is null)"}
     facts = plan.facts()
-    if plan.source == NEURON_MONITOR:
-        version = system_packages.get(NEURON_MONITOR_PACKAGE)
-        known = f"{NEURON_MONITOR_PACKAGE} {version}"
-        facts["version"] = known if version else f"unknown: dpkg and rpm know no {NEURON_MONITOR_PACKAGE}"
+    if plan.tool is not None:
+        package, version = plan.tool.PACKAGE, system_packages.get(plan.tool.PACKAGE)
+        facts["version"] = f"{package} {version}" if version else f"unknown: dpkg and rpm know no {package}"
     return facts
 
 
@@ -75,7 +74,7 @@ def build_manifest(
 ) -> dict[str, Any]:
     """Everything needed to tell two runs' environments apart, safe to publish; with `spec`, its workers' too."""
     placement = backend.placement_facts(spec) if spec is not None else {}
-    monitor = plan_monitor(spec.monitor, backend.system_monitor) if spec is not None else None
+    monitor = plan_monitor(spec.monitor, backend) if spec is not None else None
     workers = worker_start(environ)
     system_packages = system_package_versions()
     return {

@@ -14,10 +14,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from runner import names
+from runner.backends import neuron_monitor
+from runner.backends.nvml import gpu_values
 from runner.config import TrackingConfig
 from runner.config_loading import load_run_spec
 from runner.execute import monitor
-from runner.execute.monitor import NeuronMonitorSampler, PollingSampler, gpu_values
+from runner.execute.monitor import PollingSampler, ToolSampler
 from runner.experiment import run_experiment
 from runner.measure.result import SystemSample
 from runner.tracking.run import MlflowRun, ensure_experiment
@@ -135,7 +137,7 @@ def bytes_read_by_live_threads() -> int:
     return sum(int(io.read_text().split("rchar:")[1].split()[0]) for io in Path("/proc/self/task").glob("*/io"))
 
 
-def kept_a_report(sampler: NeuronMonitorSampler) -> bool:
+def kept_a_report(sampler: ToolSampler) -> bool:
     """Whether the reader has written one whole sample line (neuron-monitor reported once, the reader kept it)."""
     return sampler.samples_file.is_file() and "\n" in sampler.samples_file.read_text()
 
@@ -144,7 +146,7 @@ def test_the_standins_neuron_monitor_is_read_for_this_process_by_a_reader_and_st
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     on_standin_host(tmp_path, monkeypatch)
-    sampler = NeuronMonitorSampler(1, tmp_path)
+    sampler = ToolSampler(neuron_monitor, 1, tmp_path)
     sampler.start()
     wait_for("a report kept by the reader", lambda: kept_a_report(sampler))
     samples = sampler.stop()
@@ -173,7 +175,7 @@ def test_reports_that_grow_with_loaded_models_are_not_read_by_the_measuring_proc
     models = 3000
     on_standin_host(tmp_path, monkeypatch, NEURON_STANDIN_LOADED_MODELS=str(models))
     one_report = models * len(json.dumps(GUIDE_MODEL))  # at least: its loaded models alone
-    sampler = NeuronMonitorSampler(1, tmp_path)
+    sampler = ToolSampler(neuron_monitor, 1, tmp_path)
     before = bytes_read_by_live_threads()
     sampler.start()
     wait_for("a report kept by the reader", lambda: kept_a_report(sampler))

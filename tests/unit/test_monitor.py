@@ -15,9 +15,10 @@ from runner import names
 from runner.backends.base import Backend
 from runner.backends.cuda import CudaBackend
 from runner.backends.neuron import NeuronBackend
+from runner.backends.neuron_monitor import config, figures, neuron_values
+from runner.backends.nvml import gpu_values
 from runner.config import ConfigError, MonitorConfig
-from runner.execute.monitor import gpu_values, memory_used_bytes, neuron_monitor_config, plan_monitor
-from runner.execute.monitor_reader import figures, neuron_values
+from runner.execute.monitor import memory_used_bytes, plan_monitor
 from runner.job import config_hash
 from tests.helpers import compose_cfg
 
@@ -132,12 +133,12 @@ def test_the_reader_keeps_a_reports_figures_skips_other_lines_and_says_when_a_re
 
 
 def test_the_configuration_asks_for_the_groups_read_at_the_period() -> None:
-    config = neuron_monitor_config(3)
-    assert config["period"] == "3s"
-    assert [m["type"] for m in config["neuron_runtimes"][0]["metrics"]] == [
+    config_file = config(3)
+    assert config_file["period"] == "3s"
+    assert [m["type"] for m in config_file["neuron_runtimes"][0]["metrics"]] == [
         "neuroncore_counters", "memory_used", "execution_stats",
     ]  # fmt: skip
-    assert [m["type"] for m in config["system_metrics"]] == ["vcpu_usage", "memory_info"]
+    assert [m["type"] for m in config_file["system_metrics"]] == ["vcpu_usage", "memory_info"]
 
 
 def test_host_memory_in_use_is_total_less_available() -> None:
@@ -156,7 +157,7 @@ def test_nvml_figures_become_gpu_series_in_watts() -> None:
 
 
 def test_off_plans_nothing_and_a_period_under_a_second_is_refused() -> None:
-    assert plan_monitor(MonitorConfig(), NeuronBackend.system_monitor) is None
+    assert plan_monitor(MonitorConfig(), NeuronBackend) is None
     with pytest.raises(ConfigError, match=r"monitor\.period_s must be >= 1, got 0"):
         MonitorConfig(period_s=0)
 
@@ -164,21 +165,20 @@ def test_off_plans_nothing_and_a_period_under_a_second_is_refused() -> None:
 def test_each_backend_plans_its_monitor_and_an_absent_one_is_said_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert Backend.system_monitor == "host" and CudaBackend.system_monitor == "nvml"
     every_second = MonitorConfig(period_s=1)
-    host = plan_monitor(every_second, Backend.system_monitor)
+    host = plan_monitor(every_second, Backend)
     assert host is not None and (host.source, host.missing) == ("host", "")
     tools = tmp_path / "bin"
     tools.mkdir()
     monkeypatch.setenv("PATH", str(tools))
-    absent = plan_monitor(every_second, NeuronBackend.system_monitor)
+    absent = plan_monitor(every_second, NeuronBackend)
     assert absent is not None and absent.source == "host"
     assert absent.missing == (
         "neuron-monitor is not installed (it comes with aws-neuronx-tools): only the host's CPU and memory are sampled"
     )
     (tools / "neuron-monitor").write_text("#!/bin/sh\n")
     (tools / "neuron-monitor").chmod(0o755)
-    present = plan_monitor(every_second, NeuronBackend.system_monitor)
+    present = plan_monitor(every_second, NeuronBackend)
     assert present is not None and present.facts() == {
         "source": "neuron-monitor", "period_s": 1, "version": None, "missing": "",
     }  # fmt: skip
@@ -186,7 +186,7 @@ def test_each_backend_plans_its_monitor_and_an_absent_one_is_said_in_one_line(
 
 def test_without_nvidia_ml_py_a_gpu_job_samples_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
-    plan = plan_monitor(MonitorConfig(period_s=1), CudaBackend.system_monitor)
+    plan = plan_monitor(MonitorConfig(period_s=1), CudaBackend)
     assert plan is not None and plan.source == "host"
     assert "nvidia-ml-py is not installed: pip install nvidia-ml-py" in plan.missing
     assert "\n" not in plan.missing

@@ -16,7 +16,6 @@ from runner.backends.registry import COMPILE_CACHES
 from runner.config import ConfigError, MonitorConfig, NeuronBackendConfig
 from runner.config_loading import load_run_spec
 from runner.execute.monitor import plan_monitor
-from runner.execute.monitor_reader import NEURON_MONITOR
 from runner.measure.compile_cache import use_compile_cache
 from tests.helpers import STANDIN, compose_cfg
 
@@ -130,5 +129,5 @@ def test_a_tool_off_path_is_found_where_the_tools_install(tmp_path: Path, monkey
 def test_the_monitor_is_found_where_the_tools_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(neuron_tools, "NEURON_BIN", STANDIN / "bin")  # the stand-in's neuron-monitor
     monkeypatch.setenv("PATH", str(tmp_path))
-    plan = plan_monitor(MonitorConfig(period_s=1), NEURON_MONITOR)
-    assert plan is not None and plan.source == NEURON_MONITOR and not plan.missing
+    plan = plan_monitor(MonitorConfig(period_s=1), NeuronBackend)
+    assert plan is not None and plan.source == "neuron-monitor" and not plan.missing
