@@ -11,7 +11,7 @@ from runner.backends.base import Backend
 from runner.backends.peaks import Peak
 from runner.config import RunSpec
 from runner.execute.monitor import system_monitor
-from runner.execute.workers import steady_state_in_processes
+from runner.execute.workers import Timer, steady_state_in_processes, steady_state_timing
 from runner.measure.build import BuiltWorkload
 from runner.measure.collect import collect_result
 from runner.measure.compile_cache import cache_report
@@ -23,11 +23,12 @@ from runner.measure.result import JobResult, PhaseError, phase, timing_result
 def steady_state_source(
     spec: RunSpec, backend: Backend, workload: BuiltWorkload, timed: SteadyState | None = None
 ) -> SteadyStateSource:
-    """Who times the steady state: copies or rounds (already timed), `measure.processes` workers, or this process."""
+    """What times the steady state: copies or rounds (already `timed`), else as `steady_state_timing` says."""
     if timed is not None:
         return lambda: timed
-    if processes := backend.worker_processes(spec.measure.processes):
-        return partial(steady_state_in_processes, spec, processes)
+    timing = steady_state_timing(spec, type(backend), rounds=False)
+    if timing.timer is Timer.WORKERS:
+        return partial(steady_state_in_processes, spec, timing.processes)
     return in_this_process(workload, backend, spec)
 
 

@@ -18,7 +18,7 @@ from runner.config import ConfigError, RunSpec
 from runner.execute.execution import Execution as Execution  # re-exported: plan()'s answer, imported with it
 from runner.execute.execution import InProcess, Ranks
 from runner.execute.slurm_ranks import check_world, slurm_task
-from runner.execute.workers import prepare_workers, steady_state_concurrently
+from runner.execute.workers import Timer, prepare_workers, steady_state_concurrently, steady_state_timing
 from runner.measure.build import build_workload
 from runner.measure.compile_cache import use_compile_cache
 from runner.measure.layers import check_layer_names
@@ -41,20 +41,25 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path
     check_cache_flush(spec, type(backend))
     if spec.measure.memory_snapshot:
         memory_source(backend, spec.profiler)
+    rounds = rounds_dir / f"{config_key}.json" if rounds_dir is not None else None
+    timing = steady_state_timing(spec, type(backend), rounds is not None)
     if (task := slurm_task()) is not None:
         check_world(task, spec.distributed.ranks)
         return Ranks(_rank_spec(spec), output_dir, backend, task)
-    if spec.distributed.ranks > 1:
+    if timing.timer is Timer.RANKS:
         slots = backend.concurrent_slots(spec.distributed.ranks, "distributed.ranks")
         _note_device_profiling(spec, f"distributed.ranks={len(slots)}", first_cores(slots))
         return Ranks(_rank_spec(spec), output_dir, backend, slots)
     if isinstance(backend, NeuronBackend):
         _note_device_profiling(spec, "this job", (backend.cores or [0])[:1])
-    timed = SteadyState.load(rounds_dir / f"{config_key}.json") if rounds_dir is not None else None
-    if timed is None and backend.worker_processes(spec.measure.processes):
+    timed = SteadyState.load(rounds) if rounds is not None and timing.timer is Timer.ROUNDS else None
+    if timing.timer is Timer.ROUNDS and timed is None:  # its sweep timed no rounds, or left it out: it times its own
+        timing = steady_state_timing(spec, type(backend), rounds=False)
+    # workers and copies start from the fork server: prepared where the backend serves workers
+    if timing.timer in (Timer.WORKERS, Timer.COPIES) and backend.worker_processes(spec.measure.processes):
         prepare_workers([spec])
-    if spec.measure.copies is not None:
-        timed = steady_state_concurrently(spec, backend.concurrent_slots(spec.measure.copies))
+    if timing.timer is Timer.COPIES:
+        timed = steady_state_concurrently(spec, backend.concurrent_slots(timing.processes))
     backend.match_workers()
     workload = build_workload(spec.workload, backend)
     if spec.measure.layer_accuracy:

@@ -1,4 +1,7 @@
-"""Steady state in fresh worker processes: one after another (`measure.processes`) or side by side (`measure.copies`).
+"""Who times a job's steady state (`steady_state_timing`), and the fresh worker processes that may.
+
+The plan, the job's process and a sweep's rounds all ask `steady_state_timing`. Workers run one after another
+(`measure.processes`) or side by side (`measure.copies`).
 
 One after another, pyperf-style: a process carries state from what ran before (heap mode, thread
 pools, the profiler's initialisation), and a median that depends on it moves from run to run.
@@ -17,13 +20,14 @@ import uuid
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, replace
+from enum import Enum
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
 import torch
 
 from runner import names
-from runner.backends.base import WHOLE_MACHINE, Placement, Slot
+from runner.backends.base import WHOLE_MACHINE, Backend, Placement, Slot
 from runner.backends.registry import backend_class, make_backend
 from runner.config import ConfigError, RunSpec
 from runner.execute.processes import FORK_SERVER_PRELOAD, Child, StartMethod, start_fork_server, stop
@@ -41,6 +45,49 @@ BARRIER_TIMEOUT_S = 1800
 PROFILER_PRELOAD = ("torch._inductor",)
 # a benchmark's knob, no config key (docs/trust.md): spawn starts each worker in a new interpreter, not a fork
 WORKER_START_ENV = "RUNNER_WORKER_START"
+
+
+class Timer(Enum):
+    """Who times a job's steady state."""
+
+    RANKS = "ranks"  # each rank, in its own process
+    COPIES = "copies"  # measure.copies processes, side by side
+    ROUNDS = "rounds"  # its sweep's rounds (runner.sweep.rounds), a worker per round, interleaved with other jobs'
+    WORKERS = "workers"  # measure.processes fresh workers of the job's own, one after another
+    OWN_PROCESS = "own process"  # the job's process, which is then warm for what follows
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Who times a job's steady state, in how many processes, and why: a sweep says it for jobs not in its rounds."""
+
+    timer: Timer
+    # the rounds' or fresh workers, or the copies; 0 in the job's (or each rank's) own process
+    processes: int
+    why: str
+
+
+def steady_state_timing(spec: RunSpec, backend: type[Backend], rounds: bool) -> Timing:
+    """Who times the job's steady state on `backend`; `rounds`: its sweep times its jobs in rounds before they run.
+
+    The plan, the job's process and the sweep's rounds all ask here, so they cannot disagree on who times a job.
+
+    Raises:
+        ConfigError: measure.processes asks for worker processes that `backend` cannot serve.
+    """
+    if spec.distributed.ranks > 1:
+        return Timing(Timer.RANKS, 0, "each of its ranks times its own steps")
+    if spec.measure.copies is not None:
+        return Timing(Timer.COPIES, spec.measure.copies, "its copies time their steps side by side")
+    why = ""
+    if rounds:
+        if spec.measure.compile_cache is not None:
+            why = "its first call must find the compile caches as measure.compile_cache says"
+        elif workers := backend.round_workers(spec.measure.processes):
+            return Timing(Timer.ROUNDS, workers, "its sweep's rounds time it, interleaved with the other jobs'")
+    if processes := backend.worker_processes(spec.measure.processes):
+        return Timing(Timer.WORKERS, processes, why or f"{processes} fresh worker processes time it, one after another")
+    return Timing(Timer.OWN_PROCESS, 0, why or "measure.processes=0 times it in its own process")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner import names
-from runner.backends.base import Backend, Slot, check_cache_flush
+from runner.backends.base import Slot, check_cache_flush
 from runner.backends.neuron import trainium_generation
 from runner.backends.neuron_hbm import device_profiled, first_cores, reservation_note
 from runner.backends.registry import backend_class
@@ -29,7 +29,14 @@ from runner.config import ConfigError, RunSpec
 from runner.config_loading import load_run_spec
 from runner.execute.processes import Child, ChildFailed, ChildSilent, answered, stop
 from runner.execute.rounds import or_failure, round_orders, run_round
-from runner.execute.workers import prepare_workers, start_first_call, start_steady_state, steps
+from runner.execute.workers import (
+    Timer,
+    prepare_workers,
+    start_first_call,
+    start_steady_state,
+    steady_state_timing,
+    steps,
+)
 from runner.job import STATUS_FILE, SWEEP_ID_ENV, JobStatus, config_hash, finished_run_id, write_status
 from runner.measure.loop import RoundPlace, SteadyState, save_hung
 from runner.measure.turns import TurnsAddress
@@ -52,24 +59,6 @@ class RoundJob:
         """True when it resumes and its configuration has a FINISHED run."""
         tracking = self.spec.tracking
         return self.resume and tracking.enabled and finished_run_id(tracking, self.key) is not None
-
-
-def rounds_of(spec: RunSpec, backend: type[Backend]) -> tuple[int, str]:
-    """The rounds a job takes part in (0: none) and, for none, why it times its own steady state.
-
-    Raises:
-        ConfigError: the job cannot run here (it says so itself when it runs).
-    """
-    check_cache_flush(spec, backend)
-    if spec.measure.copies is not None:
-        return 0, "its copies time their steps side by side"
-    if spec.distributed.ranks > 1:
-        return 0, "each of its ranks times its own steps"
-    if spec.measure.compile_cache is not None:
-        return 0, "its first call must find the compile caches as measure.compile_cache says"
-    if not (processes := backend.round_workers(spec.measure.processes)):
-        return 0, "measure.processes=0 times it in its own process"
-    return processes, ""
 
 
 class JobSide:
@@ -217,13 +206,15 @@ def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | str:
     try:
         spec = load_run_spec(task)
         # the class, not a backend: making one pins this process (NEURON_RT_VISIBLE_CORES), which every job inherits
-        count, why = rounds_of(spec, backend_class(spec.backend.name))
+        backend = backend_class(spec.backend.name)
+        check_cache_flush(spec, backend)  # the job would refuse it too, once its turn came
+        timing = steady_state_timing(spec, backend, rounds=True)
     except ConfigError as err:
         raise ConfigError(f"sweep job {job_config.hydra.job.num} [{' '.join(overrides)}]: {err}") from None
-    if not count:
-        return why
+    if timing.timer is not Timer.ROUNDS:
+        return timing.why
     key = config_hash(OmegaConf.to_container(task, resolve=True))  # type: ignore[arg-type]
-    return RoundJob(name, key, spec, count, bool(task.get("resume", True)))
+    return RoundJob(name, key, spec, timing.processes, bool(task.get("resume", True)))
 
 
 def before_launch(

@@ -1,18 +1,24 @@
-"""How a job is measured, planned from its spec: one Execution per mode, refusals before any run opens."""
+"""How a job is measured, planned from its spec: who times its steady state, an Execution per mode, refusals."""
 
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import pytest
 
+from runner.backends.base import Backend
+from runner.backends.cpu import CpuBackend
+from runner.backends.neuron import NeuronBackend
 from runner.config import ConfigError, RunSpec
 from runner.config_loading import load_run_spec
 from runner.execute import plan as planning
 from runner.execute.execution import InProcess, Ranks
 from runner.execute.plan import plan
 from runner.execute.slurm_ranks import SlurmTask
+from runner.execute.workers import Timer, steady_state_timing
 from tests.helpers import REPO, compose_cfg
 
 
@@ -53,6 +59,66 @@ def test_task_0_of_a_slurm_job_plans_to_lead_its_ranks(tmp_path: Path, monkeypat
 def test_what_cannot_run_is_refused_while_planning(tmp_path: Path, overrides: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         plan(spec_of(*overrides), tmp_path)
+
+
+OWN = "measure.processes=0 times it in its own process"
+CACHE = {"compile_cache": "cold", "compile_cache_dir": "/tmp/cache"}
+CACHE_WHY = "its first call must find the compile caches as measure.compile_cache says"
+RANKS_WHY = "each of its ranks times its own steps"
+COPIES_WHY = "its copies time their steps side by side"
+ROUNDS_WHY = "its sweep's rounds time it, interleaved with the other jobs'"
+
+
+@cache
+def default_spec() -> RunSpec:
+    return spec_of()
+
+
+def spec_with(ranks: int = 1, **measure: object) -> RunSpec:
+    """The default spec with distributed.ranks and these measure keys, without composing it again."""
+    spec = default_spec()
+    return replace(spec, measure=replace(spec.measure, **measure), distributed=replace(spec.distributed, ranks=ranks))
+
+
+def workers_why(count: int) -> str:
+    return f"{count} fresh worker processes time it, one after another"
+
+
+@pytest.mark.parametrize(
+    ("keys", "backend", "rounds", "timer", "processes", "why"),
+    [
+        ({}, CpuBackend, False, Timer.WORKERS, 3, workers_why(3)),
+        ({}, CpuBackend, True, Timer.ROUNDS, 3, ROUNDS_WHY),
+        ({"processes": 0}, CpuBackend, False, Timer.OWN_PROCESS, 0, OWN),
+        ({"processes": 0}, CpuBackend, True, Timer.OWN_PROCESS, 0, OWN),
+        ({"processes": 2}, CpuBackend, False, Timer.WORKERS, 2, workers_why(2)),
+        ({"processes": 2}, CpuBackend, True, Timer.ROUNDS, 2, ROUNDS_WHY),
+        ({"ranks": 2, "processes": 0}, CpuBackend, False, Timer.RANKS, 0, RANKS_WHY),
+        ({"ranks": 2, "processes": 0}, CpuBackend, True, Timer.RANKS, 0, RANKS_WHY),
+        # both: it runs as ranks, which refuse its copies (`plan._rank_spec`)
+        ({"ranks": 2, "processes": 0, "copies": 2}, CpuBackend, True, Timer.RANKS, 0, RANKS_WHY),
+        ({"copies": 2}, CpuBackend, False, Timer.COPIES, 2, COPIES_WHY),
+        ({"copies": 2}, CpuBackend, True, Timer.COPIES, 2, COPIES_WHY),
+        (CACHE, CpuBackend, False, Timer.WORKERS, 3, workers_why(3)),
+        (CACHE, CpuBackend, True, Timer.WORKERS, 3, CACHE_WHY),
+        ({**CACHE, "processes": 0}, CpuBackend, True, Timer.OWN_PROCESS, 0, CACHE_WHY),
+        # the job's process holds the device, so it times its own; the rounds run before any job holds it
+        ({}, NeuronBackend, False, Timer.OWN_PROCESS, 0, OWN),
+        ({}, NeuronBackend, True, Timer.ROUNDS, 3, ROUNDS_WHY),
+        ({"processes": 0}, NeuronBackend, True, Timer.OWN_PROCESS, 0, OWN),
+    ],
+)
+def test_who_times_the_steady_state_is_decided_from_the_spec_the_backend_and_the_sweeps_rounds(
+    keys: dict[str, object], backend: type[Backend], rounds: bool, timer: Timer, processes: int, why: str
+) -> None:
+    timing = steady_state_timing(spec_with(**keys), backend, rounds)
+    assert (timing.timer, timing.processes, timing.why) == (timer, processes, why)
+
+
+@pytest.mark.parametrize("rounds", [False, True])
+def test_worker_processes_a_backend_cannot_serve_are_refused_whoever_would_time_them(rounds: bool) -> None:
+    with pytest.raises(ConfigError, match=r"measure.processes=2: a NeuronCore serves one process at a time"):
+        steady_state_timing(spec_with(processes=2), NeuronBackend, rounds)
 
 
 def project_modules(path: Path) -> set[str]:
