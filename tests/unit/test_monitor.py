@@ -6,6 +6,7 @@ import copy
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -190,6 +191,15 @@ def test_without_nvidia_ml_py_a_gpu_job_samples_the_host(monkeypatch: pytest.Mon
     assert plan is not None and plan.source == "host"
     assert "nvidia-ml-py is not installed: pip install nvidia-ml-py" in plan.missing
     assert "\n" not in plan.missing
+
+
+def test_a_gpu_job_samples_its_gpu_through_nvml_where_nvml_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA's sampler is NVML beside the host (no GPU here: a pynvml whose NVML starts stands in for the driver)."""
+    started = SimpleNamespace(nvmlInit=lambda: None, nvmlSystemGetDriverVersion=lambda: "580.1", NVMLError=OSError)
+    monkeypatch.setitem(sys.modules, "pynvml", started)
+    plan = plan_monitor(MonitorConfig(period_s=1), CudaBackend)
+    assert plan is not None and (plan.source, plan.missing) == ("nvml", "")
+    assert plan.version is not None and plan.version.endswith("driver 580.1")
 
 
 def test_the_monitor_leaves_the_config_hash_as_it_was_before_the_key_existed() -> None:
