@@ -7,7 +7,7 @@ speedups of the built-in and compiled RMSNorm over the naive one (and their 95% 
 round) are computed by the runner's own `compare_times` from what it logged; and an independent
 timing: `SETS` sets of fresh processes, one per variant, each set pinned as the runner's worker of
 that round (one thread on the round's core, the same malloc mode), taking turns in a fresh random
-order `TURNS` times, each turn one `torch.utils.benchmark.Timer.blocked_autorange` after the
+order `TURNS` times (`--turns`), each turn one `torch.utils.benchmark.Timer.blocked_autorange` after the
 inputs moved to new memory (the runner's `MemoryLayouts`: a process's layout moves its time, so a
 reference of a few fixed layouts is known only to 14-24%, issue 40). The Timer speedup is the
 ratio of the variants' medians over all their turns.
@@ -20,8 +20,8 @@ speedup CI against the next trial's speedup, and the share of jobs flagged `timi
 first `--shape`) one after another instead and reports their interval against the next run's median.
 `--save FILE` keeps every number as JSON, which `--report FILE` reads back.
 
-python benchmarks/speedup_fidelity.py [trials] [--quick] [--shape BxSxH ...] [--set KEY=VALUE ...] [--save FILE]
-    | --single N | --report FILE
+python benchmarks/speedup_fidelity.py [trials] [--quick] [--shape BxSxH ...] [--set KEY=VALUE ...] [--turns N]
+    [--save FILE] | --single N | --report FILE
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def answer(process: subprocess.Popen[str]) -> str:
     return line.strip()
 
 
-def timer_speedups(trial: Trial, rng: random.Random) -> None:
+def timer_speedups(trial: Trial, rng: random.Random, turns_per_set: int) -> None:
     """The independent side: per set, one fresh process per variant, taking turns; ratio of medians over all."""
     turns: dict[str, list[float]] = {name: [] for name in VARIANTS}
     per_set: dict[str, list[float]] = {name: [] for name in VARIANTS[1:]}
@@ -183,7 +183,7 @@ def timer_speedups(trial: Trial, rng: random.Random) -> None:
             for process in processes.values():
                 answer(process)  # built, first call made, warmed up
             mine: dict[str, list[float]] = {name: [] for name in VARIANTS}
-            for _ in range(TURNS):
+            for _ in range(turns_per_set):
                 for name in rng.sample(VARIANTS, len(VARIANTS)):
                     process = processes[name]
                     assert process.stdin is not None
@@ -239,7 +239,7 @@ def child(number: int, overrides: list[str]) -> None:
             print(timer.blocked_autorange(min_run_time=TURN_S).median * 1000, flush=True)
 
 
-def measure(trials: list[Trial], work: Path, extra: list[str]) -> None:
+def measure(trials: list[Trial], work: Path, extra: list[str], turns_per_set: int) -> None:
     uri = new_store(work)
     progress(f"store and sweep folders in {work}")
     rng, start = random.Random(0), time.perf_counter()
@@ -249,7 +249,7 @@ def measure(trials: list[Trial], work: Path, extra: list[str]) -> None:
             if side == "runner":
                 runner_sweep(trial, uri, work / f"trial{index}", extra)
             else:
-                timer_speedups(trial, rng)
+                timer_speedups(trial, rng, turns_per_set)
         said = ", ".join(
             f"{name}: runner {trial.speedups[name].value:.3f} [{trial.speedups[name].low:.3f}, "
             f"{trial.speedups[name].high:.3f}], Timer {trial.timer_speedups[name]:.3f}"
@@ -392,6 +392,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--single", type=int, metavar="N", help="N default single runs instead of sweeps")
     parser.add_argument("--save", type=Path, help="write every number to this JSON file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override")
+    parser.add_argument("--turns", type=int, default=TURNS, help=f"the reference's turns per set (default {TURNS})")
     parser.add_argument("--report", type=Path, help="read a --save file back and report it")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -415,7 +416,7 @@ def main() -> None:
                 shape = tuple(shapes[0]) if args.shape else None
                 single = single_runs(args.single, work, shape, args.set)  # type: ignore[arg-type]
             else:
-                measure(trials, work, args.set)
+                measure(trials, work, args.set, args.turns)
         finally:  # what was measured is kept, even when a run failed or Ctrl-C stopped it
             trials = [t for t in trials if t.jobs and t.timer_speedups]
             if args.save is not None:

@@ -37,7 +37,10 @@ RUNS: dict[str, tuple[list[str], str]] = {
     "profiler_overhead.py": (["--variant", "rmsnorm_naive", *SET_TINY], "rmsnorm_naive "),
     "runner_overhead.py": (["1", "--shape", "1", "8", "16"], "ratio runner/hand-written: "),
     "sweep_overhead.py": (["--set", "workload=rmsnorm_naive,rmsnorm_builtin", *SET_TINY], "for 2 jobs"),
-    "speedup_fidelity.py": (["1", "--shape", "1x8x16", "--save", "{tmp}/speedup.json"], "all pairs: runner speedup"),
+    "speedup_fidelity.py": (
+        ["1", "--shape", "1x8x16", "--turns", "2", "--save", "{tmp}/speedup.json"],
+        "all pairs: runner speedup",
+    ),
     "timing_factors.py": (["1", "--shape", "1x8x16", "--arm", "default"], "reference: the median of 1 Timer"),
     "timing_fidelity.py": (
         ["1", "--shape", "1x8x16", "--variant", "rmsnorm_naive", "--save", "{tmp}/fidelity.json"],
