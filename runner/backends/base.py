@@ -16,6 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
+from runner.backends.compile_cache import CompileCache
 from runner.backends.monitor import MonitorPlan
 from runner.backends.peaks import Peak
 from runner.config import BackendConfig, ConfigError, ProfilerConfig, RunSpec
@@ -142,10 +143,8 @@ class Backend(ABC):
     default_layouts: ClassVar[int] = 1
     # the torch.distributed process-group backend
     collective_backend: ClassVar[str] = "gloo"
-    # the compile caches this device's compilations fill: folder name -> the variable that moves it
-    compile_caches: ClassVar[dict[str, str]] = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
-    # how a cache job counts hits and misses: "torch" (inductor's and AOT autograd's counters) or "neff" (NEFF files)
-    compile_cache_counting: ClassVar[str] = "torch"
+    # the compile caches this device's compilations fill, what bypasses them, how a cache job counts its lookups
+    compile_cache: ClassVar[CompileCache] = CompileCache()
     # what the environment manifest records for this device: variables (by prefix), Python and system packages
     manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
     manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)

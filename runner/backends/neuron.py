@@ -29,6 +29,7 @@ from runner.backends.cores import (
     parse_cores,
 )
 from runner.backends.monitor import MonitorPlan
+from runner.backends.neuron_cache import DEFAULT_NEFF_CACHE, NEFF_CACHE_ENV, NeuronCompileCache
 from runner.backends.neuron_capture import check_capture, explorer_summary, session_dirs
 from runner.backends.neuron_coverage import device_time_coverage, driver_events
 from runner.backends.neuron_fallback import count_fallbacks_from_now, note_cpu_fallbacks
@@ -44,21 +45,6 @@ INSPECT_ENV = "NEURON_RT_INSPECT_ENABLE"
 # the runtime's implicit async mode, gone since Neuron SDK 2.31: setting it only draws the runtime's warning
 INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
-# TorchNeuron's NEFF cache (SDK:tools/neuron-explorer/environment-variables.rst; default /tmp/neff_cache, SRC)
-NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
-# TorchNeuron's local NEFF cache beside it, default /tmp/local_cache (SRC torch_neuronx/csrc/core/compilation/
-# CompilationCache.cpp), and its HLO cache: named by DOCS-latest compiler/about-compiler-artifacts (2026-11)
-# and torch/reference/env-vars ("compilation caching"), whose variable and default could not be read here;
-# the variable is the one TorchNeuron users set (inferred), its default unknown (docs/trainium.md, caches)
-NEFF_LOCAL_CACHE_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
-HLO_CACHE_ENV = "TORCH_NEURONX_HLO_CACHE_DIR"
-# the torch-xla flow's Neuron Persistent Cache, unless NEURON_CC_FLAGS sets --cache_dir
-# (SDK:about-neuron/arch/neuron-features/neuron-caching.rst)
-COMPILE_CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
-DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
-# where those caches go when nothing moves them (the HLO cache's default is unknown): a cache job must
-# leave them as they were
-DEFAULT_CACHES = (Path(DEFAULT_NEFF_CACHE), Path("/tmp/local_cache"), Path("/var/tmp/neuron-compile-cache"))
 # where Explorer gives the physical NeuronCores per logical one (profile-schema-reference.rst, Metadata)
 EXPLORER_LNC = "Explorer's Metadata.num_physical_cores"
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
@@ -105,10 +91,7 @@ class NeuronBackend(Backend):
     compile_backend = "neuron"
     # torch_neuronx registers the "neuron" process-group backend
     collective_backend = "neuron"
-    compile_caches = {**Backend.compile_caches, "neff": NEFF_CACHE_ENV, "neff_local": NEFF_LOCAL_CACHE_ENV,
-                      "hlo": HLO_CACHE_ENV, "neuron_compile_cache": COMPILE_CACHE_URL_ENV}  # fmt: skip
-    # torch-neuronx compiles to NEFFs in its own cache: inductor's counters stay at 0
-    compile_cache_counting = "neff"
+    compile_cache = NeuronCompileCache()
     manifest_env_prefixes = ("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_")
     manifest_packages = (*Backend.manifest_packages, "torch-neuronx", "neuronx-cc", "nki", "libneuronxla")
     # Debian/RPM packages of the Neuron runtime, tools and driver

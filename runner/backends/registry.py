@@ -27,7 +27,7 @@ MANIFEST_ENV_PREFIXES = _every_device(lambda cls: cls.manifest_env_prefixes)
 MANIFEST_PACKAGES = _every_device(lambda cls: cls.manifest_packages)
 MANIFEST_SYSTEM_PACKAGES = _every_device(lambda cls: cls.manifest_system_packages)
 # Every device's compile cache: they are moved before the device is chosen (choosing it loads its libraries).
-COMPILE_CACHES = {folder: variable for cls in BACKEND_CLASSES for folder, variable in cls.compile_caches.items()}
+COMPILE_CACHES = tuple(dict.fromkeys(cls.compile_cache for cls in BACKEND_CLASSES))
 
 
 def backend_class(name: str) -> type[Backend]:

@@ -22,14 +22,8 @@ from typing import Any
 import torch
 
 from runner.backends.cores import LNC_ENV, lnc_check, logical_nc_config
-from runner.backends.neuron import (
-    DEFAULT_CACHES,
-    INFLIGHT_ENV,
-    NEFF_CACHE_ENV,
-    VISIBLE_CORES_ENV,
-    NeuronBackend,
-    trainium_generation,
-)
+from runner.backends.neuron import INFLIGHT_ENV, VISIBLE_CORES_ENV, trainium_generation
+from runner.backends.neuron_cache import DEFAULT_CACHES, NEFF_CACHE_ENV, NeuronCompileCache
 from runner.backends.neuron_tools import NEURON_BIN, neuron_tool
 from runner.backends.user_env import ASYNC_NRT_ENV
 from runner.config import MeasureConfig
@@ -339,7 +333,7 @@ def probe_lnc(host: NeuronHost) -> Verdict:
 
 
 # the Neuron caches a cache job moves: TorchNeuron's (NEFF, local NEFF, HLO) and torch-xla's
-NEURON_CACHES = [NeuronBackend.compile_caches[name] for name in ("neff", "neff_local", "hlo", "neuron_compile_cache")]
+NEURON_CACHES = [NeuronCompileCache.folders[name] for name in ("neff", "neff_local", "hlo", "neuron_compile_cache")]
 
 
 def probe_compile_caches(host: NeuronHost) -> Verdict:
@@ -355,7 +349,7 @@ def probe_compile_caches(host: NeuronHost) -> Verdict:
     gained = {path: count for path, count in found["gained"].items() if count}
     evidence = f"{found['in_folder']} NEFF(s) in the job's folder; the default caches gained {gained or 'nothing'}"
     fix = (
-        "a cold job is partly warm and writes the user's cache: NeuronBackend.compile_caches misses the "
+        "a cold job is partly warm and writes the user's cache: NeuronCompileCache.folders misses the "
         "variable that moves it (another process writing those caches meanwhile reads the same)"
     )
     return check.judge(bool(found["in_folder"]) and not gained, evidence, fix, breaks_runner=True)

@@ -10,10 +10,11 @@ import pytest
 from mlflow.entities import Run
 
 from runner import names
+from runner.backends.neuron_cache import NeuronCompileCache
 from runner.backends.registry import COMPILE_CACHES
 from runner.config import ConfigError, RunSpec
 from runner.config_loading import load_run_spec
-from runner.measure.compile_cache import neff_lookups, use_compile_cache
+from runner.measure.compile_cache import use_compile_cache
 from runner.report.curves import Crossover, crossover_report, crossovers, faster, size_curves, too_few_sizes
 from runner.report.scaling import contention_onset, scaling_curves, scaling_report
 from tests.helpers import compose_cfg
@@ -133,8 +134,8 @@ def cache_spec(state: str, folder: Path, *extra: str) -> RunSpec:
 
 
 def test_a_cold_cache_must_be_fresh_and_a_warm_one_filled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in COMPILE_CACHES.values():  # restored after the test: use_compile_cache sets them
-        monkeypatch.setenv(variable, "unchanged")
+    for variable in (variable for cache in COMPILE_CACHES for variable in cache.folders.values()):
+        monkeypatch.setenv(variable, "unchanged")  # restored after the test: use_compile_cache sets them
     with pytest.raises(ConfigError, match=r"measure.compile_cache=warm: measure.compile_cache_dir=.* is empty"):
         use_compile_cache(cache_spec("warm", tmp_path / "cache"))
     use_compile_cache(cache_spec("cold", tmp_path / "cache"))
@@ -152,9 +153,9 @@ def test_neff_cache_hits_are_the_captured_neffs_the_cache_held_before(tmp_path: 
     session.mkdir(parents=True)
     for name in ("neff_11_vnc_0.neff", "neff_11_vnc_1.neff", "neff_22_vnc_0.neff", "neff_33.neff", "ntrace.pb"):
         (session / name).write_bytes(b"x")
-    metrics, _ = neff_lookups(tmp_path / "capture", neffs_new=1.0)  # three NEFFs ran, one was compiled
+    metrics, _ = NeuronCompileCache().lookups(tmp_path / "capture", neffs_new=1.0)  # three NEFFs ran, one was compiled
     assert metrics == {names.COMPILE_CACHE_HITS: 2.0, names.COMPILE_CACHE_MISSES: 1.0}
-    metrics, counted = neff_lookups(tmp_path / "no_device_capture", neffs_new=0.0)
+    metrics, counted = NeuronCompileCache().lookups(tmp_path / "no_device_capture", neffs_new=0.0)
     assert metrics == {names.COMPILE_CACHE_MISSES: 0.0} and "hits unknown: the capture holds no NEFF" in counted
 
 

@@ -11,7 +11,8 @@ import torch
 from runner import names
 from runner.backends.cpu import CpuBackend
 from runner.backends.cuda import CudaBackend
-from runner.backends.neuron import NEFF_CACHE_ENV, NeuronBackend
+from runner.backends.neuron import NeuronBackend
+from runner.backends.neuron_cache import NEFF_CACHE_ENV
 from runner.backends.registry import BACKEND_CLASSES, COMPILE_CACHES
 from runner.config import BackendConfig
 from runner.config_loading import load_run_spec
@@ -38,14 +39,14 @@ def test_a_rank_joins_the_process_group_its_backend_names(tmp_path: Path, monkey
 
 
 def test_the_cache_study_moves_every_backends_compile_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in COMPILE_CACHES.values():  # restored after the test: use_compile_cache sets them
-        monkeypatch.setenv(variable, "unchanged")
+    for variable in (variable for cache in COMPILE_CACHES for variable in cache.folders.values()):
+        monkeypatch.setenv(variable, "unchanged")  # restored after the test: use_compile_cache sets them
     root = tmp_path / "cache"
     use_compile_cache(load_run_spec(compose_cfg(
         "+workload=rmsnorm_compiled", "measure.compile_cache=cold", f"measure.compile_cache_dir={root}"
     )))  # fmt: skip
     for cls in BACKEND_CLASSES:
-        for folder, variable in cls.compile_caches.items():
+        for folder, variable in cls.compile_cache.folders.items():
             assert os.environ[variable] == str(root / folder)
     assert os.environ[NEFF_CACHE_ENV] == str(root / "neff")  # the one copy of Neuron's variable
 

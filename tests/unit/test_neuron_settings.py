@@ -10,7 +10,8 @@ import pytest
 from runner import names
 from runner.backends import neuron_tools
 from runner.backends.cores import LNC_ENV, logical_nc_config
-from runner.backends.neuron import COMPILE_CACHE_URL_ENV, NeuronBackend
+from runner.backends.neuron import NeuronBackend
+from runner.backends.neuron_cache import COMPILE_CACHE_URL_ENV
 from runner.backends.peaks import CHIP_TO_CHIP, INTRA_CHIP, datasheet_peak, link_between
 from runner.backends.registry import COMPILE_CACHES
 from runner.config import ConfigError, MonitorConfig, NeuronBackendConfig
@@ -89,8 +90,8 @@ def cold_job(root: Path) -> None:
 
 
 def test_a_cache_job_moves_the_hlo_keyed_cache_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in COMPILE_CACHES.values():  # restored after the test: use_compile_cache sets them
-        monkeypatch.setenv(variable, "/the/users/own")
+    for variable in (variable for cache in COMPILE_CACHES for variable in cache.folders.values()):
+        monkeypatch.setenv(variable, "/the/users/own")  # restored after the test: use_compile_cache sets them
     cold_job(tmp_path / "cache")
     assert Path(os.environ[COMPILE_CACHE_URL_ENV]).parent == tmp_path / "cache"
 
