@@ -33,7 +33,7 @@ def run_tags(spec: RunSpec, job: JobInfo, execution: Execution, manifest: dict[s
     return {
         names.TAG_WORKLOAD: job.workload_name,
         names.TAG_WORKLOAD_TARGET: spec.workload.target,
-        names.TAG_BACKEND: backend.name,
+        names.TAG_BACKEND: backend.traits.name,
         names.TAG_BACKEND_REQUESTED: spec.backend.name,
         names.TAG_DEVICE: backend.device_name(),
         names.TAG_PLACEMENT: backend.placement(),
@@ -127,7 +127,7 @@ def run_experiment(
     if spec.tracking.enabled and not resume:  # (a resumed job closed them above, and has no FINISHED run)
         earlier_ms = earlier_medians(close_dead_runs(spec.tracking, digest))
     manifest = build_manifest(execution.backend, spec)
-    log.info("%s on %s (%s)", job.run_name, execution.backend.name, execution.placement)
+    log.info("%s on %s (%s)", job.run_name, execution.backend.traits.name, execution.placement)
     with life.run(spec.tracking) as run:
         run.log_params(job_params(published_config, job))
         run.set_tags({**run_tags(spec, job, execution, manifest), names.TAG_CONFIG_HASH: digest})

@@ -7,7 +7,7 @@ import os
 import shutil
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -67,10 +67,10 @@ def check_cache_flush(spec: RunSpec, backend: type[Backend]) -> None:
     Raises:
         ConfigError: naming the key and the backends that flush.
     """
-    if spec.measure.flush_cache and backend.step_clock == names.STEP_CLOCK_HOST:
+    if spec.measure.flush_cache and backend.traits.step_clock == names.STEP_CLOCK_HOST:
         raise ConfigError(
-            f"measure.flush_cache=true: backend={backend.name} times each step by the host's clock, with nothing "
-            "to flush between steps; it is for a device timed by its own events (backend=cuda)"
+            f"measure.flush_cache=true: backend={backend.traits.name} times each step by the host's clock, with "
+            "nothing to flush between steps; it is for a device timed by its own events (backend=cuda)"
         )
 
 
@@ -129,39 +129,54 @@ def require_complete_traces(capture_dir: Path) -> None:
             )
 
 
+@dataclass(frozen=True)
+class DeviceTraits:
+    """What a device declares once, for its class: the defaults suit a host CPU."""
+
+    # the config name (`backend.name`)
+    name: str
+    compile_backend: str = "inductor"
+    # the torch.distributed process-group backend
+    collective_backend: str = "gloo"
+    # measure.processes when null: three fresh processes give a spread to test (README, "Numbers you can trust")
+    default_processes: int = 3
+    # measure.layouts when null: one, where moving the workload's memory was not measured to matter
+    default_layouts: int = 1
+    # whether a round's workers may be alive at once, taking turns (runner.measure.turns): a Neuron
+    # worker holds its NeuronCores for life, a GPU one a context and the workload; measured on the CPU only
+    workers_take_turns: bool = False
+    # what times the steady state's steps: the host's clock around each synchronized step, or the
+    # device's own events around steps launched back to back (`Backend.time_steps`); names.STEP_CLOCK_*
+    step_clock: str = names.STEP_CLOCK_HOST
+    # torch.profiler activities that cover this device
+    activities: tuple[ProfilerActivity, ...] = (ProfilerActivity.CPU,)
+    # the job folder's subfolder the profiler writes to, logged as an artifact folder of the same name
+    capture_folder: str = names.TRACE_FOLDER
+    # whether host-only profiler sessions may measure the profiler's own cost: they must start no device capture
+    measures_profiler_cost: bool = True
+    # what the workers' fork server imports for workers that torch.compile, so that each need not (seconds)
+    compiler_preload: tuple[str, ...] = ("torch._dynamo", "torch._inductor.compile_fx")
+    # what the environment manifest records for this device: variables (by prefix), Python and system packages
+    manifest_env_prefixes: tuple[str, ...] = ()
+    manifest_packages: tuple[str, ...] = ("torch",)
+    manifest_system_packages: tuple[str, ...] = ()
+    # Config keys this device reads once per process, with what reads them: a later job runs on the first's values
+    process_keys: Mapping[str, str] = field(default_factory=dict)
+    # Config keys that need a process no job has measured in unless they hold the value given, with why
+    fresh_process_keys: Mapping[str, tuple[object, str]] = field(
+        default_factory=lambda: {
+            "measure.compile_cache": (None, "torch's in-memory compile caches answer before the cache folders"),
+        }
+    )
+
+
 class Backend(ABC):
     """One device kind. Subclasses override what differs from a host CPU."""
 
-    name: ClassVar[str]
-    compile_backend: ClassVar[str] = "inductor"
-    # measure.processes when null: three fresh processes give a spread to test (README, "Numbers you can trust")
-    default_processes: ClassVar[int] = 3
-    # whether a round's workers may be alive at once, taking turns (runner.measure.turns): a Neuron
-    # worker holds its NeuronCores for life, a GPU one a context and the workload; measured on the CPU only
-    workers_take_turns: ClassVar[bool] = False
-    # measure.layouts when null: one, where moving the workload's memory was not measured to matter
-    default_layouts: ClassVar[int] = 1
-    # the torch.distributed process-group backend
-    collective_backend: ClassVar[str] = "gloo"
+    # what this device declares, fixed for its class
+    traits: ClassVar[DeviceTraits]
     # the compile caches this device's compilations fill, what bypasses them, how a cache job counts its lookups
     compile_cache: ClassVar[CompileCache] = CompileCache()
-    # what the environment manifest records for this device: variables (by prefix), Python and system packages
-    manifest_env_prefixes: ClassVar[tuple[str, ...]] = ()
-    manifest_packages: ClassVar[tuple[str, ...]] = ("torch",)
-    manifest_system_packages: ClassVar[tuple[str, ...]] = ()
-    # whether host-only profiler sessions may measure the profiler's own cost: they must start no device capture
-    measures_profiler_cost: ClassVar[bool] = True
-    # what the workers' fork server imports for workers that torch.compile, so that each need not (seconds)
-    compiler_preload: ClassVar[tuple[str, ...]] = ("torch._dynamo", "torch._inductor.compile_fx")
-    # what times the steady state's steps: the host's clock around each synchronized step, or the
-    # device's own events around steps launched back to back (`time_steps`); names.STEP_CLOCK_*
-    step_clock: ClassVar[str] = names.STEP_CLOCK_HOST
-    # Config keys this device reads once per process, with what reads them: a later job runs on the first's values
-    process_keys: ClassVar[dict[str, str]] = {}
-    # Config keys that need a process no job has measured in unless they hold the value given, with why
-    fresh_process_keys: ClassVar[dict[str, tuple[object, str]]] = {
-        "measure.compile_cache": (None, "torch's in-memory compile caches answer before the cache folders"),
-    }
 
     def __init__(self, config: BackendConfig) -> None:
         self.config = config
@@ -193,23 +208,7 @@ class Backend(ABC):
                 f"measure.processes={requested}: with distributed.ranks={ranks} each rank times its "
                 "steps in its own process; use measure.processes=0 and measure.repeats for a spread"
             )
-        return cls.default_processes if requested is None else requested
-
-    @classmethod
-    def memory_layouts(cls, requested: int | None) -> int:
-        """The stretches a process's timed steps run in, each in memory of its own (runner.measure.layouts).
-
-        Workers forked from one server share its heap's layout (benchmarks/timing_factors.py, docs/trust.md).
-        """
-        return cls.default_layouts if requested is None else requested
-
-    @classmethod
-    def round_workers(cls, requested: int | None) -> int:
-        """The workers a sweep's rounds time a job's steady state in (0: the job times its own).
-
-        The rounds run before any job holds the device, so even a device whose job process holds it has worker rounds.
-        """
-        return cls.default_processes if requested is None else cls.worker_processes(requested)
+        return cls.traits.default_processes if requested is None else requested
 
     def steadier_measurement(self, spec: RunSpec) -> str:
         """What to rerun an unstable job with: more worker processes (for ranks or copies, more repeats)."""
@@ -227,7 +226,7 @@ class Backend(ABC):
         slots = self.copy_slots(count)
         if len(slots) < count:
             raise ConfigError(
-                f"{key}={count}: {self.name} has {len(slots)} share(s) to run them on "
+                f"{key}={count}: {self.traits.name} has {len(slots)} share(s) to run them on "
                 f"({'; '.join(slot.name for slot in slots)})"
             )
         return slots[:count]
@@ -280,20 +279,12 @@ class Backend(ABC):
         return times
 
     def time_steps(self, step: Callable[[], object], count: int, flush_cache: bool) -> list[float]:
-        """The steady state's times of `count` steps in ms, by `step_clock`: here the synchronized steps'.
+        """The steady state's times of `count` steps in ms, by `traits.step_clock`: here the synchronized steps'.
 
         On a host CPU the step is the device's work: nothing is queued that a synchronize would wait for.
-        `flush_cache` is refused before a job runs where `step_clock` is the host's (runner.execute.plan).
+        `flush_cache` is refused before a job runs where `traits.step_clock` is the host's (runner.execute.plan).
         """
         return self.synchronized_steps(step, count)
-
-    def activities(self) -> list[ProfilerActivity]:
-        """torch.profiler activities that cover this device."""
-        return [ProfilerActivity.CPU]
-
-    def capture_dir(self, output_dir: Path) -> Path:
-        """Where the profiler writes; logged as an artifact folder of the same name."""
-        return output_dir / names.TRACE_FOLDER
 
     def profiler_kwargs(self, profiler: ProfilerConfig, capture_dir: Path) -> dict[str, Any]:
         """Extra torch.profiler.profile arguments: here, an exporter of each cycle's trace; every cycle's events kept.

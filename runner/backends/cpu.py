@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from runner import names
-from runner.backends.base import WHOLE_MACHINE, Backend, Placement, Slot
+from runner.backends.base import WHOLE_MACHINE, Backend, DeviceTraits, Placement, Slot
 from runner.backends.cores import format_cores, parse_cores
 from runner.backends.peaks import Peak, cpu_peak, threads_words
 from runner.config import BackendConfig, RunSpec
@@ -37,17 +37,17 @@ def own_cores() -> list[int]:
 class CpuBackend(Backend):
     """Host CPU: CPU activity only, a Chrome trace per profiler cycle."""
 
-    name = "cpu"
-    # where a process's tensors land moved its median about 11% on the 2-core host; 8 layouts: 0-5% (docs/trust.md)
-    default_layouts = 8
-    workers_take_turns = True
-    manifest_env_prefixes = ("OMP_NUM_THREADS", CORES_VARIABLE)
-    # a job's process takes its workers' torch threads (`match_workers`), which a later job in it starts from
-    process_keys: ClassVar[dict[str, str]] = {
-        "backend.cpu_placement": "torch's threads in this process are that job's workers'",
-    }
-    # and inductor's probe of the CPU's vector instruction sets, which each process would run again
-    compiler_preload = (*Backend.compiler_preload, "runner.backends.cpu_compiler_probe")
+    traits = DeviceTraits(
+        name="cpu",
+        # where a process's tensors land moved its median about 11% on the 2-core host; 8 layouts: 0-5% (docs/trust.md)
+        default_layouts=8,
+        workers_take_turns=True,
+        # and inductor's probe of the CPU's vector instruction sets, which each process would run again
+        compiler_preload=(*DeviceTraits.compiler_preload, "runner.backends.cpu_compiler_probe"),
+        manifest_env_prefixes=("OMP_NUM_THREADS", CORES_VARIABLE),
+        # a job's process takes its workers' torch threads (`match_workers`), which a later job in it starts from
+        process_keys={"backend.cpu_placement": "torch's threads in this process are that job's workers'"},
+    )
 
     @classmethod
     def available(cls) -> bool:

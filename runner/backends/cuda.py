@@ -11,7 +11,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from runner import names
-from runner.backends.base import Backend, MemoryHistory, Slot
+from runner.backends.base import Backend, DeviceTraits, MemoryHistory, Slot
 from runner.backends.monitor import MonitorPlan
 from runner.backends.nvml import nvml_plan
 from runner.backends.peaks import Peak, datasheet_peak
@@ -40,12 +40,16 @@ def _visible_gpus() -> list[str]:
 class CudaBackend(Backend):
     """CUDA activity, torch.cuda.synchronize before clocks and profiler steps."""
 
-    name = "cuda"
-    collective_backend = "nccl"
-    # no process_keys: CUDA reads CUDA_VISIBLE_DEVICES once per process, but a launcher's slot sets it, no config key
-    manifest_env_prefixes = (VISIBLE_DEVICES_ENV,)
-    # the host's clock around a synchronized step counts its launches and Python: 1.8-4.8x Timer's on an H200 (issue 48)
-    step_clock = names.STEP_CLOCK_DEVICE
+    traits = DeviceTraits(
+        name="cuda",
+        collective_backend="nccl",
+        # the host's clock around a synchronized step counts its launches and Python: 1.8-4.8x Timer's on an H200
+        # (issue 48)
+        step_clock=names.STEP_CLOCK_DEVICE,
+        activities=(ProfilerActivity.CPU, ProfilerActivity.CUDA),
+        # no process_keys: CUDA reads CUDA_VISIBLE_DEVICES once per process, but a launcher's slot sets it, not a key
+        manifest_env_prefixes=(VISIBLE_DEVICES_ENV,),
+    )
 
     @classmethod
     def available(cls) -> bool:
@@ -112,10 +116,6 @@ class CudaBackend(Backend):
             spans = list(itertools.pairwise(marks))
         self.synchronize()
         return [start.elapsed_time(end) for start, end in spans]
-
-    def activities(self) -> list[ProfilerActivity]:
-        """CPU ops plus CUDA kernels and memcpys."""
-        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
     def reset_peak_memory(self) -> None:
         """Reset the CUDA caching allocator's peak."""

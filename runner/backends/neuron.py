@@ -18,7 +18,15 @@ from torch.profiler import ProfilerActivity
 
 from runner import names
 from runner.backends import neuron_monitor
-from runner.backends.base import Backend, CaptureReport, MemoryHistory, Slot, more_repeats, require_complete_traces
+from runner.backends.base import (
+    Backend,
+    CaptureReport,
+    DeviceTraits,
+    MemoryHistory,
+    Slot,
+    more_repeats,
+    require_complete_traces,
+)
 from runner.backends.cores import (
     VIRTUAL_CORE_SIZE_ENV,
     consecutive_runs,
@@ -86,31 +94,33 @@ def contiguous_groups(cores: list[int], size: int) -> list[list[int]]:
 class NeuronBackend(Backend):
     """Trainium NeuronCores through torch-neuronx (TorchNeuron, PrivateUse1 device 'neuron')."""
 
-    name = "neuron"
+    traits = DeviceTraits(
+        # torch_neuronx registers the "neuron" process-group backend; PrivateUse1: the runtime's and device's activity
+        name="neuron", compile_backend="neuron", collective_backend="neuron",
+        activities=(ProfilerActivity.CPU, ProfilerActivity.PrivateUse1),
+        # NeuronConfig.profile_output_dir: the job's own folder; a host-only session would start a runtime capture
+        # too: the Neuron profiler maps Kineto's CPU_OP to the runtime's cpu_util (neuron-profiling.md §1.5),
+        # written to ./output
+        capture_folder=names.NEURON_PROFILE_FOLDER, measures_profiler_cost=False,
+        manifest_env_prefixes=("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_"),
+        manifest_packages=(*DeviceTraits.manifest_packages, "torch-neuronx", "neuronx-cc", "nki", "libneuronxla"),
+        # Debian/RPM packages of the Neuron runtime, tools and driver
+        manifest_system_packages=("aws-neuronx-runtime-lib", "aws-neuronx-tools", "aws-neuronx-dkms",
+                                  "aws-neuronx-collectives"),
+        # NRT is "controlled through environment variables at the process level" (its configuration guide)
+        process_keys={
+            "backend.cores": f"the Neuron runtime reads {VISIBLE_CORES_ENV} once and holds those NeuronCores",
+            "backend.async_runtime": f"torch-neuronx reads {ASYNC_NRT_ENV} once per process",
+        },
+        fresh_process_keys={
+            "measure.compile_cache": (None, f"torch-neuronx reads {NEFF_CACHE_ENV} once per process and torch's "
+                                      "in-memory compile caches answer before the cache folders"),
+            "measure.copies": (None, "the copies need NeuronCores an earlier job's runtime in this process may hold"),
+            "distributed.ranks": (1, "the ranks need NeuronCores an earlier job's runtime in this process may hold"),
+        },
+    )  # fmt: skip
     config: NeuronBackendConfig
-    compile_backend = "neuron"
-    # torch_neuronx registers the "neuron" process-group backend
-    collective_backend = "neuron"
     compile_cache = NeuronCompileCache()
-    manifest_env_prefixes = ("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_")
-    manifest_packages = (*Backend.manifest_packages, "torch-neuronx", "neuronx-cc", "nki", "libneuronxla")
-    # Debian/RPM packages of the Neuron runtime, tools and driver
-    manifest_system_packages = ("aws-neuronx-runtime-lib", "aws-neuronx-tools", "aws-neuronx-dkms",
-                                "aws-neuronx-collectives")  # fmt: skip
-    # a host-only session would start a runtime capture too: the Neuron profiler maps Kineto's CPU_OP to
-    # the runtime's cpu_util (neuron-profiling.md §1.5), written to ./output
-    measures_profiler_cost = False
-    # NRT is "controlled through environment variables at the process level" (its configuration guide)
-    process_keys = {
-        "backend.cores": f"the Neuron runtime reads {VISIBLE_CORES_ENV} once and holds those NeuronCores",
-        "backend.async_runtime": f"torch-neuronx reads {ASYNC_NRT_ENV} once per process",
-    }
-    fresh_process_keys = {
-        "measure.compile_cache": (None, f"torch-neuronx reads {NEFF_CACHE_ENV} once per process and torch's "
-                                  "in-memory compile caches answer before the cache folders"),
-        "measure.copies": (None, "the copies need NeuronCores an earlier job's runtime in this process may hold"),
-        "distributed.ranks": (1, "the ranks need NeuronCores an earlier job's runtime in this process may hold"),
-    }  # fmt: skip
 
     @classmethod
     def available(cls) -> bool:
@@ -261,14 +271,6 @@ class NeuronBackend(Backend):
     def synchronize(self) -> None:
         """Neuron executes asynchronously: wait, or device time comes out empty or wrong."""
         torch_neuron().synchronize()
-
-    def activities(self) -> list[ProfilerActivity]:
-        """CPU for framework ops, PrivateUse1 for Neuron runtime and device activity."""
-        return [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
-
-    def capture_dir(self, output_dir: Path) -> Path:
-        """NeuronConfig.profile_output_dir: the job's own folder, logged as neuron_profile/."""
-        return output_dir / names.NEURON_PROFILE_FOLDER
 
     def capture_cores(self, profiler: ProfilerConfig) -> str:
         """profiler.capture_enabled_for_nc, defaulting to the core the job executes on.

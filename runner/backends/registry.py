@@ -23,9 +23,9 @@ def _every_device(values: Callable[[type[Backend]], tuple[str, ...]]) -> tuple[s
 
 
 # Every device's, whichever runs the job: two jobs' manifests then compare key for key.
-MANIFEST_ENV_PREFIXES = _every_device(lambda cls: cls.manifest_env_prefixes)
-MANIFEST_PACKAGES = _every_device(lambda cls: cls.manifest_packages)
-MANIFEST_SYSTEM_PACKAGES = _every_device(lambda cls: cls.manifest_system_packages)
+MANIFEST_ENV_PREFIXES = _every_device(lambda cls: cls.traits.manifest_env_prefixes)
+MANIFEST_PACKAGES = _every_device(lambda cls: cls.traits.manifest_packages)
+MANIFEST_SYSTEM_PACKAGES = _every_device(lambda cls: cls.traits.manifest_system_packages)
 # Every device's compile cache: they are moved before the device is chosen (choosing it loads its libraries).
 COMPILE_CACHES = tuple(dict.fromkeys(cls.compile_cache for cls in BACKEND_CLASSES))
 
@@ -38,12 +38,12 @@ def backend_class(name: str) -> type[Backend]:
     """
     if name == "auto":
         return next(cls for cls in BACKEND_CLASSES if cls.available())
-    by_name = {cls.name: cls for cls in BACKEND_CLASSES}
+    by_name = {cls.traits.name: cls for cls in BACKEND_CLASSES}
     if name not in by_name:
         raise ConfigError(f"backend.name={name!r} is not allowed; choose one of: {', '.join(BACKENDS)}")
     cls = by_name[name]
     if cls is not NeuronBackend and not cls.available():  # NeuronBackend says why itself
-        usable = ", ".join(["auto", *(c.name for c in BACKEND_CLASSES if c.available())])
+        usable = ", ".join(["auto", *(c.traits.name for c in BACKEND_CLASSES if c.available())])
         raise ConfigError(f"backend={name}: no {name} device is visible (allowed here: {usable})")
     return cls
 

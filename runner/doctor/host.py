@@ -26,7 +26,7 @@ CALIBRATION_DRIFT = 0.25
 
 def usable_backends() -> tuple[list[str], str]:
     """The backends whose device this process sees, and what backend=auto resolves to."""
-    return [cls.name for cls in BACKEND_CLASSES if cls.available()], backend_class("auto").name
+    return [cls.traits.name for cls in BACKEND_CLASSES if cls.available()], backend_class("auto").traits.name
 
 
 def _command(*argv: str) -> tuple[bool, str]:

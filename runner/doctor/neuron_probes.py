@@ -103,7 +103,7 @@ def _rank_joins(timeout_s: float) -> dict[str, Any]:
 
     backend = neuron_backend()
     runtime_before = bool(neuron_module().is_initialized())
-    dist.init_process_group(backend.collective_backend, timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(backend.traits.collective_backend, timeout=timedelta(seconds=timeout_s))
     try:
         total = torch.ones(1).to(backend.device)
         dist.all_reduce(total)

@@ -45,7 +45,7 @@ def measure_job(
     Raises:
         PhaseError: a phase failed; it names the phase and carries what the phases before it measured.
     """
-    capture_dir = backend.capture_dir(output_dir)
+    capture_dir = output_dir / backend.traits.capture_folder
     # a folder used again (a resumed job, a hydra.run.dir given twice) must not hand this run old traces
     memory_dir = output_dir / names.MEMORY_FOLDER
     for folder in (capture_dir, memory_dir):

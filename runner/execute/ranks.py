@@ -85,7 +85,7 @@ def measure_rank(spec: RunSpec, output_dir: Path, rank: int) -> JobResult:
     backend = make_backend(spec.backend)
     timeout = timedelta(seconds=spec.distributed.timeout_s)
     try:
-        dist.init_process_group(backend.collective_backend, timeout=timeout)
+        dist.init_process_group(backend.traits.collective_backend, timeout=timeout)
         workload = build_workload(spec.workload, backend)
         peak = resolve_peak(spec.measure.peak, backend, spec.workload.dtype)
         return measure_job(spec, output_dir / rank_folder(rank), backend, workload, peak, None)

@@ -59,7 +59,7 @@ def serve(overrides: list[str], requests: IO[str], answers: IO[str]) -> int:
     except Exception as err:  # noqa: BLE001  (bad config, an unknown option: the client reports it)
         _say(answers, {"error": refusal(err) if isinstance(err, CompactHydraException) else one_line(err)})
         return 1
-    _say(answers, {"ready": True, "turns": backend.workers_take_turns})
+    _say(answers, {"ready": True, "turns": backend.traits.workers_take_turns})
     for line in requests:
         request = json.loads(line)
         turns_at = TurnsAddress(request["turns"], request["name"]) if "turns" in request else None

@@ -83,7 +83,12 @@ def steady_state_timing(spec: RunSpec, backend: type[Backend], rounds: bool) -> 
     if rounds:
         if spec.measure.compile_cache is not None:
             why = "its first call must find the compile caches as measure.compile_cache says"
-        elif workers := backend.round_workers(spec.measure.processes):
+        # the rounds run before any job holds the device: even a device whose job process holds it has worker rounds
+        elif workers := (
+            backend.traits.default_processes
+            if spec.measure.processes is None
+            else backend.worker_processes(spec.measure.processes)
+        ):
             return Timing(Timer.ROUNDS, workers, "its sweep's rounds time it, interleaved with the other jobs'")
     if processes := backend.worker_processes(spec.measure.processes):
         return Timing(Timer.WORKERS, processes, why or f"{processes} fresh worker processes time it, one after another")
@@ -172,7 +177,7 @@ def prepare_workers(specs: list[RunSpec]) -> None:
     if worker_start().method == "forkserver":
         compiling = [] if device_runtime_installed() else [spec for spec in specs if spec.workload.compile]
         compiled = {backend_class(spec.backend.name) for spec in compiling}
-        preload = dict.fromkeys(module for backend in compiled for module in backend.compiler_preload)
+        preload = dict.fromkeys(module for backend in compiled for module in backend.traits.compiler_preload)
         start_fork_server(preload)
         profiled = PROFILER_PRELOAD if any(spec.profiler.enabled for spec in specs) else ()
         for module in (*profiled, *preload):

@@ -24,9 +24,9 @@ def own_process_keys(backends: list[type[Backend]], swept: list[str], fixed: Dic
     """
     if not swept:  # a sweep that varies nothing is one job, which has its process to itself
         return []
-    keys = [key for cls in backends for key in cls.process_keys if key in swept]
+    keys = [key for cls in backends for key in cls.traits.process_keys if key in swept]
     for cls in backends:
-        keys += [key for key, (shared, _) in cls.fresh_process_keys.items()
+        keys += [key for key, (shared, _) in cls.traits.fresh_process_keys.items()
                  if key in swept or OmegaConf.select(fixed, key) != shared]  # fmt: skip
     return list(dict.fromkeys(keys))
 
@@ -57,17 +57,19 @@ class SharedProcess:
             with suppress(ConfigError):  # a device that is not here measured nothing
                 cls = _backend_class(backend)
                 self.first_job = self.first_job or name
-                self.held.setdefault(cls.name, (name, {key: _value(config, key) for key in cls.process_keys}))
+                self.held.setdefault(
+                    cls.traits.name, (name, {key: _value(config, key) for key in cls.traits.process_keys})
+                )
 
     def _refuse_change(self, cls: type[Backend], config: dict[str, Any]) -> None:
-        for key, (shared, why) in cls.fresh_process_keys.items():
+        for key, (shared, why) in cls.traits.fresh_process_keys.items():
             if (value := _value(config, key)) != shared:
                 raise ConfigError(
                     f"{key}={value} needs a process no job has measured in ({why}), and this process ran "
                     f"'{self.first_job}' already: run the sweep with {ISOLATED_LAUNCHER} (a fresh process per job)"
                 )
-        first, held = self.held.get(cls.name, ("", {}))
-        for key, why in cls.process_keys.items():
+        first, held = self.held.get(cls.traits.name, ("", {}))
+        for key, why in cls.traits.process_keys.items():
             if key in held and (value := _value(config, key)) != held[key]:
                 raise ConfigError(
                     f"{key}={value}: this process ran '{first}' with {key}={held[key]} already and "

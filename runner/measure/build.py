@@ -110,6 +110,6 @@ def build_workload(spec: WorkloadSpec, backend: Backend) -> BuiltWorkload:
     eager = module.to(backend.device, dtype).eval()
     compiled = eager
     if spec.compile:
-        compiled = torch.compile(eager, backend=backend.compile_backend)  # type: ignore[assignment]
+        compiled = torch.compile(eager, backend=backend.traits.compile_backend)  # type: ignore[assignment]
     step = train_step(eager, compiled, inputs, spec) if spec.mode == "train_step" else forward_step(compiled, inputs)
     return BuiltWorkload(module=compiled, eager=eager, inputs=inputs, step=step)

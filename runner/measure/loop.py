@@ -159,7 +159,7 @@ def timed_steps(
 
     The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`).
     """
-    stretches = min(backend.memory_layouts(spec.measure.layouts), steps)
+    stretches = min(spec.measure.layouts or backend.traits.default_layouts, steps)
     layouts = MemoryLayouts(workload.inputs)
     samples: list[float] = []
     progress = Progress(phase, steps)

@@ -57,7 +57,7 @@ def memory_source(backend: Backend, profiler: ProfilerConfig) -> str:
     if profiler.enabled and profiler.profile_memory:
         return PROFILER_SOURCE
     raise ConfigError(
-        f"measure.memory_snapshot=true: backend={backend.name} keeps no allocation history, so it reads the "
+        f"measure.memory_snapshot=true: backend={backend.traits.name} keeps no allocation history, so it reads the "
         "profiler's memory events, which are off here; set profiler.enabled=true and profiler.profile_memory=true, "
         "or measure.memory_snapshot=false"
     )

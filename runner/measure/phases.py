@@ -120,7 +120,7 @@ def measure(
         return timing_result(spec, backend, stamped(), capture_dir)
 
     # device events timed the steady state, not what the host waits for a step: the synchronized step is timed here
-    device_clocked = backend.step_clock != names.STEP_CLOCK_HOST
+    device_clocked = backend.traits.step_clock != names.STEP_CLOCK_HOST
     call_s = 0.0
     if device_clocked or not steady.in_job_process:
         # this process sat idle since its first call: the window would read it cold (threads asleep, caches cold)
@@ -135,7 +135,7 @@ def measure(
         with phase("throughput", so_far):
             measured.block_s = queued_blocks(workload, backend, spec)
         measured.inflight = spec.measure.inflight
-    if spec.profiler.enabled and backend.measures_profiler_cost:
+    if spec.profiler.enabled and backend.traits.measures_profiler_cost:
         with phase("profiler cost", so_far):
             measured.profiler_cost = profiler_cost(workload, backend, spec.profiler)
     history = backend.memory_history() if spec.measure.memory_snapshot else None

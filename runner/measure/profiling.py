@@ -100,7 +100,7 @@ def build_profiler(
     if schedule.repeat > 1:
         kwargs["acc_events"] = True
     return torch.profiler.profile(
-        activities=backend.activities(), schedule=make_schedule(schedule), **host_options(profiler), **kwargs
+        activities=list(backend.traits.activities), schedule=make_schedule(schedule), **host_options(profiler), **kwargs
     )
 
 

@@ -134,7 +134,7 @@ def timing_result(spec: RunSpec, backend: Backend, measurement: Measurement, cap
     device_time = "reported" if measurement.table.has_device_time else "absent: the profiler reported no device time"
     tags: dict[str, Any] = {names.TAG_TOP_OP: next(iter(by_op), None), names.TAG_DEVICE_TIME: device_time}
     flushed = ", cache flushed before each step" if spec.measure.flush_cache else ""
-    tags[names.TAG_STEP_CLOCK] = backend.step_clock + flushed
+    tags[names.TAG_STEP_CLOCK] = backend.traits.step_clock + flushed
     metrics.update(wall_breakdown(metrics))
     synchronized_ms = metrics.get(names.SYNC_STEP_MS, metrics[names.STEP_MEDIAN_MS])
     window_metrics, window_tags = profiled_window_report(spec, measurement, synchronized_ms)

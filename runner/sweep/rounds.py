@@ -129,7 +129,7 @@ def time_rounds(
         if slots:
             results = _round_in_slots(jobs, order, number, slots, timeout_s)
         else:
-            in_turns = all(backend_class(jobs[job].spec.backend.name).workers_take_turns for job in order)
+            in_turns = all(backend_class(jobs[job].spec.backend.name).traits.workers_take_turns for job in order)
             results = run_round([JobSide(job, jobs[job]) for job in order], number, in_turns, timeout_s)
         for position, (job, samples) in enumerate(zip(order, results, strict=True), 1):
             if isinstance(samples, ChildSilent):

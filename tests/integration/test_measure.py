@@ -13,6 +13,7 @@ import signal
 import statistics
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -292,7 +293,7 @@ def test_the_inputs_move_to_new_memory_between_stretches_and_keep_their_values()
     recorded_steady_state("measure.warmup=0", "measure.steps=16")
     addresses = [address for address, _ in RecordingModule.seen]
     moves = sum(address != before for before, address in zip(addresses, addresses[1:], strict=False))
-    assert moves + 1 == CpuBackend.default_layouts == 8
+    assert moves + 1 == CpuBackend.traits.default_layouts == 8
 
 
 def test_workers_taking_turns_run_their_warm_ups_and_stretches_one_at_a_time() -> None:
@@ -553,7 +554,7 @@ def test_non_finite_output_is_tagged_for_any_workload(tmp_path: Path) -> None:
 class DeviceClocked(CpuBackend):
     """The CPU with a device clock that reads every step as DEVICE_MS, as CUDA events would time it."""
 
-    step_clock = names.STEP_CLOCK_DEVICE
+    traits = replace(CpuBackend.traits, step_clock=names.STEP_CLOCK_DEVICE)
     DEVICE_MS = 0.005
     blocks: ClassVar[list[tuple[int, bool]]] = []
 

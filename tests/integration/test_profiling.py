@@ -36,7 +36,7 @@ def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
 
 def unprofiled_calls(spec: RunSpec) -> int:
     """The steady state's calls: per repeat, its warm-up, its steps and the settling calls after each move of memory."""
-    settling = SETTLE_CALLS * (CpuBackend.memory_layouts(spec.measure.layouts) - 1)
+    settling = SETTLE_CALLS * ((spec.measure.layouts or CpuBackend.traits.default_layouts) - 1)
     return (spec.measure.warmup + spec.measure.steps + settling) * spec.measure.repeats
 
 

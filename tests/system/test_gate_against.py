@@ -72,7 +72,7 @@ def test_a_baseline_whose_server_cannot_take_turns_runs_one_worker_after_the_oth
     repo = project_repository(tmp_path / "before-turns")
     server = repo / "runner" / "execute" / "serve.py"
     current = server.read_text()
-    ready = '{"ready": True, "turns": backend.workers_take_turns}'
+    ready = '{"ready": True, "turns": backend.traits.workers_take_turns}'
     assert ready in current
     server.write_text(current.replace(ready, '{"ready": True}'))  # what a server from before turns says
     commit(repo, "a server that cannot take turns")

@@ -313,8 +313,8 @@ def test_compile_uses_the_backends_compiler(monkeypatch: pytest.MonkeyPatch) -> 
         return module
 
     monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(CpuBackend, "traits", NeuronBackend.traits)
     backend = CpuBackend(BackendConfig(name="cpu"))
-    backend.compile_backend = NeuronBackend.compile_backend
     build_workload(load_run_spec(compose_cfg("+workload=rmsnorm_compiled")).workload, backend)
     assert seen == {"backend": "neuron"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def test_a_rank_joins_the_process_group_its_backend_names(tmp_path: Path, monkey
         raise Joined(backend)
 
     monkeypatch.setattr(ranks.dist, "init_process_group", init_process_group)
-    monkeypatch.setattr(CpuBackend, "collective_backend", "a-test-backend")
+    monkeypatch.setattr(CpuBackend, "traits", replace(CpuBackend.traits, collective_backend="a-test-backend"))
     spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu"))
     with pytest.raises(Joined, match="^a-test-backend$"):
         ranks.measure_rank(spec, tmp_path, 0)
@@ -56,8 +57,8 @@ def test_the_manifest_records_every_backends_variables_and_packages() -> None:
     manifest = build_manifest(CpuBackend(BackendConfig(name="cpu")), environ=environ)
     assert manifest["environment"] == {key: value for key, value in environ.items() if key != "HOME"}
     for cls in (CpuBackend, CudaBackend, NeuronBackend):
-        assert set(cls.manifest_packages) <= set(manifest["packages"])
-        assert set(cls.manifest_system_packages) <= set(manifest["system_packages"])
+        assert set(cls.traits.manifest_packages) <= set(manifest["packages"])
+        assert set(cls.traits.manifest_system_packages) <= set(manifest["system_packages"])
 
 
 @pytest.mark.parametrize(
