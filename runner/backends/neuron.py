@@ -96,29 +96,39 @@ class NeuronBackend(Backend):
 
     traits = DeviceTraits(
         # torch_neuronx registers the "neuron" process-group backend; PrivateUse1: the runtime's and device's activity
-        name="neuron", compile_backend="neuron", collective_backend="neuron",
+        name="neuron",
+        compile_backend="neuron",
+        collective_backend="neuron",
         activities=(ProfilerActivity.CPU, ProfilerActivity.PrivateUse1),
         # NeuronConfig.profile_output_dir: the job's own folder; a host-only session would start a runtime capture
         # too: the Neuron profiler maps Kineto's CPU_OP to the runtime's cpu_util (neuron-profiling.md §1.5),
         # written to ./output
-        capture_folder=names.NEURON_PROFILE_FOLDER, measures_profiler_cost=False,
+        capture_folder=names.NEURON_PROFILE_FOLDER,
+        measures_profiler_cost=False,
         manifest_env_prefixes=("NEURON_", "XLA_", "TORCH_NEURONX_", "NEURONX_"),
         manifest_packages=(*DeviceTraits.manifest_packages, "torch-neuronx", "neuronx-cc", "nki", "libneuronxla"),
         # Debian/RPM packages of the Neuron runtime, tools and driver
-        manifest_system_packages=("aws-neuronx-runtime-lib", "aws-neuronx-tools", "aws-neuronx-dkms",
-                                  "aws-neuronx-collectives"),
+        manifest_system_packages=(
+            "aws-neuronx-runtime-lib",
+            "aws-neuronx-tools",
+            "aws-neuronx-dkms",
+            "aws-neuronx-collectives",
+        ),
         # NRT is "controlled through environment variables at the process level" (its configuration guide)
         process_keys={
             "backend.cores": f"the Neuron runtime reads {VISIBLE_CORES_ENV} once and holds those NeuronCores",
             "backend.async_runtime": f"torch-neuronx reads {ASYNC_NRT_ENV} once per process",
         },
         fresh_process_keys={
-            "measure.compile_cache": (None, f"torch-neuronx reads {NEFF_CACHE_ENV} once per process and torch's "
-                                      "in-memory compile caches answer before the cache folders"),
+            "measure.compile_cache": (
+                None,
+                f"torch-neuronx reads {NEFF_CACHE_ENV} once per process and torch's "
+                "in-memory compile caches answer before the cache folders",
+            ),
             "measure.copies": (None, "the copies need NeuronCores an earlier job's runtime in this process may hold"),
             "distributed.ranks": (1, "the ranks need NeuronCores an earlier job's runtime in this process may hold"),
         },
-    )  # fmt: skip
+    )
     config: NeuronBackendConfig
     compile_cache = NeuronCompileCache()
 
