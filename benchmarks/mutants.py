@@ -150,7 +150,7 @@ MUTANTS = [
            "    raise_if_stopped()  # a stop Python dropped", "    _swallowed.clear()  # a stop Python dropped",
            ("tests/unit/test_signals.py::test_a_stop_python_dropped_keeps_its_reason_when_a_second_signal_raises_it",),
            "a Ctrl-C Python dropped, then the sweep's SIGTERM: the run says SIGTERM"),
-    Mutant("fork-server-request-unheld", "runner/execute/processes.py",
+    Mutant("fork-server-request-unheld", "runner/execute/forkserver_private.py",
            "        with signals_held():\n            # _fds", "        if True:\n            # _fds",
            ("tests/integration/test_processes.py::"
             "test_a_ctrl_c_as_the_fork_server_is_asked_for_a_child_leaves_the_server_serving",),
