@@ -63,7 +63,7 @@ def check_writable_dir(key: str, path: str) -> None:
     target = Path(path)
     created = missing_folders(target)
     try:
-        target.mkdir(parents=True, exist_ok=True)
+        make_folder(target)
     except OSError as err:
         sys.exit(f"error: {key}={path} cannot be created: {err.strerror}")
     try:
@@ -73,6 +73,19 @@ def check_writable_dir(key: str, path: str) -> None:
         sys.exit(f"error: {key}={path} cannot be written: {err.strerror}")
     finally:
         remove_empty(created)
+
+
+def make_folder(target: Path, tries: int = 3) -> None:
+    """`mkdir -p` that survives a parent vanishing midway.
+
+    Another sweep started beside this one in the same folders removes the empty parents its own probe created, as
+    this one creates its folder under them.
+    """
+    for _ in range(tries - 1):
+        with suppress(FileNotFoundError):
+            target.mkdir(parents=True, exist_ok=True)
+            return
+    target.mkdir(parents=True, exist_ok=True)
 
 
 def missing_folders(path: Path) -> list[Path]:
