@@ -158,19 +158,17 @@ class ScheduleConfig:
     active: int = 1
     # number of wait/warmup/active cycles
     repeat: int = 1
-    # steps skipped once, before the first cycle
-    skip_first: int = 0
 
     def __post_init__(self) -> None:
         _at_least("schedule.active", self.active, 1)
         _at_least("schedule.repeat", self.repeat, 1)
-        for key in ("wait", "warmup", "skip_first"):
+        for key in ("wait", "warmup"):
             _at_least(f"schedule.{key}", getattr(self, key), 0)
 
     @property
     def total_steps(self) -> int:
-        """Steps the profiled loop runs: skip_first, then `repeat` full cycles."""
-        return self.skip_first + (self.wait + self.warmup + self.active) * self.repeat
+        """Steps the profiled loop runs: `repeat` full cycles."""
+        return (self.wait + self.warmup + self.active) * self.repeat
 
     @property
     def active_steps(self) -> int:

@@ -13,9 +13,13 @@ UNHASHED_TOP = ("tracking", "resume", "monitor")
 # keys added after runs were stored, with the value those runs measured with: hashed only when set otherwise, so a
 # stored run keeps its hash (a sweep's resume and the history find it)
 ADDED_KEYS = {("measure", "flush_cache"): False}
-# keys removed from the config (benchmarks' knobs now), with the value every run that did not set them measured with:
-# hashed as that value, so such a run keeps its hash
-REMOVED_KEYS = {("measure", "worker_start"): "auto", ("measure", "keep_freed_memory"): True}
+# keys removed from the config (benchmarks' knobs or constants now), with the value every run that did not set them
+# measured with: hashed as that value, so such a run keeps its hash
+REMOVED_KEYS = {
+    ("measure", "worker_start"): "auto",
+    ("measure", "keep_freed_memory"): True,
+    ("schedule", "skip_first"): 0,
+}
 
 
 def config_hash(resolved: dict[str, Any]) -> str:

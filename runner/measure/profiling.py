@@ -40,8 +40,11 @@ class NullProfiler:
 
 
 def make_schedule(schedule: ScheduleConfig) -> Callable[[int], torch.profiler.ProfilerAction]:
-    """torch.profiler.schedule from the config: step number -> what the profiler does."""
-    options = ("wait", "warmup", "active", "repeat", "skip_first")
+    """torch.profiler.schedule from the config: step number -> what the profiler does; no skip_first (0).
+
+    The loop starts after the warm-up and the steady state, so schedule.wait is all the skipping it needs.
+    """
+    options = ("wait", "warmup", "active", "repeat")
     return torch.profiler.schedule(**{option: getattr(schedule, option) for option in options})
 
 

@@ -100,7 +100,6 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
         "schedule.warmup=1",
         "schedule.active=2",
         "schedule.repeat=2",
-        "schedule.skip_first=1",
     )
     unprofiled = unprofiled_calls(spec)
     # each session of the profiler's cost: settling steps, the reference, a warm-up and two recorded steps
@@ -110,15 +109,15 @@ def test_schedule_runs_exactly_its_steps_and_writes_one_trace_per_cycle(tmp_path
     assert result.table.active_steps == 4
     assert calls_per_step(result)["aten::mul"] == 1  # accumulated over both cycles, per active step
     traces = sorted((tmp_path / "trace").rglob("*.pt.trace.json"))  # all TensorBoard's profiler plugin lists
-    # each cycle's folder is named by the last ProfilerStep#N it holds (0 skipped, 1 wait, 2 warm-up, 3-4 recorded)
-    assert [t.parent.name for t in traces] == ["iteration_4", "iteration_8"]
+    # each cycle's folder is named by the last ProfilerStep#N it holds (0 wait, 1 warm-up, 2-3 recorded)
+    assert [t.parent.name for t in traces] == ["iteration_3", "iteration_7"]
     held = [
         sorted(
             e["name"] for e in json.loads(t.read_text())["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
         )
         for t in traces
     ]
-    assert held == [["ProfilerStep#3", "ProfilerStep#4"], ["ProfilerStep#7", "ProfilerStep#8"]]
+    assert held == [["ProfilerStep#2", "ProfilerStep#3"], ["ProfilerStep#6", "ProfilerStep#7"]]
     events = json.loads(traces[0].read_text())["traceEvents"]
     assert any(e.get("name") == "aten::mul" for e in events)
 

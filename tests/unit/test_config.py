@@ -274,14 +274,36 @@ def test_the_keys_benchmarks_took_keep_the_config_hash_a_run_had_before_they_lef
     assert config_hash(resolved) == config_hash(older)
 
 
+@pytest.mark.parametrize(
+    ("override", "instead"),
+    [("schedule.skip_first=0", "add them to schedule.wait")],
+)
+def test_a_key_no_user_decided_with_is_refused_saying_what_to_do_instead(override: str, instead: str) -> None:
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} was removed: .*{re.escape(instead)}"):
+        load_run_spec(compose_cfg("+workload=rmsnorm_naive", f"+{override}"))
+
+
+@pytest.mark.parametrize(
+    ("backend", "group", "key", "value"),
+    [("cpu", "schedule", "skip_first", 0)],
+)
+def test_a_key_no_user_decided_with_keeps_the_config_hash_a_run_had_before_it_left(
+    backend: str, group: str, key: str, value: object
+) -> None:
+    resolved = OmegaConf.to_container(compose_cfg("+workload=rmsnorm_naive", f"backend={backend}"), resolve=True)
+    assert isinstance(resolved, dict) and key not in resolved[group]
+    assert config_hash(resolved) == config_hash({**resolved, group: {**resolved[group], key: value}})
+
+
 def test_missing_workload_lists_the_options() -> None:
     with pytest.raises(ConfigError, match=r"add \+workload=<name>; available: .*rmsnorm_naive"):
         load_run_spec(compose_cfg())
 
 
 def test_schedule_runs_exactly_the_steps_it_needs() -> None:
-    schedule = ScheduleConfig(wait=2, warmup=1, active=3, repeat=2, skip_first=1)
-    assert schedule.total_steps == 1 + (2 + 1 + 3) * 2
+    schedule = ScheduleConfig(wait=2, warmup=1, active=3, repeat=2)
+    assert schedule.total_steps == (2 + 1 + 3) * 2
     assert schedule.active_steps == 6
 
 
