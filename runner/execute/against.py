@@ -70,7 +70,7 @@ def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: i
         last = min(first + per_pair, count)
         if pair > 1:
             progress(f"gate: servers {pair}: both sides' servers start afresh for rounds {first + 1}-{last} ...")
-        with side_servers(trees, overrides) as servers:
+        with _side_servers(trees, overrides) as servers:
             if pair == 1:  # the caches are on disk from then on: later servers' first workers count
                 for side, server in servers.items():
                     progress(
@@ -93,7 +93,7 @@ def run_rounds(trees: dict[str, Path], overrides: list[str], count: int, seed: i
 
 
 @contextmanager
-def side_servers(trees: dict[str, Path], overrides: list[str]) -> Iterator[dict[str, SideServer]]:
+def _side_servers(trees: dict[str, Path], overrides: list[str]) -> Iterator[dict[str, SideServer]]:
     """A worker server per side, started together, ready once both composed the job's config; stopped after."""
     servers: dict[str, SideServer] = {}
     try:

@@ -31,7 +31,7 @@ from runner.measure.result import SystemSample
 log = logging.getLogger(__name__)
 
 # /proc/stat's first eight columns in order, by neuron-monitor's names
-PROC_STAT_COLUMNS = ("user", "nice", "system", "idle", "io_wait", "irq", "soft_irq", "steal")
+_PROC_STAT_COLUMNS = ("user", "nice", "system", "idle", "io_wait", "irq", "soft_irq", "steal")
 
 
 def plan_monitor(config: MonitorConfig, backend: Backend | type[Backend]) -> MonitorPlan | None:
@@ -39,7 +39,7 @@ def plan_monitor(config: MonitorConfig, backend: Backend | type[Backend]) -> Mon
     return None if config.period_s is None else backend.system_sampler(config.period_s)
 
 
-class HostReader:
+class _HostReader:
     """The host's CPU busy share since the last reading, and its memory in use, from /proc."""
 
     def __init__(self) -> None:
@@ -47,13 +47,13 @@ class HostReader:
 
     @staticmethod
     def _ticks() -> dict[str, int]:
-        columns = Path("/proc/stat").read_text().splitlines()[0].split()[1 : 1 + len(PROC_STAT_COLUMNS)]
-        return dict(zip(PROC_STAT_COLUMNS, map(int, columns), strict=True))
+        columns = Path("/proc/stat").read_text().splitlines()[0].split()[1 : 1 + len(_PROC_STAT_COLUMNS)]
+        return dict(zip(_PROC_STAT_COLUMNS, map(int, columns), strict=True))
 
     def __call__(self) -> dict[str, float]:
         """One reading."""
         ticks = self._ticks()
-        spent = {column: ticks[column] - self._last[column] for column in PROC_STAT_COLUMNS}
+        spent = {column: ticks[column] - self._last[column] for column in _PROC_STAT_COLUMNS}
         self._last = ticks
         values = {names.SYSTEM_HOST_MEMORY_USED_BYTES: memory_used_bytes(Path("/proc/meminfo").read_text())}
         if total := sum(spent.values()):
@@ -151,7 +151,7 @@ def make_sampler(plan: MonitorPlan, backend: Backend, folder: Path) -> PollingSa
     """The sampler the plan names; `folder` receives a tool's configuration and its samples."""
     if plan.tool is not None:
         return ToolSampler(plan.tool, plan.period_s, folder)
-    readers: list[Reader] = [HostReader()]
+    readers: list[Reader] = [_HostReader()]
     if plan.device_reader is not None:
         try:
             readers.append(plan.device_reader(backend.device))

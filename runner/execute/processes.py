@@ -41,7 +41,7 @@ FORK_SERVER_PRELOAD = ("torch", "runner.execute.workers", "workloads")
 STOP_GRACE_S = 5.0
 # how often a wait on children looks for a stop Python dropped (runner.signals): a stop that landed in a
 # garbage-collector callback just before a wait on an endless child left the job waiting for ever
-SAFE_POINT_S = 0.5
+_SAFE_POINT_S = 0.5
 # prctl(2): the signal the kernel sends this process when the thread that started it ends
 PR_SET_PDEATHSIG = 1
 
@@ -205,7 +205,7 @@ class Child:
             ChildSilent: no answer within `timeout_s` (the child is left running).
         """
         deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
-        while not self._answers.poll(max(0.0, min(SAFE_POINT_S, deadline - time.monotonic()))):
+        while not self._answers.poll(max(0.0, min(_SAFE_POINT_S, deadline - time.monotonic()))):
             raise_if_stopped()
             if time.monotonic() >= deadline:
                 raise ChildSilent(self.name, timeout_s or 0.0)
@@ -240,7 +240,7 @@ def answered(children: Iterable[Child], timeout_s: float | None = None) -> list[
     children = list(children)
     waitables = [waitable for child in children for waitable in (child._answers, child._process.sentinel)]
     deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
-    while not (ready := set(wait(waitables, timeout=max(0.0, min(SAFE_POINT_S, deadline - time.monotonic()))))):
+    while not (ready := set(wait(waitables, timeout=max(0.0, min(_SAFE_POINT_S, deadline - time.monotonic()))))):
         raise_if_stopped()
         if time.monotonic() >= deadline:
             break

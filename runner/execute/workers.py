@@ -39,10 +39,10 @@ from runner.measure.turns import TurnsAddress, turns_for
 
 log = logging.getLogger(__name__)
 # how long a copy waits for the others to be ready (their first calls may compile)
-BARRIER_TIMEOUT_S = 1800
+_BARRIER_TIMEOUT_S = 1800
 # what torch.profiler imports as it first starts (`prepare_trace` asks `hasattr(torch,
 # "_inductor")`): 1.6-2.2 s on this project's 2-core host, paid by the job's first profiled window
-PROFILER_PRELOAD = ("torch._inductor",)
+_PROFILER_PRELOAD = ("torch._inductor",)
 # a benchmark's knob, no config key (docs/trust.md): spawn starts each worker in a new interpreter, not a fork
 WORKER_START_ENV = "RUNNER_WORKER_START"
 
@@ -145,7 +145,7 @@ def _worker(
             turns.finish()
             return samples, 0.0, 0.0
         warm_up(workload, backend, spec)
-        start_together.wait(BARRIER_TIMEOUT_S)
+        start_together.wait(_BARRIER_TIMEOUT_S)
         started = time.monotonic()  # one clock for every process on the machine
         # every copy times all of measure.steps: their throughput is counted over one shared window
         samples = [
@@ -179,7 +179,7 @@ def prepare_workers(specs: list[RunSpec]) -> None:
         compiled = {backend_class(spec.backend.name) for spec in compiling}
         preload = dict.fromkeys(module for backend in compiled for module in backend.traits.compiler_preload)
         start_fork_server(preload)
-        profiled = PROFILER_PRELOAD if any(spec.profiler.enabled for spec in specs) else ()
+        profiled = _PROFILER_PRELOAD if any(spec.profiler.enabled for spec in specs) else ()
         for module in (*profiled, *preload):
             with suppress(ImportError):  # as in the server: whoever needs it imports it then, and says why
                 importlib.import_module(module)
