@@ -191,7 +191,7 @@ def _leave_out_hung(failed: set[int], index: int, job: RoundJob, where: str, tim
     return why
 
 
-def round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | str:
+def _round_job(job_config: DictConfig, swept: set[str]) -> RoundJob | str:
     """The job as the rounds time it, or why it times its own steady state.
 
     Raises:
@@ -233,7 +233,7 @@ def before_launch(
     try:
         for job_config in job_configs:  # a job's bad config refuses the sweep before any job is scheduled
             HydraConfig.instance().set_config(job_config)  # for the job's own ${hydra:...} values
-            if isinstance(job := round_job(job_config, swept), RoundJob):
+            if isinstance(job := _round_job(job_config, swept), RoundJob):
                 jobs.append(job)
             else:
                 own[job] += 1
