@@ -38,7 +38,7 @@ KEY_COLUMNS = {
     # last: the UI draws only the columns that fit its width, and these before it matter more
     f"tags.`{names.TAG_STEP_CLOCK}`": 120,
 }
-SWEPT_COLUMN_WIDTH = 160  # a swept param's column, before the key columns: wide enough for a value and most names
+_SWEPT_COLUMN_WIDTH = 160  # a swept param's column, before the key columns: wide enough for a value and most names
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def swept_columns(keys: list[str], runs: list[Run]) -> list[str]:
     return [f"params.`{param}`" for param in dict.fromkeys(found)]
 
 
-def runs_table_page(
+def _runs_table_page(
     ui: Ui,
     client: MlflowClient,
     experiment_ids: list[str],
@@ -105,7 +105,7 @@ def runs_table_page(
     from mlflow.exceptions import MlflowException
 
     order = {"searchFilter": search_filter, "orderByKey": f"metrics.`{names.STEP_MEDIAN_MS}`", "orderByAsc": True}
-    widths = {**dict.fromkeys(first_columns, SWEPT_COLUMN_WIDTH), **key_columns}
+    widths = {**dict.fromkeys(first_columns, _SWEPT_COLUMN_WIDTH), **key_columns}
     # MLflow applies the widths only to the columns it orders
     view = {**order, "selectedColumns": list(widths), "columnOrder": list(widths), "columnWidths": widths}
     key = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:16]
@@ -135,7 +135,9 @@ def comparison_links(
     experiment_ids = sorted({run.info.experiment_id for run in runs})
     search_filter = "attributes.run_id IN (" + ", ".join(f"'{run_id}'" for run_id in run_ids) + ")"
     return {
-        names.TAG_UI_RUNS_TABLE: runs_table_page(ui, client, experiment_ids, search_filter, first_columns, key_columns),
+        names.TAG_UI_RUNS_TABLE: _runs_table_page(
+            ui, client, experiment_ids, search_filter, first_columns, key_columns
+        ),
         names.TAG_UI_COMPARE: compare_page(ui, experiment_ids, run_ids),
     }
 

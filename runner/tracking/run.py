@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # the result module loads torch; tracking is also used where 
 log = logging.getLogger(__name__)
 
 PARENT_RUN_ENV = "RUNNER_PARENT_RUN_ID"  # the sweep callback's parent run id, for its jobs (in-process or spawned)
-MAX_PARAM_CHARS = 6000  # MLflow caps param values at 6000 characters; longer values are cut, not rejected
-EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
-MAX_BATCH_METRICS = 1000  # MLflow refuses a log_batch of more metrics than this
+_MAX_PARAM_CHARS = 6000  # MLflow caps param values at 6000 characters; longer values are cut, not rejected
+_EXPERIMENT_KIND_TAG, _EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+_MAX_BATCH_METRICS = 1000  # MLflow refuses a log_batch of more metrics than this
 LOCKED_RETRIES = 12  # parallel jobs share one SQLite file; a writer that finds it locked waits and tries again
 T = TypeVar("T")
 
@@ -113,9 +113,11 @@ def ensure_experiment(tracking: TrackingConfig) -> str:
             mlflow_write(lambda: mlflow.create_experiment(tracking.experiment, artifact_location=root))
         experiment = mlflow_write(lambda: mlflow.set_experiment(tracking.experiment))
     # MLflow 3's UI opens GenAI views unless told the runs are training-style; set once, not by every parallel job
-    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+    if experiment.tags.get(_EXPERIMENT_KIND_TAG) != _EXPERIMENT_KIND:
         client = mlflow_client(tracking)
-        mlflow_write(lambda: client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND))
+        mlflow_write(
+            lambda: client.set_experiment_tag(experiment.experiment_id, _EXPERIMENT_KIND_TAG, _EXPERIMENT_KIND)
+        )
     return str(experiment.experiment_id)
 
 
@@ -187,7 +189,7 @@ class MlflowRun(NullRun):
         """Log params, cutting values MLflow would reject for length."""
         import mlflow
 
-        mlflow_write(lambda: mlflow.log_params({k: str(v)[:MAX_PARAM_CHARS] for k, v in params.items()}))
+        mlflow_write(lambda: mlflow.log_params({k: str(v)[:_MAX_PARAM_CHARS] for k, v in params.items()}))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         """Set tags; None values are skipped rather than logged as 'None'."""
@@ -220,8 +222,8 @@ class MlflowRun(NullRun):
             for key, value in sample.values.items()
         ]
         client = mlflow_client(self.tracking)
-        for start in range(0, len(batch), MAX_BATCH_METRICS):
-            mlflow_write(partial(client.log_batch, str(self.run_id), metrics=batch[start : start + MAX_BATCH_METRICS]))
+        for start in range(0, len(batch), _MAX_BATCH_METRICS):
+            mlflow_write(partial(client.log_batch, str(self.run_id), metrics=batch[start : start + _MAX_BATCH_METRICS]))
 
     def log_table(self, columns: dict[str, list[Any]], artifact_file: str) -> None:
         """Log a table the MLflow UI can show (a JSON artifact)."""

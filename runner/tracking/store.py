@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # mlflow loads only where a store is used, not for `--help`
 _prepared: set[str] = set()  # URIs this process has already prepared
 SQLITE_FULL = "database or disk is full"  # what SQLite says when the disk under the store is full
 # the port a server URI without one is reached at
-DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
+_DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
 CONNECT_TIMEOUT_S = 5.0  # for a server to accept a connection before the store is refused (MLflow retries minutes)
 
 
@@ -72,13 +72,13 @@ def store_lock(uri: str) -> Iterator[None]:
 
 def check_usable(uri: str) -> None:
     """Refuse with a ConfigError, without loading MLflow, a store no job could log to; each check takes seconds."""
-    check_writable(uri)
+    _check_writable(uri)
     check_intact(uri)
-    check_reachable(uri)
-    check_driver(uri)
+    _check_reachable(uri)
+    _check_driver(uri)
 
 
-def check_writable(uri: str) -> None:
+def _check_writable(uri: str) -> None:
     """Refuse a SQLite store that cannot be created or written (MLflow would retry for minutes)."""
     path = sqlite_path(uri)
     if path is None:
@@ -118,7 +118,7 @@ def check_intact(uri: str) -> None:
         )
 
 
-def check_driver(uri: str) -> None:
+def _check_driver(uri: str) -> None:
     """Refuse a database URI whose SQLAlchemy driver is not installed (each job would fail with a traceback)."""
     if urlsplit(uri).scheme.split("+")[0] not in ("postgresql", "mysql", "mssql"):
         return
@@ -134,14 +134,14 @@ def check_driver(uri: str) -> None:
         ) from None
 
 
-def check_reachable(uri: str) -> None:
+def _check_reachable(uri: str) -> None:
     """Refuse a server URI nothing accepts a connection at within seconds; one through a proxy or socket is let be."""
     parts = urlsplit(uri)
     scheme = parts.scheme.split("+")[0]
-    if scheme not in DEFAULT_PORTS or not parts.hostname or _not_direct(parts, scheme):
+    if scheme not in _DEFAULT_PORTS or not parts.hostname or _not_direct(parts, scheme):
         return
     try:
-        address = (parts.hostname, parts.port or DEFAULT_PORTS[scheme])
+        address = (parts.hostname, parts.port or _DEFAULT_PORTS[scheme])
     except ValueError:  # a port that is not a number
         raise ConfigError(f"tracking.uri={redact(uri)}: its port is not a number") from None
     try:
@@ -161,7 +161,7 @@ def _not_direct(parts: SplitResult, scheme: str) -> bool:
     return "unix_socket=" in parts.query or "host=/" in parts.query
 
 
-def check_migrated(uri: str) -> None:
+def _check_migrated(uri: str) -> None:
     """Refuse a SQLite store an interrupted migration left with `_alembic_tmp_*` tables (call under the lock)."""
     path = sqlite_path(uri)
     if path is None or not path.exists():
@@ -177,7 +177,7 @@ def check_migrated(uri: str) -> None:
         )
 
 
-def create_sqlite(path: Path, uri: str) -> None:
+def _create_sqlite(path: Path, uri: str) -> None:
     """Create and migrate a new SQLite store under a temporary name, then rename it; call under the store's lock.
 
     A disk filling up mid-migration would otherwise leave a store with an older schema on which every later run
@@ -205,10 +205,10 @@ def prepare_store(uri: str) -> None:
     check_usable(uri)
     # a migration cut short by SIGINT/SIGTERM leaves the store broken: signals wait until it is done
     with store_lock(uri), signals_held():
-        check_migrated(uri)
+        _check_migrated(uri)
         path = sqlite_path(uri)
         if path is not None and not path.exists():
-            create_sqlite(path, uri)
+            _create_sqlite(path, uri)
         # MLflow migrates an older schema (and creates a database server's tables) on first use
         mlflow_client(uri).search_experiments(max_results=1)
     _prepared.add(uri)

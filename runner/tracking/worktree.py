@@ -16,7 +16,7 @@ class NoCheckout(ValueError):
 
 
 # who the snapshot commit is by, whatever the user's git config holds (it is never on a branch)
-SNAPSHOT_AUTHOR = {"GIT_AUTHOR_NAME": "runner", "GIT_AUTHOR_EMAIL": "runner@localhost",
+_SNAPSHOT_AUTHOR = {"GIT_AUTHOR_NAME": "runner", "GIT_AUTHOR_EMAIL": "runner@localhost",
                    "GIT_COMMITTER_NAME": "runner", "GIT_COMMITTER_EMAIL": "runner@localhost"}  # fmt: skip
 
 
@@ -43,7 +43,7 @@ def snapshot_of(folder: Path) -> str:
     head = commit_of(folder, "HEAD")
     top = _git(folder, "rev-parse", "--show-toplevel").stdout.strip()
     with tempfile.TemporaryDirectory(prefix="runner-index-") as scratch:
-        env = {**os.environ, **SNAPSHOT_AUTHOR, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        env = {**os.environ, **_SNAPSHOT_AUTHOR, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
         for step in [("read-tree", head), ("add", "--all"), ("write-tree",)]:
             done = _git(Path(top), *step, env=env)
             if done.returncode != 0:
