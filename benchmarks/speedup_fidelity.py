@@ -4,7 +4,8 @@ intervals it states cover the next identical run?
 Per trial and shape, in a fresh random order: one default sweep of the reference study
 (`python -m runner -m +experiment=rmsnorm_comparison`, tracking into a temporary store), whose
 speedups of the built-in and compiled RMSNorm over the naive one (and their 95% CIs, paired by
-round) are computed by the runner's own `compare_times` from what it logged; and an independent
+round, widened by the same shape's earlier sweeps) are computed by the runner's own `compare_times` and
+`with_earlier_sweeps` from what it logged; and an independent
 timing: `SETS` sets of fresh processes, one per variant, each set pinned as the runner's worker of
 that round (one thread on the round's core, the same malloc mode), taking turns in a fresh random
 order `TURNS` times (`--turns`), each turn one `torch.utils.benchmark.Timer.blocked_autorange` after the
@@ -45,7 +46,9 @@ from runner import names
 from runner.config import TrackingConfig
 from runner.job import read_status
 from runner.measure.host_memory import KEEP_ENV
-from runner.report.pairing import compare_times
+from runner.measure.stability import MAX_EARLIER_RUNS
+from runner.measure.stats import TimeRatio
+from runner.report.pairing import compare_times, with_earlier_sweeps
 from runner.report.reader import Rounds, latest_sweep, rounds, sweep_children, variant
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,17 +140,27 @@ def runner_sweep(trial: Trial, uri: str, out: Path, extra: list[str]) -> None:
     assert experiment is not None  # new_store made it
     children = sweep_children(client, experiment.experiment_id, latest_sweep(client, experiment.experiment_id))
     trial.jobs = [job_of(client, run.info.run_id) for run in children]
-    trial.speedups = runner_speedups(trial.jobs)
 
 
-def runner_speedups(jobs: list[Job]) -> dict[str, Speedup]:
-    """Each variant's speedup over the baseline as `runner.compare` states it: paired by round (one sweep's)."""
+def paired_estimate(jobs: list[Job], name: str) -> TimeRatio | None:
+    """The variant over the baseline, paired by round as `runner.compare` pairs one sweep's jobs."""
     samples = {job.variant: Rounds(dict(enumerate(job.round_medians_ms, start=1)), "sweep") for job in jobs}
+    return compare_times(samples[BASELINE], samples[name]).estimate
+
+
+def runner_speedups(jobs: list[Job], earlier: list[Trial]) -> dict[str, Speedup]:
+    """Each variant's speedup over the baseline as `runner.compare` states it: paired by round, its interval widened
+    by the earlier sweeps of the same shape (`earlier`, oldest first), which are what the trials' store holds.
+    """
     speedups = {}
     for name in VARIANTS[1:]:
-        estimate = compare_times(samples[BASELINE], samples[name]).estimate
-        if estimate is not None:  # new over baseline: the speedup is its inverse
-            speedups[name] = Speedup(1 / estimate.ratio, 1 / estimate.high, 1 / estimate.low)
+        estimate = paired_estimate(jobs, name)
+        if estimate is None:
+            continue
+        before = [e.ratio for t in reversed(earlier) if (e := paired_estimate(t.jobs, name)) is not None]
+        estimate = with_earlier_sweeps(estimate, before[:MAX_EARLIER_RUNS])
+        # new over baseline: the speedup is its inverse
+        speedups[name] = Speedup(1 / estimate.ratio, 1 / estimate.high, 1 / estimate.low)
     return speedups
 
 
@@ -248,6 +261,7 @@ def measure(trials: list[Trial], work: Path, extra: list[str], turns_per_set: in
         for side in rng.sample(sides, 2):
             if side == "runner":
                 runner_sweep(trial, uri, work / f"trial{index}", extra)
+                trial.speedups = runner_speedups(trial.jobs, [t for t in trials[:index] if t.shape == trial.shape])
             else:
                 timer_speedups(trial, rng, turns_per_set)
         said = ", ".join(
@@ -369,12 +383,13 @@ def report(trials: list[Trial]) -> None:
 def load(saved: Path) -> tuple[list[Trial], list[Job]]:
     """A --save file's trials, their speedups computed again from the rounds by today's `compare_times`."""
     data = json.loads(saved.read_text())
-    trials = []
+    trials: list[Trial] = []
     for saved_trial in data["trials"]:
         jobs = [Job(**job) for job in saved_trial["jobs"]]
         timer, per_set = saved_trial["timer_speedups"], saved_trial["timer_set_speedups"]
         shape, timer_ms = tuple(saved_trial["shape"]), saved_trial.get("timer_ms", {})
-        trials.append(Trial(shape, jobs, runner_speedups(jobs), timer, per_set, timer_ms))
+        earlier = [t for t in trials if t.shape == shape]
+        trials.append(Trial(shape, jobs, runner_speedups(jobs, earlier), timer, per_set, timer_ms))
     return trials, [Job(**j) for j in data["single"]]
 
 
@@ -403,13 +418,13 @@ def main() -> None:
     if args.child is not None:
         child(int(args.child[0]), args.child[1:])
         return
+    single: list[Job] = []
     if args.report is not None:
         trials, single = load(args.report)
     else:
         shapes = [tuple(map(int, s.split("x"))) for s in args.shape] if args.shape else list(SHAPES)
         shapes = shapes[:1] if args.quick else shapes
         trials = [] if args.single else [Trial(shape) for _ in range(args.trials) for shape in shapes]  # type: ignore[arg-type]
-        single: list[Job] = []
         work = Path(tempfile.mkdtemp(prefix="speedup-fidelity-"))
         try:
             if args.single:

@@ -2,14 +2,26 @@
 
 Runs timed in the same rounds saw the same stretches of the host: a slow stretch cancels in that round's ratio.
 Runs from different rounds, or older runs without rounds, go to Welch's test on their per-process medians.
+What the rounds share cancels; what moves between sweeps does not, so a paired interval is widened to where the
+same pair's earlier sweeps on this host landed (issue 52: unwidened, 3 of 8 reruns fell inside).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from runner import names
+from runner.job import JobStatus
+from runner.measure.stability import MAX_EARLIER_RUNS, between_runs
 from runner.measure.stats import TimeRatio, paired_time_ratio, time_ratio
-from runner.report.reader import Rounds, share_rounds
+from runner.report.reader import Rounds, rounds, share_rounds
+
+# earlier sweeps count where they ran as this one: the same host, at the same commit
+PLACE_TAGS = (names.TAG_HOST, names.TAG_GIT_COMMIT)
 
 
 @dataclass(frozen=True)
@@ -34,3 +46,39 @@ def compare_times(baseline: Rounds, new: Rounds, margin: float = 0.0) -> TimeCom
     base_ms, new_ms = baseline.in_order(), new.in_order()
     test = f"unpaired, {len(base_ms)}+{len(new_ms)} workers"
     return TimeComparison(time_ratio(base_ms, new_ms, margin), test, base_ms, new_ms)
+
+
+def earlier_sweeps(client: MlflowClient, run: Run, baseline: Run) -> list[float]:
+    """Run over baseline in each earlier sweep that timed both configurations in shared rounds, newest first.
+
+    FINISHED, on the run's host at its commit: the runs a run's own interval counts (`earlier_medians`).
+    """
+    by_rounds: dict[str, dict[str, Run]] = {}
+    for side in (baseline, run):
+        query = f"tags.`{names.TAG_CONFIG_HASH}` = '{side.data.tags.get(names.TAG_CONFIG_HASH)}'"
+        for other in client.search_runs([run.info.experiment_id], query, order_by=["start_time DESC"]):
+            rounds_id = other.data.tags.get(names.TAG_ROUNDS_ID)
+            same_place = all(other.data.tags.get(tag) == run.data.tags.get(tag) for tag in PLACE_TAGS)
+            if other.info.status == JobStatus.FINISHED and same_place and rounds_id:
+                by_rounds.setdefault(rounds_id, {}).setdefault(side.info.run_id, other)
+    by_rounds.pop(run.data.tags.get(names.TAG_ROUNDS_ID, ""), None)  # this sweep's own pair
+    pairs = [(pair[baseline.info.run_id], pair[run.info.run_id]) for pair in by_rounds.values() if len(pair) == 2]
+    ratios = []
+    for earlier_baseline, earlier_run in sorted(pairs, key=lambda pair: -pair[1].info.start_time)[:MAX_EARLIER_RUNS]:
+        estimate = compare_times(rounds(client, earlier_baseline), rounds(client, earlier_run)).estimate
+        if estimate is not None:
+            ratios.append(estimate.ratio)
+    return ratios
+
+
+def with_earlier_sweeps(estimate: TimeRatio, earlier_ratios: list[float]) -> TimeRatio:
+    """The interval widened to where the next sweep's ratio may land, as `between_runs` states a run's.
+
+    From this and at least two earlier sweeps' ratios; unchanged with fewer, or where the rounds' own is wider.
+    """
+    drift = between_runs(earlier_ratios, estimate.ratio)
+    if drift is None:
+        return estimate
+    half = math.log1p(drift.next_run)
+    low, high = estimate.ratio * math.exp(-half), estimate.ratio * math.exp(half)
+    return replace(estimate, low=min(estimate.low, low), high=max(estimate.high, high))

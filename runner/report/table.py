@@ -17,8 +17,9 @@ from mlflow.entities import Run
 
 from runner import names
 from runner.job import JobStatus
+from runner.measure.stability import MIN_EARLIER_RUNS
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
-from runner.report.pairing import compare_times
+from runner.report.pairing import compare_times, earlier_sweeps, with_earlier_sweeps
 from runner.report.reader import (
     OpStats,
     Rounds,
@@ -117,12 +118,13 @@ def _percent(fraction: float | None) -> str:
     return _fmt(None if fraction is None else fraction * 100, 1, "%")
 
 
-def speedup(run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple[str, str]:
+def speedup(client: MlflowClient, run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple[str, str]:
     """The baseline's step time over the run's, with its 95% interval, or why there is none; and its test.
 
     Printed only with an interval that excludes no change, never between unpaired unstable runs (a bare ratio
     of two medians can be a mode flip). Runs sharing rounds pair round by round even when unstable: a slow
-    stretch fell on both and cancels in that round's ratio.
+    stretch fell on both and cancels in that round's ratio; what moved between sweeps does not, so earlier sweeps
+    of the same pair widen the interval to where the next sweep may land.
     """
     if baseline is None:
         return "-", "-"
@@ -138,15 +140,19 @@ def speedup(run: Run, baseline: Run | None, samples: dict[str, Rounds]) -> tuple
     if unstable and not paired:
         return f"not compared: {'baseline' if unstable[0] is baseline else 'run'} unstable", "-"
     comparison = compare_times(samples[baseline.info.run_id], samples[run.info.run_id])
-    estimate = comparison.estimate
+    estimate, test = comparison.estimate, comparison.test
     if estimate is None:
         need = "2 rounds in common" if paired else "measure.processes >= 2 in both runs"
-        return f"not compared: needs {need}", comparison.test
+        return f"not compared: needs {need}", test
+    earlier = earlier_sweeps(client, run, baseline) if paired else []
+    if len(earlier) >= MIN_EARLIER_RUNS:
+        estimate = with_earlier_sweeps(estimate, earlier)
+        test += f", {len(earlier)} earlier sweeps"
     interval = f"[{1 / estimate.high:.2f}, {1 / estimate.low:.2f}]"
     note = " (timing unstable)" if unstable else ""
     if not estimate.significant:
-        return f"{NOT_RESOLVED} {interval}{note}", comparison.test
-    return f"{1 / estimate.ratio:.2f}x {interval}{note}", comparison.test
+        return f"{NOT_RESOLVED} {interval}{note}", test
+    return f"{1 / estimate.ratio:.2f}x {interval}{note}", test
 
 
 def comparison_rows(
@@ -162,7 +168,7 @@ def comparison_rows(
         for header, value in COLUMNS.items():
             row[header] = str(value(run))
             if header == MEDIAN:  # the speedup beside the medians it is the ratio of
-                row[SPEEDUP], row[TEST] = speedup(run, baseline, samples)
+                row[SPEEDUP], row[TEST] = speedup(client, run, baseline, samples)
         if parent is not None and run.data.tags.get("mlflow.parentRunId") != parent.info.run_id:  # resume reused it
             row["status"] += " (reused)"
         row["run id"] = run.info.run_id
@@ -186,7 +192,8 @@ def unresolved_note(rows: list[dict[str, str]]) -> str | None:
         return None
     return (
         f"not resolved: {', '.join(unresolved)} against the baseline (the 95% interval holds 1); an interval narrows "
-        "with the square root of the rounds: 4x as many (measure.processes) would about halve it"
+        "with the square root of the rounds: 4x as many (measure.processes) would about halve it, and one widened by "
+        "earlier sweeps (its test says so) narrows as each sweep measures longer (measure.steps_s)"
     )
 
 

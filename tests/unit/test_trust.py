@@ -454,3 +454,57 @@ def test_unstable_runs_that_share_rounds_are_compared_round_by_round_and_say_so(
     speedups = {r["run"]: r[SPEEDUP] for r in json.loads(capsys.readouterr().out)}
     assert speedups["paired"].startswith("0.91x [") and speedups["paired"].endswith("(timing unstable)")
     assert speedups["apart"] == "not compared: baseline unstable"
+
+
+def paired_sweep(client: mlflow.MlflowClient, rounds_id: str, ratio: float, place: dict[str, str] | None = None,
+                 status: str = "FINISHED") -> tuple[str, str]:  # fmt: skip
+    """A sweep's baseline and new run timed in rounds `rounds_id`, the new one `ratio` of the baseline each round.
+
+    The rounds' ratios differ by 0.1% around `ratio`, so the sweep's own paired interval is about 0.2% wide.
+    """
+    base_ms = [1.0, 1.2, 0.9, 1.1, 1.0]
+    new_ms = [b * ratio * (1 + jitter) for b, jitter in zip(base_ms, [0.0, 0.001, -0.001, 0.001, -0.001], strict=True)]
+    tags = {**rounds_of(rounds_id), **(place or {})}
+    base = synthetic_run(client, base_ms, "base", config_hash="cfg-base", tags=tags, status=status)
+    new = synthetic_run(client, new_ms, "new", config_hash="cfg-new", tags=tags, status=status)
+    return base, new
+
+
+def compared(capsys: pytest.CaptureFixture[str], base: str, new: str) -> dict[str, str]:
+    assert compare.main(["--runs", base, new, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)["runs"][1]
+
+
+def test_earlier_sweeps_widen_a_paired_interval_to_where_the_next_sweep_lands(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the rounds share cancels; what moves between sweeps widens the interval, once two earlier sweeps show it.
+
+    Earlier sweeps ran the pair at 0.3 and 0.7; this one at 0.50: the interval is t(0.975, 2) x sqrt(2) x the sd
+    of the three log ratios either side of 2.00x, far wider than this sweep's own rounds say, and it holds 1.
+    """
+    paired_sweep(client, "s1", 0.3)
+    alone = compared(capsys, *paired_sweep(client, "s2", 0.7))
+    assert alone[TEST] == "paired, 5 rounds"  # one earlier sweep shows no spread yet: the rounds' own interval
+    paired_sweep(client, "elsewhere", 0.9, place={names.TAG_HOST: "another-host"})  # another host's drift
+    paired_sweep(client, "stopped", 0.9, status="KILLED")
+    base, new = paired_sweep(client, "s3", 0.50)
+    row = compared(capsys, base, new)
+    assert row[TEST] == "paired, 5 rounds, 2 earlier sweeps"
+    logs = np.log([0.7, 0.3, 0.50])
+    half = stats.t.ppf(0.975, 2) * np.sqrt(2) * logs.std(ddof=1)
+    assert row[SPEEDUP] == f"no significant difference [{2 * np.exp(-half):.2f}, {2 * np.exp(half):.2f}]"
+    assert compare.main(["--runs", base, new]) == 0
+    assert "one widened by earlier sweeps (its test says so) narrows as each sweep" in capsys.readouterr().out
+
+
+def test_only_the_ten_newest_earlier_sweeps_count(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The host of last month is not today's: a wild sweep eleven back no longer widens the interval."""
+    paired_sweep(client, "old", 0.1)
+    for number in range(10):
+        paired_sweep(client, f"s{number}", 0.5 * (1 + 0.01 * (number % 2)))
+    row = compared(capsys, *paired_sweep(client, "now", 0.5))
+    assert row[TEST] == "paired, 5 rounds, 10 earlier sweeps"
+    assert row[SPEEDUP].startswith("2.00x [1.9"), row
