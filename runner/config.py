@@ -86,9 +86,6 @@ class NeuronBackendConfig(BackendConfig):
     neff_cache_dir: str | None = None
     # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
     explorer_timeout_s: int = 1800
-    # seconds Explorer's Parquet `view` may take before the runner asks for summary-json instead (a hung
-    # view would hold the job for explorer_timeout_s per format)
-    explorer_view_timeout_s: int = 300
     # TORCH_NEURONX_ENABLE_ASYNC_NRT; null: the environment's, else torch-neuronx's (documented default 0, the
     # shipped package sets 1): the manifest says which
     async_runtime: bool | None = None
@@ -98,8 +95,6 @@ class NeuronBackendConfig(BackendConfig):
         _allowed("backend.name", self.name, ("neuron",))
         _at_least("backend.explorer_timeout_s", self.explorer_timeout_s, 1)
         _at_most_a_day("backend.explorer_timeout_s", self.explorer_timeout_s)
-        _at_least("backend.explorer_view_timeout_s", self.explorer_view_timeout_s, 1)
-        _at_most_a_day("backend.explorer_view_timeout_s", self.explorer_view_timeout_s)
         if self.cores is not None:
             parse_core_range(self.cores, "backend.cores")
 

@@ -47,6 +47,8 @@ REMOVED_KEYS = {
     # no user decided anything with them
     "schedule.skip_first": "the profiled window starts after the warm-up and the timed steady state, so steps "
     "skipped before the first cycle are schedule.wait's; add them to schedule.wait",
+    "backend.explorer_view_timeout_s": "it is the runner's fixed limit for a Parquet view (300 s) before it asks "
+    "for summary-json; backend.explorer_timeout_s bounds the summary",
 }
 
 

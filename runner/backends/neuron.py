@@ -341,8 +341,7 @@ class NeuronBackend(Backend):
             report.tags[names.TAG_NEURON_IDLE_CORES] = idle
             report.warnings.append(f"{idle} (set backend.cores={self.cores[0]})")
         note_cpu_fallbacks(report)
-        timeouts_s = self.config.explorer_timeout_s, self.config.explorer_view_timeout_s
-        summary = explorer_summary(session_dirs(capture_dir), timeouts_s[0], view_timeout_s=timeouts_s[1])
+        summary = explorer_summary(session_dirs(capture_dir), self.config.explorer_timeout_s)
         report.metrics.update(summary.metrics)
         report.tags.update(summary.tags)
         report.warnings.extend(summary.warnings)

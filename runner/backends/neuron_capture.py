@@ -50,9 +50,11 @@ SECONDS_PER_UNIT = {
 }  # fmt: skip
 # the Summary's other units in schema 7.4.0: logged as they are
 UNITS_AS_IS = ("percent", "flops", "bytes", "cycles")
-# a Parquet `view` past this key's seconds is left for summary-json (processing can stall: troubleshooting.rst)
-VIEW_TIMEOUT_KEY = "backend.explorer_view_timeout_s"
-VIEW_TIMED_OUT = "did not finish in {seconds} s (" + VIEW_TIMEOUT_KEY + ")"
+# a Parquet `view` past this many seconds is left for summary-json: processing can stall (troubleshooting.rst), and a
+# hung view would hold the job for backend.explorer_timeout_s before summary-json is asked for
+VIEW_TIMEOUT_S = 300
+VIEW_LIMIT = "the runner's limit for a Parquet view"
+VIEW_TIMED_OUT = "did not finish in {seconds} s (" + VIEW_LIMIT + ")"
 UNVERSIONED = "unversioned (summary-json carries no schema version)"
 NO_SOURCE = "none"
 NOT_RUN = "not run: the capture holds no device profile (no NTFF beside its NEFF)"
@@ -359,12 +361,11 @@ def explorer_summary(
     sessions: list[Path],
     timeout_s: int,
     formats: tuple[str, ...] = EXPLORER_FORMATS,
-    view_timeout_s: int | None = None,
 ) -> ExplorerSummary:
     """Summarise each device profile with neuron-explorer, Parquet first where pyarrow can read it; never raise.
 
     Parquet in an unknown schema falls back to summary-json (troubleshooting.rst: "Is summary-json still
-    supported? Yes"), and so does a Parquet `view` running past `view_timeout_s` (default `timeout_s`); after
+    supported? Yes"), and so does a Parquet `view` running past VIEW_TIMEOUT_S (`timeout_s` bounds summary-json); after
     one such, no later session asks for Parquet. With several profiles (one per NEFF in eager mode),
     `neuron/<metric>` comes from the one with the largest total_time, and `neuron/total_time_sum` adds them
     all up, as `neuron/total_active_time_sum` adds their busy time where every profile gives it.
@@ -382,7 +383,7 @@ def explorer_summary(
     if PARQUET in formats and not parquet_available():
         formats = tuple(f for f in formats if f != PARQUET)
         unread["pyarrow is not installed"] = None
-    timeouts_s = {SUMMARY_JSON: timeout_s, PARQUET: view_timeout_s or timeout_s}
+    timeouts_s = {SUMMARY_JSON: timeout_s, PARQUET: VIEW_TIMEOUT_S}
     entries: dict[str, dict[str, float]] = {}
     system_metrics: dict[str, float] = {}
     physical_cores: set[int] = set()
@@ -402,7 +403,7 @@ def explorer_summary(
             return ExplorerSummary(tags=tags)
         unread.update(dict.fromkeys(schemas_unread))
         fell_back = fell_back or bool(schemas_unread)
-        if any(VIEW_TIMEOUT_KEY in why for why in schemas_unread):
+        if any(VIEW_LIMIT in why for why in schemas_unread):
             formats = tuple(f for f in formats if f != PARQUET)
         sources.add(f"{fmt}-{summary.schema.split('.')[0]}" if fmt == PARQUET else fmt)
         schemas.add(summary.schema)

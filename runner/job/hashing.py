@@ -20,6 +20,8 @@ REMOVED_KEYS = {
     ("measure", "keep_freed_memory"): True,
     ("schedule", "skip_first"): 0,
 }
+# backend=neuron's removed keys, added where the backend group is Neuron's (it holds explorer_timeout_s)
+REMOVED_NEURON_KEYS = {"explorer_view_timeout_s": 300}
 
 
 def config_hash(resolved: dict[str, Any]) -> str:
@@ -31,4 +33,6 @@ def config_hash(resolved: dict[str, Any]) -> str:
     for (group, key), measured in REMOVED_KEYS.items():
         if isinstance(identity.get(group), dict):
             identity[group] = {**identity[group], key: measured}
+    if isinstance(backend := identity.get("backend"), dict) and "explorer_timeout_s" in backend:
+        identity["backend"] = {**backend, **REMOVED_NEURON_KEYS}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]

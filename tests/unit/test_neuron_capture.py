@@ -250,20 +250,15 @@ def test_a_hung_parquet_view_falls_back_to_summary_json_after_its_own_timeout(
     write_capture(tmp_path / "cap2", GOOD)
     monkeypatch.setenv("PATH", TOOLS_PATH)
     monkeypatch.setenv("NEURON_STANDIN_EXPLORER", "hang_parquet")
+    monkeypatch.setattr(neuron_capture, "VIEW_TIMEOUT_S", 2)
     started = time.monotonic()
-    summary = explorer_summary(session_dirs(tmp_path / "cap") + session_dirs(tmp_path / "cap2"), 60, view_timeout_s=2)
+    summary = explorer_summary(session_dirs(tmp_path / "cap") + session_dirs(tmp_path / "cap2"), 60)
     assert time.monotonic() - started < 30  # one view timed out, the second session asked for summary-json only
     (warning,) = summary.warnings
     assert "\n" not in warning and "neuron-explorer view --output-format parquet did not finish in 2 s" in warning
-    assert warning.endswith("(backend.explorer_view_timeout_s)): its summary-json is")
+    assert warning.endswith("(the runner's limit for a Parquet view)): its summary-json is")
     assert summary.tags[names.TAG_NEURON_EXPLORER_SOURCE] == "summary-json"
     assert summary.metrics[names.NEURON_PROFILES] == 2
-
-
-@pytest.mark.parametrize("seconds", [0, 86401])
-def test_explorer_view_timeout_out_of_range_is_refused(seconds: int) -> None:
-    with pytest.raises(ConfigError, match=r"^backend\.explorer_view_timeout_s"):
-        NeuronBackendConfig(explorer_view_timeout_s=seconds)
 
 
 def test_busy_time_is_summed_beside_total_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
