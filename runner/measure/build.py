@@ -30,7 +30,7 @@ class BuiltWorkload:
     step: Callable[[], Any]
 
 
-def forward_step(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Callable[[], Any]:
+def _forward_step(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Callable[[], Any]:
     """A forward call without autograd bookkeeping."""
 
     def step() -> Any:
@@ -80,7 +80,7 @@ def _inputs(module: nn.Module, spec: WorkloadSpec, dtype: torch.dtype) -> tuple[
     return tuple(make(dtype, generator))
 
 
-def runtime_lnc() -> int:
+def _runtime_lnc() -> int:
     """The Neuron runtime's LNC, which an NKI kernel's launch must match; it is the host's, whatever the backend.
 
     Raises:
@@ -104,12 +104,12 @@ def build_workload(spec: WorkloadSpec, backend: Backend) -> BuiltWorkload:
     if not isinstance(module, nn.Module):
         raise ConfigError(f"workload._target_={spec.target!r} must build a torch.nn.Module")
     if isinstance(module, LncKernels):
-        module.launch_at_lnc(runtime_lnc())
+        module.launch_at_lnc(_runtime_lnc())
     dtype = getattr(torch, spec.dtype)
     inputs = tuple(t.to(backend.device) for t in _inputs(module, spec, dtype))
     eager = module.to(backend.device, dtype).eval()
     compiled = eager
     if spec.compile:
         compiled = torch.compile(eager, backend=backend.traits.compile_backend)  # type: ignore[assignment]
-    step = train_step(eager, compiled, inputs, spec) if spec.mode == "train_step" else forward_step(compiled, inputs)
+    step = train_step(eager, compiled, inputs, spec) if spec.mode == "train_step" else _forward_step(compiled, inputs)
     return BuiltWorkload(module=compiled, eager=eager, inputs=inputs, step=step)

@@ -25,10 +25,10 @@ from workloads.base import CostModel
 
 # A training step costs about three forwards: the backward computes gradients for both the
 # inputs and the weights (twice the forward's matmul FLOPs) and reads and writes as much again.
-TRAIN_COST_FACTOR = 3
+_TRAIN_COST_FACTOR = 3
 
 
-def model_metrics(
+def _model_metrics(
     spec: RunSpec, workload: BuiltWorkload, backend: Backend, peak: Peak | None, result: JobResult
 ) -> None:
     """Add what the workload's model of itself gives: collective bandwidth (ranks) and the roofline."""
@@ -44,7 +44,7 @@ def model_metrics(
     elif peak is None:
         tags[names.TAG_ROOFLINE_PEAK] = f"none: no peak figure for {backend.device_name()}; set measure.peak"
     else:
-        factor = TRAIN_COST_FACTOR if spec.workload.mode == "train_step" else 1
+        factor = _TRAIN_COST_FACTOR if spec.workload.mode == "train_step" else 1
         cost = workload.eager.bytes_moved(*workload.inputs), workload.eager.flop_count(*workload.inputs)
         metrics.update(roofline_metrics(cost[0] * factor, cost[1] * factor, metrics[names.STEP_MEDIAN_MS], peak))
         tags[names.TAG_ROOFLINE_PEAK] = peak.source
@@ -84,7 +84,7 @@ def collect_result(
         metrics.update(accuracy)
         tags.update(accuracy_tags)
     with phase("roofline", so_far):
-        model_metrics(spec, workload, backend, peak, result)
+        _model_metrics(spec, workload, backend, peak, result)
     if spec.measure.layer_accuracy:
         with phase("layer accuracy", so_far):
             errors = layer_errors(workload.eager, workload.inputs, spec.workload.dtype, spec.measure.layers)

@@ -15,7 +15,7 @@ from runner.measure.traces import STEP, Span
 
 # the span around the wait for the gradients' all-reduces: its self time is the wait for the
 # other ranks, which no op records (gloo and nccl wait outside any op)
-GRADIENT_ALLREDUCE = "runner::allreduce_gradients"
+_GRADIENT_ALLREDUCE = "runner::allreduce_gradients"
 # parts of the names of collectives as torch.profiler records them (c10d ops, gloo's spans, nccl's
 # kernels), and of that span; not a bare "broadcast", which aten::broadcast_tensors would match
 COLLECTIVE_MARKERS = ("c10d::", "gloo:", "nccl", "allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter")
@@ -50,10 +50,10 @@ class GradientAverager:
         self.pending.append((parameter, work))
 
     def wait(self) -> None:
-        """Wait for the all-reduces (under `GRADIENT_ALLREDUCE`); every gradient becomes its mean over the ranks."""
+        """Wait for the all-reduces (under `_GRADIENT_ALLREDUCE`); every gradient becomes its mean over the ranks."""
         if self.ranks == 1:
             return
-        with torch.profiler.record_function(GRADIENT_ALLREDUCE):
+        with torch.profiler.record_function(_GRADIENT_ALLREDUCE):
             for parameter, work in self.pending:
                 work.wait()
                 assert parameter.grad is not None

@@ -16,9 +16,9 @@ from runner.errors import ConfigError
 # glibc's mallopt parameters, and the largest mmap threshold it accepts on 64-bit
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 KEEP_UP_TO_BYTES = 32 * 2**20
-TRIM_ABOVE_BYTES = 2**30
+_TRIM_ABOVE_BYTES = 2**30
 # the same settings as variables, which glibc reads as a process starts: a user who set one chose
-KEEP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(KEEP_UP_TO_BYTES), "MALLOC_TRIM_THRESHOLD_": str(TRIM_ABOVE_BYTES)}
+KEEP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(KEEP_UP_TO_BYTES), "MALLOC_TRIM_THRESHOLD_": str(_TRIM_ABOVE_BYTES)}
 # a benchmark's knob, no config key (docs/trust.md): 0 leaves glibc's own modes, to measure what the fixed one gives
 KEEP_FREED_MEMORY_ENV = "RUNNER_KEEP_FREED_MEMORY"
 
@@ -38,4 +38,4 @@ def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> bool:
     if knob == "0" or not is_glibc() or any(name in environ for name in KEEP_ENV):
         return False
     libc = ctypes.CDLL(None)
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, KEEP_UP_TO_BYTES) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_ABOVE_BYTES))
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, KEEP_UP_TO_BYTES) and libc.mallopt(M_TRIM_THRESHOLD, _TRIM_ABOVE_BYTES))

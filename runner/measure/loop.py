@@ -24,7 +24,7 @@ PROGRESS_EVERY_S = 2.0
 # the fewest steps `measure.steps_s` leaves a process to time (a median and p10/p90 to read)
 FEWEST_TIMED_STEPS = 30
 # a process timing its steps alone
-NO_TURNS = NoTurns()
+_NO_TURNS = NoTurns()
 # untimed calls after the memory moves: the first touches of the new places are not the steady state
 SETTLE_CALLS = 2
 
@@ -153,7 +153,7 @@ def stretch_ends(steps: int, stretches: int) -> list[int]:
 
 
 def timed_steps(
-    workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = NO_TURNS
+    workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = _NO_TURNS
 ) -> list[float]:
     """`steps` steps' times in ms by the backend's step clock, in `measure.layouts` stretches of memory, each in turn.
 
@@ -178,7 +178,7 @@ def timed_steps(
 
 
 def steady_state(
-    workload: BuiltWorkload, backend: Backend, spec: RunSpec, turns: Turns = NO_TURNS
+    workload: BuiltWorkload, backend: Backend, spec: RunSpec, turns: Turns = _NO_TURNS
 ) -> list[list[float]]:
     """Warm up, then time the steady state's synchronized steps (`steps_to_time`), `measure.repeats` times."""
     repeats = []

@@ -23,12 +23,12 @@ from runner.chrome_trace import read_chrome_trace
 from runner.config import ConfigError, ProfilerConfig
 
 PROFILER_SOURCE = "profiler memory events"
-MEMORY_EVENT = "[memory]"
+_MEMORY_EVENT = "[memory]"
 # the snapshot's actions (torch.cuda.memory._snapshot): an allocation, a free asked for, and its
 # memory back with the allocator (the moment the bytes stop counting)
-ALLOC, FREE_REQUESTED, FREE_COMPLETED = "alloc", "free_requested", "free_completed"
+_ALLOC, _FREE_REQUESTED, _FREE_COMPLETED = "alloc", "free_requested", "free_completed"
 # frames in torch's own files are how an allocation was made; the site is the caller's line
-TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
+_TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
 # an allocation with no frame: made outside any op, or recorded without a stack
 NO_SITE = "(no frame)"
 
@@ -101,7 +101,7 @@ def snapshot_from_traces(capture_dir: Path) -> dict[str, Any]:
     traces = (read_chrome_trace(path) for path in sorted(capture_dir.rglob("*.json")))
     events_of = (trace["traceEvents"] for trace in traces if trace)
     recorded = [
-        (events, memory) for events in events_of if (memory := [e for e in events if e.get("name") == MEMORY_EVENT])
+        (events, memory) for events in events_of if (memory := [e for e in events if e.get("name") == _MEMORY_EVENT])
     ]
     devices: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     if recorded:
@@ -111,7 +111,7 @@ def snapshot_from_traces(capture_dir: Path) -> dict[str, Any]:
             args = event["args"]
             entry = {"addr": args["Addr"], "size": abs(int(args["Bytes"])), "stream": 0, "time_us": event["ts"]}
             entry["frames"] = _op_frames(ops.get(event.get("tid"), []), float(event["ts"]))
-            actions = [ALLOC] if int(args["Bytes"]) > 0 else [FREE_REQUESTED, FREE_COMPLETED]
+            actions = [_ALLOC] if int(args["Bytes"]) > 0 else [_FREE_REQUESTED, _FREE_COMPLETED]
             device = devices.setdefault((args.get("Device Type"), args.get("Device Id")), [])
             device += [{"action": action, **entry} for action in actions]
     return {"segments": [], "device_traces": list(devices.values())}
@@ -121,7 +121,7 @@ def allocation_site(frames: list[dict[str, Any]]) -> str:
     """Where an allocation was made: the innermost Python frame outside torch, or the ops it ran in (`outer > op`)."""
     python = [frame for frame in frames if str(frame.get("filename", "")).endswith(".py")]
     if python:
-        frame = next((f for f in python if not str(f["filename"]).startswith(TORCH_DIR)), python[0])
+        frame = next((f for f in python if not str(f["filename"]).startswith(_TORCH_DIR)), python[0])
         return f"{Path(frame['filename']).parent.name}/{Path(frame['filename']).name}:{frame['line']} {frame['name']}"
     return " > ".join(str(frame["name"]) for frame in reversed(frames)) or NO_SITE
 
@@ -132,12 +132,12 @@ def _replay(entries: list[dict[str, Any]], stop: int | None = None) -> tuple[dic
     total = peak = 0
     peak_at = -1
     for index, entry in enumerate(entries[: None if stop is None else stop + 1]):
-        if entry["action"] == ALLOC:
+        if entry["action"] == _ALLOC:
             total += entry["size"] - live.get(entry["addr"], {"size": 0})["size"]
             live[entry["addr"]] = entry
             if total > peak:
                 peak, peak_at = total, index
-        elif entry["action"] == FREE_COMPLETED and entry["addr"] in live:
+        elif entry["action"] == _FREE_COMPLETED and entry["addr"] in live:
             total -= live.pop(entry["addr"])["size"]
     return live, peak, peak_at
 

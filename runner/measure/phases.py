@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 ACTIVE = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
-def dynamo_graph_count() -> int:
+def _dynamo_graph_count() -> int:
     """Unique graphs dynamo has compiled so far; 0 before torch.compile imports it (importing it costs about 3 s)."""
     if "torch._dynamo" not in sys.modules:
         return 0
@@ -42,7 +42,7 @@ def dynamo_graph_count() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def queued_blocks(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[float]:
+def _queued_blocks(workload: BuiltWorkload, backend: Backend, spec: RunSpec) -> list[float]:
     """Seconds per block of `measure.inflight` steps queued back to back: a full queue's rate, not a step's latency."""
     blocks = max(3, spec.measure.steps // spec.measure.inflight)
     progress = Progress(f"throughput ({spec.measure.inflight} steps in flight)", blocks)
@@ -98,7 +98,7 @@ def measure(
     """
     started = time.perf_counter()
     keep_freed_memory()
-    graphs_before = dynamo_graph_count()
+    graphs_before = _dynamo_graph_count()
     log.info("first call%s ...", " (includes torch.compile)" if spec.workload.compile else "")
     with phase("first call"):
         first_call_s = timed_step(workload, backend)
@@ -111,7 +111,7 @@ def measure(
 
     def stamped() -> Measurement:
         """The measurement with the graphs compiled and the seconds spent up to now."""
-        measured.compile_graphs = dynamo_graph_count() - graphs_before
+        measured.compile_graphs = _dynamo_graph_count() - graphs_before
         measured.measured_s = time.perf_counter() - started
         return measured
 
@@ -133,7 +133,7 @@ def measure(
             measured.sync_ms = backend.synchronized_steps(workload.step, steps)
     if spec.measure.mode == "throughput":
         with phase("throughput", so_far):
-            measured.block_s = queued_blocks(workload, backend, spec)
+            measured.block_s = _queued_blocks(workload, backend, spec)
         measured.inflight = spec.measure.inflight
     if spec.profiler.enabled and backend.traits.measures_profiler_cost:
         with phase("profiler cost", so_far):

@@ -18,7 +18,7 @@ from runner.backends.base import Backend
 from runner.config import ProfilerConfig, ScheduleConfig
 
 US_PER_MS = 1000.0
-HOST_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops")
+_HOST_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops")
 TraceHandler = Callable[[torch.profiler.profile], None]
 
 
@@ -88,7 +88,7 @@ class CycleRecorder:
 
 def host_options(profiler: ProfilerConfig) -> dict[str, Any]:
     """What the profiler records with each op: the same in the window and in the sessions that measure its cost."""
-    return {option: getattr(profiler, option) for option in HOST_OPTIONS}
+    return {option: getattr(profiler, option) for option in _HOST_OPTIONS}
 
 
 def build_profiler(

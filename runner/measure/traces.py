@@ -19,19 +19,19 @@ from runner.chrome_trace import read_chrome_trace
 
 # host spans that form the tree: ops, annotations (steps, compiled regions, optimizer), module
 # scopes; and the runtime calls that launch device work (cuda_runtime, privateuse1_runtime, ...)
-HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
-LAUNCH_CATEGORY_SUFFIXES = ("_runtime", "_driver")
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+_HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
+_LAUNCH_CATEGORY_SUFFIXES = ("_runtime", "_driver")
+_DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 # parts of a name that differ between runs of the same code: step numbers, compiled graph hashes
-VOLATILE = [(re.compile(r"#\d+$"), ""), (re.compile(r"\b[0-9a-z]{40,}\b"), "<hash>")]
+_VOLATILE = [(re.compile(r"#\d+$"), ""), (re.compile(r"\b[0-9a-z]{40,}\b"), "<hash>")]
 # start and end times are floats in microseconds; allow for their rounding when nesting
-NEST_SLACK_US = 0.01
+_NEST_SLACK_US = 0.01
 
 
 def label_of(name: str) -> str:
     """The name with what differs between identical runs removed (ProfilerStep#7 -> ProfilerStep)."""
-    for pattern, replacement in VOLATILE:
+    for pattern, replacement in _VOLATILE:
         name = pattern.sub(replacement, name)
     return name
 
@@ -62,7 +62,7 @@ def _is_host(event: dict[str, Any]) -> bool:
     category = str(event.get("cat", ""))
     if category == "python_function":  # only module scopes; Python frames are noise here
         return str(event.get("name", "")).startswith("nn.Module:")
-    return category in HOST_CATEGORIES or category.endswith(LAUNCH_CATEGORY_SUFFIXES)
+    return category in _HOST_CATEGORIES or category.endswith(_LAUNCH_CATEGORY_SUFFIXES)
 
 
 def _nest(spans: list[Span]) -> list[Span]:
@@ -70,9 +70,9 @@ def _nest(spans: list[Span]) -> list[Span]:
     roots: list[Span] = []
     open_spans: list[Span] = []
     for span in sorted(spans, key=lambda s: (s.start_us, -s.dur_us)):
-        while open_spans and span.start_us >= open_spans[-1].end_us - NEST_SLACK_US:
+        while open_spans and span.start_us >= open_spans[-1].end_us - _NEST_SLACK_US:
             open_spans.pop()
-        while open_spans and span.end_us > open_spans[-1].end_us + NEST_SLACK_US:  # overlaps: not inside
+        while open_spans and span.end_us > open_spans[-1].end_us + _NEST_SLACK_US:  # overlaps: not inside
             open_spans.pop()
         (open_spans[-1].children if open_spans else roots).append(span)
         open_spans.append(span)
@@ -89,12 +89,12 @@ def read_steps(trace: dict[str, Any]) -> list[Span]:
         thread = f"{event.get('pid')}/{event.get('tid')}"
         span = Span(str(event["name"]), float(event["ts"]), float(event["dur"]), thread)
         correlation = (event.get("args") or {}).get("correlation")
-        if event.get("cat") in DEVICE_CATEGORIES:
+        if event.get("cat") in _DEVICE_CATEGORIES:
             span.device = True
             device.append((correlation, span))
         elif _is_host(event):
             by_thread[thread].append(span)
-            if str(event.get("cat", "")).endswith(LAUNCH_CATEGORY_SUFFIXES) and correlation is not None:
+            if str(event.get("cat", "")).endswith(_LAUNCH_CATEGORY_SUFFIXES) and correlation is not None:
                 launches[correlation] = span
     for correlation, span in device:
         if correlation in launches:
@@ -114,7 +114,7 @@ def read_steps(trace: dict[str, Any]) -> list[Span]:
     return steps
 
 
-def step_number(step: Span) -> int:
+def _step_number(step: Span) -> int:
     """N of ProfilerStep#N."""
     found = STEP.match(step.name)
     return int(found.group(1)) if found else -1
@@ -157,7 +157,7 @@ def _by_path(span: Span, path: tuple[tuple[str, int], ...] = ()) -> Iterator[tup
 def load_profile(paths: list[Path]) -> Profile:
     """Chrome traces (one per recorded cycle) as a run's steps merged by position; ValueError without a step."""
     cycles = [read_steps(read_chrome_trace(path) or {}) for path in paths]
-    cycles.sort(key=lambda steps: step_number(steps[0]) if steps else -1)
+    cycles.sort(key=lambda steps: _step_number(steps[0]) if steps else -1)
     steps = [step for cycle in cycles for step in cycle]
     if not steps:
         raise ValueError("the traces hold no ProfilerStep span")

@@ -20,7 +20,7 @@ GO, MORE, DONE = b"g", b"m", b"d"
 # how long the referee waits for the workers to connect: a spawned one imports torch first, on a busy host
 CONNECT_TIMEOUT_S = 120.0
 # how often the referee, waiting for workers to connect, asks whether any has ended instead
-CONNECT_POLL_S = 0.25
+_CONNECT_POLL_S = 0.25
 
 
 class TurnsLost(RuntimeError):
@@ -108,7 +108,7 @@ def give_turns(
     A worker whose turns add up to more than `timeout_s` (None: no limit) is hung: it is left out, and
     named in what this returns, so its side stops it; the others go on.
     """
-    listener.settimeout(CONNECT_POLL_S)
+    listener.settimeout(_CONNECT_POLL_S)
     workers: dict[str, socket.socket] = {}
     waiting = list(order)
     deadline = time.monotonic() + CONNECT_TIMEOUT_S

@@ -101,11 +101,11 @@ def judge_window(
         f"{mean_step / expected:.1f}x"
     )
     excess = abs(sum(profiled_ms) - sum(costs) - len(profiled_ms) * steady_median_ms)
-    wider = wider_window(excess, cost, steady_ms, steady_median_ms, max_steps, len(profiled_ms))
+    wider = _wider_window(excess, cost, steady_ms, steady_median_ms, max_steps, len(profiled_ms))
     return f"{seen}; widen it: {wider}"
 
 
-def wider_window(
+def _wider_window(
     excess_ms: float, cost: ProfilerCost, steady_ms: list[float], steady_median_ms: float, max_steps: int, recorded: int
 ) -> str:
     """`schedule.active` and `schedule.repeat` for a window this far off to read the steady state (see docs)."""
