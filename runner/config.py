@@ -77,13 +77,11 @@ class BackendConfig:
 
 @dataclass
 class NeuronBackendConfig(BackendConfig):
-    """backend=neuron: the NeuronCores, the NEFF cache, the explorer and the runtime's asynchronous mode."""
+    """backend=neuron: the NeuronCores, the explorer and the runtime's asynchronous mode."""
 
     name: str = "neuron"
     # NeuronCores this job owns, e.g. "0" or "2-3"; null: the launcher's, else every visible core
     cores: str | None = None
-    # NEFF cache that NeuronConfig copies into the capture; null: $TORCH_NEURONX_NEFF_CACHE_DIR or /tmp/neff_cache
-    neff_cache_dir: str | None = None
     # seconds neuron-explorer may spend summarising a capture (big NTFFs take tens of minutes)
     explorer_timeout_s: int = 1800
     # TORCH_NEURONX_ENABLE_ASYNC_NRT; null: the environment's, else torch-neuronx's (documented default 0, the

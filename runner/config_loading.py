@@ -49,6 +49,8 @@ REMOVED_KEYS = {
     "skipped before the first cycle are schedule.wait's; add them to schedule.wait",
     "backend.explorer_view_timeout_s": "it is the runner's fixed limit for a Parquet view (300 s) before it asks "
     "for summary-json; backend.explorer_timeout_s bounds the summary",
+    "backend.neff_cache_dir": "torch-neuronx writes its NEFFs where TORCH_NEURONX_NEFF_CACHE_DIR says (default "
+    "/tmp/neff_cache), and the runner reads them there; export TORCH_NEURONX_NEFF_CACHE_DIR=<folder> instead",
 }
 
 

@@ -292,8 +292,12 @@ class NeuronBackend(Backend):
         return format_cores(list(range(EXECUTING_CORES)))
 
     def neff_cache_dir(self) -> str:
-        """The NEFF cache NeuronConfig copies from, so NEFFs land beside the device traces."""
-        return self.config.neff_cache_dir or os.environ.get(NEFF_CACHE_ENV) or DEFAULT_NEFF_CACHE
+        """The NEFF cache NeuronConfig copies from, so NEFFs land beside the device traces.
+
+        The folder torch-neuronx writes them to: it reads $TORCH_NEURONX_NEFF_CACHE_DIR (measure.compile_cache's
+        folder when that is set), so no config key could move it.
+        """
+        return os.environ.get(NEFF_CACHE_ENV) or DEFAULT_NEFF_CACHE
 
     def profiler_kwargs(self, profiler: ProfilerConfig, capture_dir: Path) -> dict[str, Any]:
         """`NeuronConfig` as experimental_config and `NeuronProfiler(config).export_trace`."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runner import names
 from runner.backends.compile_cache import CompileCache
-from runner.config import ConfigError, NeuronBackendConfig, RunSpec
+from runner.config import ConfigError, RunSpec
 
 # TorchNeuron's NEFF cache (SDK:tools/neuron-explorer/environment-variables.rst; default /tmp/neff_cache, SRC)
 NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
@@ -45,19 +45,14 @@ class NeuronCompileCache(CompileCache):
                "hlo": HLO_CACHE_ENV, "neuron_compile_cache": COMPILE_CACHE_URL_ENV}  # fmt: skip
 
     def check(self, spec: RunSpec) -> None:
-        """Refuse backend.neff_cache_dir, then a NEURON_CC_FLAGS or TorchNeuron setting that bypasses the folders.
+        """Refuse a NEURON_CC_FLAGS or TorchNeuron setting that bypasses the folders.
 
         The variables are checked whatever the backend: the caches are moved before it is chosen.
 
         Raises:
-            ConfigError: naming the key or the variable.
+            ConfigError: naming the variable.
         """
         compile_cache = spec.measure.compile_cache
-        if isinstance(spec.backend, NeuronBackendConfig) and spec.backend.neff_cache_dir is not None:
-            raise ConfigError(
-                f"backend.neff_cache_dir={spec.backend.neff_cache_dir} and measure.compile_cache={compile_cache}: "
-                "the cache study keeps the NEFF cache in measure.compile_cache_dir; leave backend.neff_cache_dir unset"
-            )
         bypass = CC_FLAGS_AROUND_CACHE.search(os.environ.get(CC_FLAGS_ENV, ""))
         if bypass or os.environ.get(NEFF_CACHE_OFF_ENV, "").lower() in SETTINGS_ON:
             setting = f"{CC_FLAGS_ENV} has {bypass.group()}" if bypass else f"{NEFF_CACHE_OFF_ENV} is set"

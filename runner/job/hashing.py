@@ -21,7 +21,7 @@ REMOVED_KEYS = {
     ("schedule", "skip_first"): 0,
 }
 # backend=neuron's removed keys, added where the backend group is Neuron's (it holds explorer_timeout_s)
-REMOVED_NEURON_KEYS = {"explorer_view_timeout_s": 300}
+REMOVED_NEURON_KEYS = {"explorer_view_timeout_s": 300, "neff_cache_dir": None}
 
 
 def config_hash(resolved: dict[str, Any]) -> str:

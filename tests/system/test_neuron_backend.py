@@ -37,7 +37,7 @@ def neuron_host(tmp_path: Path, standin: bool = True, **env: str) -> dict[str, s
     """The environment of a process on a stand-in Neuron host, its calls logged in tmp_path."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
     environ.update(NEURON_STANDIN_LOG=str(tmp_path / "calls.jsonl"), NEURON_STANDIN_STATE=str(tmp_path / "nrt"))
-    # the NEFF cache through the environment: backend.neff_cache_dir is a key of backend=neuron alone
+    # the NEFF cache through the environment, as torch-neuronx reads it
     environ.update(TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff_cache"), **env)
     if standin:
         environ["PYTHONPATH"] = str(STANDIN)
@@ -448,9 +448,7 @@ def test_cold_and_warm_neff_caches_differ_in_their_hits_and_misses(tmp_path: Pat
     # the stand-in compiles its NEFFs into the cache a DEVICE capture copies them from
     cache = f"measure.compile_cache_dir={tmp_path / 'cache'}"
     for state in ("cold", "warm"):
-        done = run_neuron(
-            tmp_path / state, "backend=neuron", f"measure.compile_cache={state}", cache, "backend.neff_cache_dir=null"
-        )
+        done = run_neuron(tmp_path / state, "backend=neuron", f"measure.compile_cache={state}", cache)
         assert done.returncode == 0, done.stderr
     jobs = {run.data.tags[names.TAG_COMPILE_CACHE]: run.data for run in all_runs(tracking_uri)}
     cold, warm = jobs["cold"].metrics, jobs["warm"].metrics

@@ -279,6 +279,7 @@ def test_the_keys_benchmarks_took_keep_the_config_hash_a_run_had_before_they_lef
     [
         ("schedule.skip_first=0", "add them to schedule.wait"),
         ("backend.explorer_view_timeout_s=600", "backend.explorer_timeout_s bounds the summary"),
+        ("backend.neff_cache_dir=/x", "export TORCH_NEURONX_NEFF_CACHE_DIR=<folder> instead"),
     ],
 )
 def test_a_key_no_user_decided_with_is_refused_saying_what_to_do_instead(override: str, instead: str) -> None:
@@ -289,7 +290,11 @@ def test_a_key_no_user_decided_with_is_refused_saying_what_to_do_instead(overrid
 
 @pytest.mark.parametrize(
     ("backend", "group", "key", "value"),
-    [("cpu", "schedule", "skip_first", 0), ("neuron", "backend", "explorer_view_timeout_s", 300)],
+    [
+        ("cpu", "schedule", "skip_first", 0),
+        ("neuron", "backend", "explorer_view_timeout_s", 300),
+        ("neuron", "backend", "neff_cache_dir", None),
+    ],
 )
 def test_a_key_no_user_decided_with_keeps_the_config_hash_a_run_had_before_it_left(
     backend: str, group: str, key: str, value: object
