@@ -53,12 +53,12 @@ class Placement:
 
 WHOLE_MACHINE = Slot("the whole machine")
 # what the console suggests when a run's timing is unstable: at least this many worker processes or repeats
-ADVISED_PROCESSES = ADVISED_REPEATS = 5
+_ADVISED_PROCESSES = _ADVISED_REPEATS = 5
 
 
 def more_repeats(spec: RunSpec) -> str:
     """Advice for a job that cannot have (more) worker processes: more repeats of its phases."""
-    return f"more repeats (measure.repeats={max(ADVISED_REPEATS, 2 * spec.measure.repeats)})"
+    return f"more repeats (measure.repeats={max(_ADVISED_REPEATS, 2 * spec.measure.repeats)})"
 
 
 def check_cache_flush(spec: RunSpec, backend: type[Backend]) -> None:
@@ -214,7 +214,7 @@ class Backend(ABC):
         """What to rerun an unstable job with: more worker processes (for ranks or copies, more repeats)."""
         if spec.distributed.ranks > 1 or spec.measure.copies is not None:
             return more_repeats(spec)
-        processes = max(ADVISED_PROCESSES, 2 * (spec.measure.processes or 0))
+        processes = max(_ADVISED_PROCESSES, 2 * (spec.measure.processes or 0))
         return f"more worker processes (measure.processes={processes})"
 
     def concurrent_slots(self, count: int, key: str = "measure.copies") -> list[Slot]:

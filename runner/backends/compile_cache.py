@@ -9,7 +9,7 @@ from runner import names
 from runner.config import RunSpec
 
 # torch's counters of cache lookups during compilation: (counter group, hit key, miss key)
-COUNTERS = [("inductor", "fxgraph_cache_hit", "fxgraph_cache_miss"), ("aot_autograd", "autograd_cache_hit",
+_COUNTERS = [("inductor", "fxgraph_cache_hit", "fxgraph_cache_miss"), ("aot_autograd", "autograd_cache_hit",
             "autograd_cache_miss")]  # fmt: skip
 
 
@@ -30,7 +30,7 @@ class CompileCache:
         """Inductor's FX-graph and AOT-autograd cache hits and misses so far in this process, and what was counted."""
         from torch._dynamo.utils import counters
 
-        hits = sum(counters[group][hit] for group, hit, _ in COUNTERS)
-        misses = sum(counters[group][miss] for group, _, miss in COUNTERS)
+        hits = sum(counters[group][hit] for group, hit, _ in _COUNTERS)
+        misses = sum(counters[group][miss] for group, _, miss in _COUNTERS)
         counted = "torch's lookups: inductor's FX graphs and AOT autograd"
         return {names.COMPILE_CACHE_HITS: float(hits), names.COMPILE_CACHE_MISSES: float(misses)}, counted

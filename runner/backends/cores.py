@@ -9,8 +9,8 @@ from itertools import groupby
 
 from runner.errors import ConfigError
 
-CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
-CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
+_CORE_SPEC = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_CORE_SYNTAX = "a core (0), a range (0-3) or a comma list (0-3,8-11)"
 # physical NeuronCores per logical one, "1 or 2"; LNC "applies only to Trn2 and Trn3", and no Trn3
 # default is given (SDK:about-neuron/arch/neuron-features/logical-neuroncore-config.rst)
 LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
@@ -27,14 +27,14 @@ def parse_cores(spec: str, key: str) -> list[int]:
         ConfigError: the spec is malformed; the message shows the accepted syntax.
     """
     text = str(spec).replace(" ", "")
-    if not CORE_SPEC.match(text):
-        raise ConfigError(f"{key}={spec!r} is not a core spec; use {CORE_SYNTAX}")
+    if not _CORE_SPEC.match(text):
+        raise ConfigError(f"{key}={spec!r} is not a core spec; use {_CORE_SYNTAX}")
     cores: set[int] = set()
     for part in text.split(","):
         first, _, last = part.partition("-")
         low, high = int(first), int(last or first)
         if high < low:
-            raise ConfigError(f"{key}={spec!r}: range {part} runs backwards; use {CORE_SYNTAX}")
+            raise ConfigError(f"{key}={spec!r}: range {part} runs backwards; use {_CORE_SYNTAX}")
         cores.update(range(low, high + 1))
     return sorted(cores)
 

@@ -20,15 +20,15 @@ from runner.backends.cores import format_cores, parse_cores
 from runner.backends.peaks import Peak, cpu_peak, threads_words
 from runner.config import BackendConfig, RunSpec
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # the cores of a CPU slot: a job started on it places its workers there
-CORES_VARIABLE = "RUNNER_CPU_CORES"
+_CORES_VARIABLE = "RUNNER_CPU_CORES"
 
 
-def own_cores() -> list[int]:
+def _own_cores() -> list[int]:
     """The cores this process's jobs may use: its slot's, else those the OS lets it run on."""
-    if spec := os.environ.get(CORES_VARIABLE):
-        return parse_cores(spec, CORES_VARIABLE)
+    if spec := os.environ.get(_CORES_VARIABLE):
+        return parse_cores(spec, _CORES_VARIABLE)
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
@@ -44,7 +44,7 @@ class CpuBackend(Backend):
         workers_take_turns=True,
         # and inductor's probe of the CPU's vector instruction sets, which each process would run again
         compiler_preload=(*DeviceTraits.compiler_preload, "runner.backends.cpu_compiler_probe"),
-        manifest_env_prefixes=("OMP_NUM_THREADS", CORES_VARIABLE),
+        manifest_env_prefixes=("OMP_NUM_THREADS", _CORES_VARIABLE),
         # a job's process takes its workers' torch threads (`match_workers`), which a later job in it starts from
         process_keys={"backend.cpu_placement": "torch's threads in this process are that job's workers'"},
     )
@@ -57,21 +57,21 @@ class CpuBackend(Backend):
     @classmethod
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
         """`cores / jobs` cores per job, its own, and as many threads (jobs=0: one per core; more jobs share cores)."""
-        cores = own_cores()
+        cores = _own_cores()
         count = jobs or len(cores)
         per = max(1, len(cores) // count)
         groups = [format_cores(sorted({cores[(i * per + k) % len(cores)] for k in range(per)})) for i in range(count)]
         return [
             Slot(
                 f"CPU slot {i} (cores {group}, {per} threads)",
-                (*((variable, str(per)) for variable in THREAD_VARIABLES), (CORES_VARIABLE, group)),
+                (*((variable, str(per)) for variable in _THREAD_VARIABLES), (_CORES_VARIABLE, group)),
             )
             for i, group in enumerate(groups)
         ]
 
     def copy_slots(self, copies: int) -> list[Slot]:
         """The machine split between the copies, saying so when there are more copies than cores."""
-        cpus = len(own_cores())
+        cpus = len(_own_cores())
         if copies > cpus:
             print(
                 f"measure.copies={copies} on {cpus} CPU core(s): the copies oversubscribe the host's cores, so "
@@ -91,7 +91,7 @@ class CpuBackend(Backend):
     def take_slot(self, slot: Slot) -> None:
         """The slot's thread count: torch read OMP_NUM_THREADS when it loaded, before this."""
         super().take_slot(slot)
-        torch.set_num_threads(int(dict(slot.env)[THREAD_VARIABLES[0]]))
+        torch.set_num_threads(int(dict(slot.env)[_THREAD_VARIABLES[0]]))
 
     @classmethod
     def worker_placement(cls, config: BackendConfig, number: int, slot: Slot = WHOLE_MACHINE) -> Placement:
@@ -100,9 +100,9 @@ class CpuBackend(Backend):
         one_core: worker k on the k-th core in turn, so a busy core shows as a round that disagrees.
         """
         env = dict(slot.env)
-        cores = parse_cores(env[CORES_VARIABLE], CORES_VARIABLE) if CORES_VARIABLE in env else own_cores()
+        cores = parse_cores(env[_CORES_VARIABLE], _CORES_VARIABLE) if _CORES_VARIABLE in env else _own_cores()
         if config.cpu_placement == "unpinned" or not hasattr(os, "sched_setaffinity"):
-            return Placement(None, int(env.get(THREAD_VARIABLES[0], torch.get_num_threads())))
+            return Placement(None, int(env.get(_THREAD_VARIABLES[0], torch.get_num_threads())))
         if config.cpu_placement == "one_core":
             return Placement((cores[(number - 1) % len(cores)],), 1)
         return Placement(tuple(cores), len(cores))

@@ -18,13 +18,13 @@ from runner.backends.peaks import Peak, datasheet_peak
 from runner.config import BackendConfig
 
 # GPU name fragment -> conf/peaks.yaml entry
-GPU_PEAKS = {"H200": "h200_sxm", "H100": "h100_sxm"}
-VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+_GPU_PEAKS = {"H200": "h200_sxm", "H100": "h100_sxm"}
+_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 # the buffer zeroed before each step to evict the L2 cache (measure.flush_cache): Triton's do_bench zeroes
 # 256 MB; twice the L2 where that is larger (the H200's L2 is 60 MB)
 FLUSH_BYTES = 256 * 2**20
 # Python frames only: C++ frames ("all") are symbolised slowly at the dump; the bound keeps long histories finite
-CUDA_HISTORY_OPTIONS = {"stacks": "python", "max_entries": 1_000_000}
+_CUDA_HISTORY_OPTIONS = {"stacks": "python", "max_entries": 1_000_000}
 
 
 def _timing_event() -> torch.cuda.Event:
@@ -33,7 +33,7 @@ def _timing_event() -> torch.cuda.Event:
 
 def _visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them."""
-    visible = os.environ.get(VISIBLE_DEVICES_ENV)
+    visible = os.environ.get(_VISIBLE_DEVICES_ENV)
     return visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
 
 
@@ -48,7 +48,7 @@ class CudaBackend(Backend):
         step_clock=names.STEP_CLOCK_DEVICE,
         activities=(ProfilerActivity.CPU, ProfilerActivity.CUDA),
         # no process_keys: CUDA reads CUDA_VISIBLE_DEVICES once per process, but a launcher's slot sets it, not a key
-        manifest_env_prefixes=(VISIBLE_DEVICES_ENV,),
+        manifest_env_prefixes=(_VISIBLE_DEVICES_ENV,),
     )
 
     @classmethod
@@ -65,11 +65,11 @@ class CudaBackend(Backend):
     def split_machine(cls, config: BackendConfig, jobs: int, pool: str | None, cores_per_job: int) -> list[Slot]:
         """One GPU per job, out of the visible ones (one job per GPU when jobs=0)."""
         gpus = _visible_gpus()
-        return [Slot(f"GPU {gpu}", ((VISIBLE_DEVICES_ENV, gpu),)) for gpu in gpus[: jobs or len(gpus)]]
+        return [Slot(f"GPU {gpu}", ((_VISIBLE_DEVICES_ENV, gpu),)) for gpu in gpus[: jobs or len(gpus)]]
 
     def take_slot(self, slot: Slot) -> None:
         """Select the slot's GPU: CUDA may have started already, and then ignores CUDA_VISIBLE_DEVICES."""
-        torch.cuda.set_device(_visible_gpus().index(dict(slot.env)[VISIBLE_DEVICES_ENV]))
+        torch.cuda.set_device(_visible_gpus().index(dict(slot.env)[_VISIBLE_DEVICES_ENV]))
 
     @property
     def device(self) -> torch.device:
@@ -82,8 +82,8 @@ class CudaBackend(Backend):
 
     def placement(self) -> str:
         """The GPU, and which of the host's it is when a launcher chose it."""
-        visible = os.environ.get(VISIBLE_DEVICES_ENV)
-        return f"{self.device_name()} ({VISIBLE_DEVICES_ENV}={visible})" if visible else self.device_name()
+        visible = os.environ.get(_VISIBLE_DEVICES_ENV)
+        return f"{self.device_name()} ({_VISIBLE_DEVICES_ENV}={visible})" if visible else self.device_name()
 
     def synchronize(self) -> None:
         """CUDA kernels run asynchronously; wait so timings and traces are complete."""
@@ -128,12 +128,12 @@ class CudaBackend(Backend):
 
     def memory_history(self) -> MemoryHistory | None:
         """torch.cuda.memory's allocation history (PyTorch's "Understanding CUDA Memory Usage")."""
-        return MemoryHistory(torch.cuda.memory, CUDA_HISTORY_OPTIONS, "torch.cuda.memory snapshot")
+        return MemoryHistory(torch.cuda.memory, _CUDA_HISTORY_OPTIONS, "torch.cuda.memory snapshot")
 
     def peak(self, dtype: str) -> Peak | None:
         """H100 or H200 by name; other GPUs have no entry (set measure.peak)."""
         name = self.device_name()
-        entry = next((entry for model, entry in GPU_PEAKS.items() if model in name), None)
+        entry = next((entry for model, entry in _GPU_PEAKS.items() if model in name), None)
         return datasheet_peak(entry, 1, dtype) if entry else None
 
     def manifest(self) -> dict[str, Any]:
@@ -144,5 +144,5 @@ class CudaBackend(Backend):
             "cuda.device_count": torch.cuda.device_count(),
             "cuda.capability": f"{major}.{minor}",
             "cuda.version": torch.version.cuda,
-            "cuda.visible_devices": os.environ.get(VISIBLE_DEVICES_ENV),
+            "cuda.visible_devices": os.environ.get(_VISIBLE_DEVICES_ENV),
         }

@@ -9,18 +9,18 @@ import torch
 from runner import names
 from runner.backends.monitor import MonitorPlan, Reader
 
-NVML_PACKAGE = "nvidia-ml-py"
+_NVML_PACKAGE = "nvidia-ml-py"
 
 
 def nvml_plan(period_s: int) -> MonitorPlan:
     """NVML beside the host, probed (NVML starts, nothing samples); the host alone where NVML is not usable."""
     try:
-        return MonitorPlan("nvml", period_s, nvml_version(), device_reader=nvml_reader)
+        return MonitorPlan("nvml", period_s, _nvml_version(), device_reader=_nvml_reader)
     except (ImportError, RuntimeError) as err:
         return MonitorPlan("host", period_s, missing=f"NVML is not usable ({err}): only the host is sampled")
 
 
-def nvml_version() -> str:
+def _nvml_version() -> str:
     """nvidia-ml-py's version and the driver's, starting NVML.
 
     Raises:
@@ -30,14 +30,14 @@ def nvml_version() -> str:
     try:
         import pynvml
     except ImportError:
-        raise ImportError(f"{NVML_PACKAGE} is not installed: pip install {NVML_PACKAGE}") from None
+        raise ImportError(f"{_NVML_PACKAGE} is not installed: pip install {_NVML_PACKAGE}") from None
     try:
         pynvml.nvmlInit()
         driver = pynvml.nvmlSystemGetDriverVersion()
     except pynvml.NVMLError as err:
         raise RuntimeError(f"NVML does not start: {err}") from None
     try:
-        package = f"{NVML_PACKAGE} {metadata.version(NVML_PACKAGE)}"
+        package = f"{_NVML_PACKAGE} {metadata.version(_NVML_PACKAGE)}"
     except metadata.PackageNotFoundError:  # pynvml from another distribution
         package = "pynvml"
     return f"{package}, driver {driver}"
@@ -52,7 +52,7 @@ def gpu_values(utilization_pct: float, memory_used_bytes: float, power_mw: float
     }
 
 
-def nvml_reader(device: torch.device) -> Reader:
+def _nvml_reader(device: torch.device) -> Reader:
     """A reader of the job's GPU, found by the UUID torch gives its device (NVML numbers GPUs its own way).
 
     Raises:

@@ -23,9 +23,9 @@ from runner.config import ConfigError
 from runner.files import write_whole
 
 # Working sets from L2-sized to DRAM-sized: the peak is the best of them.
-COPY_SIZES_MIB = (1, 4, 16, 64)
+_COPY_SIZES_MIB = (1, 4, 16, 64)
 MATMUL_SIZE = 512
-BEST_OF = 5
+_BEST_OF = 5
 # the links a collective's ranks can cross, as conf/peaks.yaml's links_gbps names them
 INTRA_CHIP = "intra_chip"
 CHIP_TO_CHIP = "chip_to_chip"
@@ -93,13 +93,13 @@ def link_between(cores: list[int], cores_per_chip: int | None, nodes: int) -> st
 
 def _best_seconds(fn: Any) -> float:
     fn()  # a warm-up call, not timed
-    return min(timeit.repeat(fn, repeat=BEST_OF, number=1))
+    return min(timeit.repeat(fn, repeat=_BEST_OF, number=1))
 
 
 def calibrate_cpu(dtype: str) -> tuple[float, float]:
     """Best copy bandwidth (GB/s, read + write) over several sizes, and matmul GFLOP/s."""
     bandwidth = 0.0
-    for mib in COPY_SIZES_MIB:
+    for mib in _COPY_SIZES_MIB:
         src = torch.ones(mib * 2**20 // 4)
         dst = torch.empty_like(src)
         bandwidth = max(bandwidth, 2 * src.nbytes / _best_seconds(lambda d=dst, s=src: d.copy_(s)) / 1e9)
@@ -113,7 +113,7 @@ def threads_words(threads: int) -> str:
     return f"{threads} thread{'s' * (threads != 1)}"
 
 
-def cache_file() -> Path:
+def _cache_file() -> Path:
     """Per-user cache of CPU calibrations ($XDG_CACHE_HOME/runner/cpu_peaks.json)."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return root / "runner" / "cpu_peaks.json"
@@ -137,7 +137,7 @@ def cached_here() -> list[tuple[int, str]]:
 def _cached_calibrations() -> dict[str, list[float]]:
     """The cached calibrations; an unreadable cache is measured again and rewritten, not fatal."""
     try:
-        return dict(json.loads(cache_file().read_text()))
+        return dict(json.loads(_cache_file().read_text()))
     except (OSError, ValueError):
         return {}
 
@@ -149,13 +149,13 @@ def cpu_peak(dtype: str) -> Peak:
         # on stderr whatever the logging setup (the doctor has none): it can take ten seconds
         print(
             f"calibrating this machine's CPU peaks for the roofline (once per machine and thread count; "
-            f"cached in {cache_file()}) ...",
+            f"cached in {_cache_file()}) ...",
             file=sys.stderr,
             flush=True,
         )
         figures = keep_best_calibration(dtype, *calibrate_cpu(dtype))
     bandwidth, gflops = figures
-    where = f"on this machine, {threads_words(torch.get_num_threads())} ({cache_file()})"
+    where = f"on this machine, {threads_words(torch.get_num_threads())} ({_cache_file()})"
     return Peak(bandwidth, gflops, f"measured: best copy bandwidth and {dtype} matmul {where}")
 
 
@@ -164,5 +164,5 @@ def keep_best_calibration(dtype: str, bandwidth: float, gflops: float) -> list[f
     cache = _cached_calibrations()
     cached = cache.get(_calibration_key(dtype), [0.0, 0.0])
     best = cache[_calibration_key(dtype)] = [max(bandwidth, cached[0]), max(gflops, cached[1])]
-    write_whole(cache_file(), json.dumps(cache, indent=2))  # ranks and workers calibrate side by side
+    write_whole(_cache_file(), json.dumps(cache, indent=2))  # ranks and workers calibrate side by side
     return best
