@@ -53,7 +53,7 @@ def close_dead_job(
     write_status(job_dir, **never_started, status=end, error=reason)
     run_id = (status or {}).get("run_id")
     if not run_id and tracking_uri and run_name is not None and os.environ.get(PARENT_RUN_ENV):
-        run_id = open_dead_run(tracking_uri, os.environ[PARENT_RUN_ENV], run_name, job_dir, overrides)
+        run_id = _open_dead_run(tracking_uri, os.environ[PARENT_RUN_ENV], run_name, job_dir, overrides)
         write_status(job_dir, run_id=run_id)
     if run_id and tracking_uri:
         client = mlflow_client(tracking_uri)
@@ -64,7 +64,7 @@ def close_dead_job(
         fail_run(client, run_id, reason, end)
 
 
-def open_dead_run(tracking_uri: str, parent_run_id: str, run_name: str, job_dir: Path, overrides: str) -> str:
+def _open_dead_run(tracking_uri: str, parent_run_id: str, run_name: str, job_dir: Path, overrides: str) -> str:
     """Open, under the sweep's parent run, the run of a job that died before opening its own; its caller closes it."""
     from mlflow.tracking.context.registry import resolve_tags
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID

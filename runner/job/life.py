@@ -44,7 +44,7 @@ class JobInfo:
     rounds_dir: Path | None = None
 
 
-def current_traceback() -> str:
+def _current_traceback() -> str:
     """The traceback being handled, secrets masked, for error.txt."""
     return redact(traceback.format_exc())
 
@@ -158,7 +158,7 @@ class JobLife:
     def keep_traceback(self) -> None:
         """Write the traceback being handled to the job's folder, beside its status file."""
         try:
-            (self.job.output_dir / ERROR_FILE).write_text(current_traceback())
+            (self.job.output_dir / ERROR_FILE).write_text(_current_traceback())
         except OSError as err:
             log.error("could not write %s: %s", ERROR_FILE, err.strerror or err)
 
@@ -182,7 +182,7 @@ class JobLife:
                 yield run
             except Exception as err:
                 run.set_tags({names.TAG_ERROR: one_line(err)})
-                run.log_text(current_traceback(), ERROR_FILE)
+                run.log_text(_current_traceback(), ERROR_FILE)
                 raise
             if not self.sweeping:  # all is logged and the run closes FINISHED: a stop now has nothing to stop
                 ignore_later_stops()

@@ -23,8 +23,8 @@ from runner.execute.workers import worker_start
 from runner.secrets import redact
 
 ALLOWED_PREFIXES = (*MANIFEST_ENV_PREFIXES, "SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST", "SLURM_NTASKS")
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE", "SESSION")
-PYTHON_PACKAGES = (*MANIFEST_PACKAGES, "hydra-core", "omegaconf", "mlflow")
+_SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE", "SESSION")
+_PYTHON_PACKAGES = (*MANIFEST_PACKAGES, "hydra-core", "omegaconf", "mlflow")
 
 
 def allowed_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -32,14 +32,14 @@ def allowed_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {
         name: redact(value)
         for name, value in sorted(environ.items())
-        if name.startswith(ALLOWED_PREFIXES) and not any(marker in name.upper() for marker in SECRET_MARKERS)
+        if name.startswith(ALLOWED_PREFIXES) and not any(marker in name.upper() for marker in _SECRET_MARKERS)
     }
 
 
 def package_versions() -> dict[str, str | None]:
     """Installed versions of the Python packages that decide what a profile shows."""
     versions: dict[str, str | None] = {}
-    for name in PYTHON_PACKAGES:
+    for name in _PYTHON_PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -58,7 +58,7 @@ def system_package_versions() -> dict[str, str | None]:
     return versions
 
 
-def monitor_facts(plan: MonitorPlan | None, system_packages: Mapping[str, str | None]) -> dict[str, Any]:
+def _monitor_facts(plan: MonitorPlan | None, system_packages: Mapping[str, str | None]) -> dict[str, Any]:
     """What sampled the system series and how often; a monitor tool's version (neuron-monitor's) is its package's."""
     if plan is None:
         return {"period_s": None, "source": "off (monitor.period_s is null)"}
@@ -85,5 +85,5 @@ def build_manifest(
         "device": {**backend.manifest(), **placement},
         "workers": {"start_method": workers.method, "why": workers.why},
         "environment": allowed_environment(environ),
-        names.MANIFEST_MONITOR: monitor_facts(monitor, system_packages),
+        names.MANIFEST_MONITOR: _monitor_facts(monitor, system_packages),
     }
