@@ -31,7 +31,7 @@ register_schemas()
 redact_process_output()
 
 
-def job_info() -> JobInfo:
+def _job_info() -> JobInfo:
     """Describe this job from Hydra's runtime config, credentials masked, also in the files Hydra already wrote."""
     hydra_cfg = HydraConfig.get()
     workload = hydra_cfg.runtime.choices.get("workload") or "custom"
@@ -61,7 +61,7 @@ def run(cfg: DictConfig) -> float:
             with suppress(ConfigError):  # task 0 reports bad input
                 follow(load_run_spec(cfg), Path(HydraConfig.get().runtime.output_dir), task)
             return NO_RESULT
-    life = JobLife(job_info(), sweeping)
+    life = JobLife(_job_info(), sweeping)
     metrics: dict[str, float] = {}
     try:
         with life.running():
@@ -74,8 +74,8 @@ def run(cfg: DictConfig) -> float:
     except ConfigError as err:
         raise UsageError(str(err)) from None
     except Exception as err:  # recorded by the job's life: one line here, the traceback in error.txt
-        if disk_full(err):  # every later job of a sweep would meet it too: it ends the sweep
-            raise JobFailure(disk_full_line(NOTES.folder)) from err
+        if _disk_full(err):  # every later job of a sweep would meet it too: it ends the sweep
+            raise JobFailure(_disk_full_line(NOTES.folder)) from err
         where = life.job.output_dir / ERROR_FILE
         run = f"run {life.run_id} is FAILED" if life.run_id else "no run was opened"
         if life.run_id and isinstance(err, StoreFull):  # the full store may or may not have taken the run's close
@@ -92,22 +92,22 @@ def run(cfg: DictConfig) -> float:
     return metrics.get(names.STEP_MEDIAN_MS, NO_RESULT)
 
 
-def disk_full(err: BaseException) -> bool:
+def _disk_full(err: BaseException) -> bool:
     """Whether `err` is the disk under a folder being full (ENOSPC)."""
     return isinstance(err, OSError) and err.errno == errno.ENOSPC
 
 
-def disk_full_line(folder: str) -> str:
+def _disk_full_line(folder: str) -> str:
     """A full disk in one line: where, and what to do (Hydra's traceback said neither)."""
     return f"the disk under {folder} is full (No space left on device): free space there and run again"
 
 
-def one_line_refusal(err: Exception) -> str | None:
+def _one_line_refusal(err: Exception) -> str | None:
     """What `cli` says in one line for `err`: Hydra's refusals, a conf file's YAML, a full disk; None for a bug."""
     if isinstance(err, (CompactHydraException, yaml.YAMLError)):
         return refusal(err)
-    if disk_full(err):
-        return disk_full_line(NOTES.folder or str(Path.cwd()))
+    if _disk_full(err):
+        return _disk_full_line(NOTES.folder or str(Path.cwd()))
     return None
 
 
@@ -133,7 +133,7 @@ def cli() -> None:
     except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: runs and status files are closed already
         sys.exit(exit_code_of(stop))
     except Exception as err:
-        line = None if wants_traceback else one_line_refusal(err)
+        line = None if wants_traceback else _one_line_refusal(err)
         end_sweep_early(line or one_line(err))  # a sweep ended by an error, not by a signal
         if line is None:
             raise

@@ -61,9 +61,9 @@ def check_writable_dir(key: str, path: str) -> None:
     Hydra turns exceptions raised in callbacks into warnings and fails later with a traceback, so this exits.
     """
     target = Path(path)
-    created = missing_folders(target)
+    created = _missing_folders(target)
     try:
-        make_folder(target)
+        _make_folder(target)
     except OSError as err:
         sys.exit(f"error: {key}={path} cannot be created: {err.strerror}")
     try:
@@ -72,10 +72,10 @@ def check_writable_dir(key: str, path: str) -> None:
     except OSError as err:
         sys.exit(f"error: {key}={path} cannot be written: {err.strerror}")
     finally:
-        remove_empty(created)
+        _remove_empty(created)
 
 
-def make_folder(target: Path, tries: int = 3) -> None:
+def _make_folder(target: Path, tries: int = 3) -> None:
     """`mkdir -p` that survives a parent vanishing midway.
 
     Another sweep started beside this one in the same folders removes the empty parents its own probe created, as
@@ -88,13 +88,13 @@ def make_folder(target: Path, tries: int = 3) -> None:
     target.mkdir(parents=True, exist_ok=True)
 
 
-def missing_folders(path: Path) -> list[Path]:
+def _missing_folders(path: Path) -> list[Path]:
     """`path` and those of its parents that do not exist yet, deepest first: what creating it adds."""
     path = path.absolute()
     return [folder for folder in (path, *path.parents) if not folder.exists()]
 
 
-def remove_empty(folders: list[Path]) -> None:
+def _remove_empty(folders: list[Path]) -> None:
     """Remove `folders` (deepest first) that are empty; one another process put something in stays."""
     for folder in folders:
         with suppress(OSError):
@@ -109,7 +109,7 @@ def _tracking(config: DictConfig) -> TrackingConfig:
         sys.exit(f"error: {err}")
 
 
-def check_store(tracking: TrackingConfig, create: bool) -> None:
+def _check_store(tracking: TrackingConfig, create: bool) -> None:
     """Exit with one line naming tracking.uri when no job could log to the store, before torch loads.
 
     `create` also creates and migrates the store, as a sweep does once so that its parallel jobs do not race.
@@ -141,9 +141,9 @@ class RunnerCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Refuse an unwritable output directory before Hydra trips over it, and an unusable store."""
         NOTES.folder = f"hydra.run.dir={config.hydra.run.dir}"
-        self.new_run_dirs = missing_folders(Path(config.hydra.run.dir))
+        self.new_run_dirs = _missing_folders(Path(config.hydra.run.dir))
         check_writable_dir("hydra.run.dir", config.hydra.run.dir)
-        check_store(_tracking(config), create=False)
+        _check_store(_tracking(config), create=False)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         """A single job refused or failed: one line on stderr and exit 1; a refused job's new, unclaimed folder goes."""
@@ -155,7 +155,7 @@ class RunnerCallback(Callback):
         created = self.new_run_dirs
         if isinstance(error, UsageError) and created and not (created[0] / OWNER_FILE).exists():
             shutil.rmtree(created[0], ignore_errors=True)
-            remove_empty(created[1:])
+            _remove_empty(created[1:])
         sys.exit(f"error: {error}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -169,13 +169,13 @@ class RunnerCallback(Callback):
         self.sweep_id = os.environ[SWEEP_ID_ENV] = uuid.uuid4().hex
         self.sweep_dir = Path(config.hydra.sweep.dir)
         tracking = self.tracking = _tracking(config)
-        check_store(tracking, create=False)
+        _check_store(tracking, create=False)
         varied = swept_keys(config)
         os.environ[names.SWEPT_KEYS_ENV] = ",".join(varied)
         isolate_if_needed(config, varied)
         stop_on_signals()
         atexit.register(self._close_if_stopped)
-        check_store(tracking, create=True)
+        _check_store(tracking, create=True)
         if tracking.enabled:
             self._open_parent(config, tracking)
 

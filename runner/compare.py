@@ -36,7 +36,7 @@ from runner.report.sweep_report import ui_links
 from runner.report.table import FORMATS, comparison_rows, op_diff, render, unresolved_note, without_empty_columns
 from runner.signals import skip_final_collections
 
-USAGE_EXIT = 2  # bad input: argparse's status, and runner.gate's and runner.history's for what they cannot find
+_USAGE_EXIT = 2  # bad input: argparse's status, and runner.gate's and runner.history's for what they cannot find
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m runner.compare",
         description=__doc__.splitlines()[0],
-        epilog=f"exit status: 0 compared; {USAGE_EXIT} bad options, or no such store, experiment, sweep or run",
+        epilog=f"exit status: 0 compared; {_USAGE_EXIT} bad options, or no such store, experiment, sweep or run",
     )
     add_selection_arguments(parser)
     add = parser.add_argument
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) -> int:
+def _print_replays(client: MlflowClient, run: Run, top: int, output_format: str) -> int:
     """`--replay`: the commands that run the run's top ops alone."""
     from runner.report.replay import render_replays, top_replays
 
@@ -79,7 +79,7 @@ def print_replays(client: MlflowClient, run: Run, top: int, output_format: str) 
     return 0
 
 
-def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], depth: int, output_format: str) -> int:
+def _print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], depth: int, output_format: str) -> int:
     """`--diff`: the aligned tree on stdout; diff.md, diff.json and perfetto.json logged to the newer run."""
     from runner.measure.traces import load_profile
     from runner.report import trace_diff
@@ -126,7 +126,7 @@ def print_trace_diff(client: MlflowClient, experiment_id: str, keys: list[str], 
     return 0
 
 
-def print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str], output_format: str) -> int:
+def _print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str], output_format: str) -> int:
     """`--memory`: the sites live at each run's peak, the largest change first, and the change in peak."""
     from runner.report.memory_diff import change_rows, readable_bytes, signed_bytes, site_changes, sites_of
 
@@ -165,7 +165,7 @@ def print_memory_diff(client: MlflowClient, experiment_id: str, keys: list[str],
     return 0
 
 
-def describe_sweep(parent: Run) -> str:
+def _describe_sweep(parent: Run) -> str:
     """Which sweep the table is: on a shared store the latest sweep may be another user's, from another host."""
     user = parent.data.tags.get(MLFLOW_USER) or parent.info.user_id  # older parents: the store's "unknown"
     started = datetime.fromtimestamp(parent.info.start_time / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -180,11 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     client, experiment_id = open_experiment(args)
     if args.replay:
-        return print_replays(client, find_run(client, experiment_id, args.replay, "--replay"), args.top, args.format)
+        return _print_replays(client, find_run(client, experiment_id, args.replay, "--replay"), args.top, args.format)
     if args.diff:
-        return print_trace_diff(client, experiment_id, args.diff, args.depth, args.format)
+        return _print_trace_diff(client, experiment_id, args.diff, args.depth, args.format)
     if args.memory:
-        return print_memory_diff(client, experiment_id, args.memory, args.format)
+        return _print_memory_diff(client, experiment_id, args.memory, args.format)
     runs, parent = selected_runs(client, experiment_id, args)
     baseline = pick_baseline(runs, args.baseline)
     rows = comparison_rows(client, runs, baseline, parent)
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(document if two else rows, indent=2))
     else:  # a CSV keeps every column for other programs
         if parent is not None and args.format == "table":
-            print(describe_sweep(parent) + "\n")
+            print(_describe_sweep(parent) + "\n")
         print(render(rows if args.format == "csv" else without_empty_columns(rows), args.format))
         if args.format == "table" and (note := unresolved_note(rows)):
             print(note)
@@ -225,7 +225,7 @@ def cli(argv: list[str] | None = None) -> int:
         if not isinstance(refused.code, str):  # argparse's own exits, --help
             raise
         print(refused.code, file=sys.stderr)
-        return USAGE_EXIT
+        return _USAGE_EXIT
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def compose_config(*overrides: str, with_hydra: bool = False) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides), return_hydra_config=with_hydra)
 
 
-def config_groups() -> str:
+def _config_groups() -> str:
     """One line per config group of conf/ (the registry), its options sorted, as Hydra's help lists them."""
     groups = sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra")
     return "".join(f"{group.name}: {', '.join(sorted(f.stem for f in group.glob('*.yaml')))}\n" for group in groups)
@@ -38,7 +38,7 @@ def help_text(*overrides: str) -> str:
     template = string.Template(cfg.hydra.help.template)
     with open_dict(cfg):
         del cfg["hydra"]
-    return template.substitute(APP_CONFIG_GROUPS=config_groups(), CONFIG=OmegaConf.to_yaml(cfg))
+    return template.substitute(APP_CONFIG_GROUPS=_config_groups(), CONFIG=OmegaConf.to_yaml(cfg))
 
 
 def refusal(err: CompactHydraException | yaml.YAMLError) -> str:
@@ -47,7 +47,7 @@ def refusal(err: CompactHydraException | yaml.YAMLError) -> str:
     A conf file that is not YAML (adding conf/workload/<name>.yaml adds a workload) is its file, line and problem.
     """
     if isinstance(err, yaml.YAMLError):
-        return yaml_refusal(err)
+        return _yaml_refusal(err)
     cause = err.__cause__
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
         group, _, option = err.missing_cfg_file.rpartition("/")
@@ -59,7 +59,7 @@ def refusal(err: CompactHydraException | yaml.YAMLError) -> str:
     return "; ".join(lines)
 
 
-def yaml_refusal(err: yaml.YAMLError) -> str:
+def _yaml_refusal(err: yaml.YAMLError) -> str:
     """A YAML syntax error as one line: the file, the line and column, what is wrong (PyYAML's lines are 0-based)."""
     if not isinstance(err, yaml.MarkedYAMLError) or err.problem_mark is None:
         return f"a config file is not valid YAML: {' '.join(str(err).split())}"

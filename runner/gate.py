@@ -105,7 +105,7 @@ def against(args: argparse.Namespace) -> int:
                            "turns": timed.turns}]))  # fmt: skip
     else:
         print(render([row], args.format))
-        print(checks_text({job: found}))
+        print(_checks_text({job: found}))
         firsts = " ".join(order[0][0] for order in timed.orders)
         print(f"\n{PAIRED_LEGEND}\nwhich side ran first in each round (b baseline, c candidate): {firsts}")
         print(
@@ -113,11 +113,11 @@ def against(args: argparse.Namespace) -> int:
                 [(estimate, estimate.p_slower)], 0, args.fail_above, "more rounds (--rounds)", failing({job: found})
             )
         )
-    wrong = not_passed_checks({job: found})
+    wrong = _not_passed_checks({job: found})
     return REGRESSION_EXIT if estimate.p_slower < SIGNIFICANCE or wrong else 0
 
 
-def checks_text(found: dict[str, list[Check]]) -> str:
+def _checks_text(found: dict[str, list[Check]]) -> str:
     """Each job's lines besides its time (output, accuracy, first call, peak memory), under the table."""
     lines = [f"\n{job}:\n" + "\n".join(f"  {check.text}" for check in lines) for job, lines in found.items() if lines]
     return "".join(lines)
@@ -128,7 +128,7 @@ def failing(found: dict[str, list[Check]]) -> int:
     return sum(any(check.failed for check in lines) for lines in found.values())
 
 
-def not_passed_checks(found: dict[str, list[Check]]) -> bool:
+def _not_passed_checks(found: dict[str, list[Check]]) -> bool:
     """Say on stderr, a line per job, which checks besides its time failed; whether any did."""
     wrong = {job: [check.text for check in lines if check.failed] for job, lines in found.items()}
     for job, texts in wrong.items():
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     table = rows(pairs, margin)
     # a job's lines besides its time, by the job and its run
     found = {
-        f"{row['job']} ({row['run id']})": stored_checks(pair, margin) for row, pair in zip(table, pairs, strict=True)
+        f"{row['job']} ({row['run id']})": _stored_checks(pair, margin) for row, pair in zip(table, pairs, strict=True)
     }
     if args.format == "json":
         lines = found.values()
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     elif table:
         print(render(table, args.format))
-        print(checks_text(found))
+        print(_checks_text(found))
     tested = [(p.estimate, p.p_holm) for p in pairs if p.estimate is not None]
     if args.format != "json":
         print(f"\n{TIMES_LEGEND}")
@@ -208,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     why = not_passed(pairs, margin)
     if why is not None:
         print(f"gate: not passed: {why}", file=sys.stderr)
-    wrong = not_passed_checks(found)
+    wrong = _not_passed_checks(found)
     regressions = wrong or any(p < SIGNIFICANCE for _, p in tested)
     return REGRESSION_EXIT if regressions else INCOMPLETE_EXIT if why is not None else 0
 
 
-def stored_checks(pair: Pair, margin: float) -> list[Check]:
+def _stored_checks(pair: Pair, margin: float) -> list[Check]:
     """A FINISHED job's lines besides its time, against its baseline where one FINISHED (else its own alone)."""
     if pair.job.info.status != JobStatus.FINISHED:
         return []

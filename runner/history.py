@@ -128,7 +128,7 @@ def summary_rows(found: list[Series]) -> list[dict[str, str]]:
     ]
 
 
-def step_rows(found: list[Series]) -> list[dict[str, str]]:
+def _step_rows(found: list[Series]) -> list[dict[str, str]]:
     """One row per change point: the commits and runs either side, the levels, the change and its p."""
     return [
         {
@@ -159,7 +159,7 @@ def regressions(found: list[Series], key: str, percent: float | None) -> list[st
     return lines
 
 
-def newest_checks(client: MlflowClient, found: list[Series], percent: float | None) -> tuple[list[str], list[str]]:
+def _newest_checks(client: MlflowClient, found: list[Series], percent: float | None) -> tuple[list[str], list[str]]:
     """Each configuration's newest run against the run before it, besides the metric: its lines, and those that fail.
 
     What a run logs of its output, accuracy, first call and memory peak (`runner.report.checks`), the device's peak
@@ -242,7 +242,7 @@ def markdown(found: list[Series], args: argparse.Namespace, notes_: list[str], f
     """The Markdown report: the notes, a table of the configurations and one of the change points, the plots."""
     lines = [f"# History of {args.metric}", "", f"In {args.order} order, oldest first.", ""]
     lines += [f"- {line}" for line in [*notes_, *failed]] + ["", render(summary_rows(found), "markdown"), ""]
-    if steps := step_rows(found):
+    if steps := _step_rows(found):
         lines += ["## Change points", "", render(steps, "markdown"), ""]
     left_out = [(series, why, run_id) for series in found for why, runs in series.left_out.items() for run_id in runs]
     if left_out:
@@ -255,7 +255,7 @@ def markdown(found: list[Series], args: argparse.Namespace, notes_: list[str], f
     return "\n".join(lines)
 
 
-def write_report(
+def _write_report(
     found: list[Series], args: argparse.Namespace, notes_: list[str], failed: list[str], out: Path
 ) -> None:
     """history.md, history.json and plots/history_<hash>.png in `out`."""
@@ -289,18 +289,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as missing:
         print(missing, file=sys.stderr)
         return NOT_FOUND_EXIT
-    checked, wrong = newest_checks(client, found, args.fail_on_regression)
+    checked, wrong = _newest_checks(client, found, args.fail_on_regression)
     notes_ = notes(found, outside, args) + checked
     failed = regressions(found, args.metric, args.fail_on_regression) + wrong
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.out or Path(scratch)
-        write_report(found, args, notes_, failed, folder)
+        _write_report(found, args, notes_, failed, folder)
         link = log_report(client, experiment_id, args, folder)
     if args.format == "json":
         print(json.dumps(document(found, args, notes_, failed), indent=2))
     else:
         print(render(summary_rows(found), args.format))
-        if steps := step_rows(found):
+        if steps := _step_rows(found):
             print(f"\nchange points:\n{render(steps, args.format)}")
         print("\n" + "\n".join([*notes_, f"plots and report (history.md, history.json): {link}", *failed]))
     if not failed and (why := not_judged(found, args.fail_on_regression)):

@@ -346,7 +346,7 @@ MEMORY_SITE_BYTES = "bytes"
 # overrides no run name shows: where results go, and whether earlier ones are reused
 OUTPUT_OVERRIDES = ("tracking=", "tracking.", "hydra.", "resume=")
 # a job's name also leaves out group selections (the workload is a word of its own)
-UNNAMED = ("workload=", "experiment=", *OUTPUT_OVERRIDES)
+_UNNAMED = ("workload=", "experiment=", *OUTPUT_OVERRIDES)
 # the sweep's swept keys, comma-separated, from the sweep's process to its jobs
 SWEPT_KEYS_ENV = "RUNNER_SWEPT_KEYS"
 # the sweep folder's subfolder where its interleaved rounds leave each job's steady state
@@ -365,7 +365,7 @@ def swept_keys() -> set[str]:
 
 def job_name(workload: str, overrides: list[str], swept: set[str]) -> str:
     """The workload and the job's overrides, those the sweep varies first: the MLflow UI cuts names short."""
-    shown = [o for o in overrides if not o.lstrip("+").startswith(UNNAMED)]
+    shown = [o for o in overrides if not o.lstrip("+").startswith(_UNNAMED)]
     # by the key each sets: `+measure.copies=4` sets measure.copies
     varied = [o for o in shown if o.lstrip("+~").split("=", 1)[0] in swept]
     rest = [o for o in shown if o not in varied]

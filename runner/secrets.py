@@ -15,13 +15,13 @@ from typing import Any, TextIO
 MASK = "***"
 # scheme://user:password@ or scheme://token@ (Hydra writes overrides with escaped colons: http\://a\:b@); up to
 # the host's `@`, the last one before the path: a password may hold an unencoded `@` (user:p@ss@host)
-USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*\\?://)(?P<userinfo>[^/\s'\"]+)@")
+_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*\\?://)(?P<userinfo>[^/\s'\"]+)@")
 # the space after an HTTP authorization scheme: %20 or + in a URI, `\ ` in a Hydra override
 _SPACE = r"(?:(?:\\?\s)+|%20|\+)"
 _SCHEME = rf"(?:bearer|basic|digest|negotiate|token){_SPACE}"
 # ?token=..., &X-Amz-Signature=..., password: ..., 'token': '...', --token ..., Hydra-escaped ?token\=..., a URI's
 # ?key=..., Azure's AccountKey=...; an Authorization header keeps its scheme: Authorization: Bearer ***
-SECRET_VALUE = re.compile(
+_SECRET_VALUE = re.compile(
     r"(?i)(?P<name>(?P<flag>--)?\b[a-z0-9_-]*(?:password|passwd|pwd|token|secret|signature|credential|api[_-]?key|"
     r"(?:access|account)[_-]?key|(?<=[?&])key|auth(?:orization)?|sig))"
     r"(?P<sep>['\"]?\s*\\?[=:](?:\\?\s)*['\"]?|(?(flag)\s+(?!-)|(?!)))"
@@ -38,8 +38,8 @@ def _mask_userinfo(match: re.Match[str]) -> str:
 
 def redact(text: str) -> str:
     """The text with URI passwords, bare URI tokens, secret-named values and bearer tokens masked."""
-    text = USERINFO.sub(_mask_userinfo, text)
-    text = SECRET_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{m['scheme'] or ''}{MASK}", text)
+    text = _USERINFO.sub(_mask_userinfo, text)
+    text = _SECRET_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{m['scheme'] or ''}{MASK}", text)
     return BEARER.sub(lambda m: f"{m['scheme']}{MASK}", text)
 
 
@@ -71,7 +71,7 @@ def redact_file(path: Path) -> None:
         temporary.replace(path)
 
 
-class RedactedStream:
+class _RedactedStream:
     """A text stream that masks secrets in what is written to it; everything else is the stream's."""
 
     def __init__(self, stream: TextIO) -> None:
@@ -91,8 +91,8 @@ def redact_process_output() -> None:
     Log records are masked where they are made, for every handler; the terminal streams too, for what
     bypasses logging (Hydra prints a failed job's overrides, and callback errors holding the tracking URI).
     """
-    if not isinstance(sys.stderr, RedactedStream):
-        sys.stdout, sys.stderr = RedactedStream(sys.stdout), RedactedStream(sys.stderr)
+    if not isinstance(sys.stderr, _RedactedStream):
+        sys.stdout, sys.stderr = _RedactedStream(sys.stdout), _RedactedStream(sys.stderr)
     make_record = logging.getLogRecordFactory()
     if getattr(make_record, "redacts", False):
         return
