@@ -1,7 +1,7 @@
 """Does a fresh worker's median rest on where its memory landed? Workers of one config, two per round.
 
-Each round starts two fresh steady-state workers of each variant (`measure.layouts=1`: the
-memory the workload was built in; `measure.layouts=8`: the CPU's default, the inputs and the
+Each round starts two fresh steady-state workers of each variant (`RUNNER_LAYOUTS=1`: the
+memory the workload was built in; `RUNNER_LAYOUTS=8`: the CPU's default, the inputs and the
 step's allocations moved between 8 stretches), in a random order, with the runner's own workers
 (`runner.execute.workers.start_steady_state`) on rmsnorm_naive, backend=cpu. The two workers of
 a variant in one round share the host's stretch of time, so the spread of their difference is
@@ -22,15 +22,18 @@ import random
 import statistics
 import sys
 import time
+from unittest import mock
 
 import numpy as np
 
 from runner.compose import compose_config
 from runner.config_loading import load_run_spec
 from runner.execute.workers import start_steady_state, steps
+from runner.measure.loop import LAYOUTS_ENV
 
 OVERRIDES = ["+workload=rmsnorm_naive", "backend=cpu", "tracking=off"]
-VARIANTS = {"layouts=1": ["measure.layouts=1"], "layouts=8": ["measure.layouts=8"]}
+# variant -> its RUNNER_LAYOUTS, the benchmarks' knob (docs/trust.md), set while its workers start
+VARIANTS = {"layouts=1": "1", "layouts=8": "8"}
 
 
 def progress(message: str) -> None:
@@ -38,7 +41,7 @@ def progress(message: str) -> None:
 
 
 def main(rounds: int, extra: list[str]) -> None:
-    specs = {name: load_run_spec(compose_config(*OVERRIDES, *keys, *extra)) for name, keys in VARIANTS.items()}
+    spec = load_run_spec(compose_config(*OVERRIDES, *extra))
     medians: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
     start = time.perf_counter()
     for number in range(1, rounds + 1):
@@ -46,7 +49,9 @@ def main(rounds: int, extra: list[str]) -> None:
         random.shuffle(order)
         pair: dict[str, list[float]] = {name: [] for name in VARIANTS}
         for place, name in enumerate(order, 1):
-            samples = steps(start_steady_state(specs[name], f"{name} worker {number}.{place}", place))[0]
+            with mock.patch.dict(os.environ, {LAYOUTS_ENV: VARIANTS[name]}):
+                worker = start_steady_state(spec, f"{name} worker {number}.{place}", place)
+            samples = steps(worker)[0]
             pair[name].append(statistics.median(samples))
         for name, (a, b) in pair.items():
             medians[name].append((a, b))

@@ -31,6 +31,7 @@ from runner.config import RunSpec
 from runner.config_loading import load_run_spec
 from runner.execute.workers import WORKER_START_ENV, prepare_workers, steady_state_in_processes
 from runner.measure.host_memory import KEEP_FREED_MEMORY_ENV
+from runner.measure.loop import LAYOUTS_ENV
 
 # arm -> the overrides that change one factor from the default job's steady state, or the benchmarks' knob
 # (an environment variable, docs/trust.md) where no config key sets it
@@ -42,7 +43,7 @@ FACTORS: dict[str, list[str] | dict[str, str]] = {
     "warm-up 1 s": ["measure.warmup_s=1.0"],
     "steps for 1 s a process": ["measure.steps_s=1.0", "measure.steps=100000"],
     "5 processes": ["measure.processes=5"],
-    "8 memory layouts a process": ["measure.layouts=8"],
+    "8 memory layouts a process": {LAYOUTS_ENV: "8"},
 }
 
 

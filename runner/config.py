@@ -184,8 +184,6 @@ class MeasureConfig:
     steps: int = 200
     # or fewer (30 at least) past this many seconds: drift, not count, limits a median; null: all
     steps_s: float | None = 0.15
-    # memory layouts each process's steps are timed in, so a median is not one layout's luck; null: the backend's
-    layouts: int | None = None
     # times the warm-up and timed phases run; > 1 logs the spread of per-repeat medians
     repeats: int = 1
     # fresh worker processes, one after another; 0 = the job's own process; null = the backend's default
@@ -226,7 +224,6 @@ class MeasureConfig:
         if self.steps_s is not None and not self.steps_s > 0:
             raise ConfigError(f"measure.steps_s must be > 0 seconds or null (every step), got {self.steps_s}")
         _at_most_a_day("measure.steps_s", self.steps_s)
-        _at_least("measure.layouts", self.layouts, 1)
         _at_least("measure.copies", self.copies, 1)
         _at_least("measure.processes", self.processes, 0)
         _allowed("measure.mode", self.mode, ("latency", "throughput"))

@@ -44,6 +44,8 @@ REMOVED_KEYS = {
     "interpreter (docs/trust.md)",
     "measure.keep_freed_memory": "only benchmarks chose it; RUNNER_KEEP_FREED_MEMORY=0 leaves glibc's own malloc "
     "modes (docs/trust.md)",
+    "measure.layouts": "only benchmarks chose it; RUNNER_LAYOUTS=<n> times each process's steps in n memory layouts "
+    "(docs/trust.md)",
     # no user decided anything with them
     "schedule.skip_first": "the profiled window starts after the warm-up and the timed steady state, so steps "
     "skipped before the first cycle are schedule.wait's; add them to schedule.wait",

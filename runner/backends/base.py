@@ -140,7 +140,7 @@ class DeviceTraits:
     collective_backend: str = "gloo"
     # measure.processes when null: three fresh processes give a spread to test (README, "Numbers you can trust")
     default_processes: int = 3
-    # measure.layouts when null: one, where moving the workload's memory was not measured to matter
+    # RUNNER_LAYOUTS when unset: one, where moving the workload's memory was not measured to matter
     default_layouts: int = 1
     # whether a round's workers may be alive at once, taking turns (runner.measure.turns): a Neuron
     # worker holds its NeuronCores for life, a GPU one a context and the workload; measured on the CPU only

@@ -18,6 +18,7 @@ ADDED_KEYS = {("measure", "flush_cache"): False}
 REMOVED_KEYS = {
     ("measure", "worker_start"): "auto",
     ("measure", "keep_freed_memory"): True,
+    ("measure", "layouts"): None,
     ("schedule", "skip_first"): 0,
 }
 # backend=neuron's removed keys, added where the backend group is Neuron's (it holds explorer_timeout_s)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runner.backends.base import Backend
-from runner.config import RunSpec
+from runner.config import ConfigError, RunSpec
 from runner.files import write_whole
 from runner.measure.build import BuiltWorkload
 from runner.measure.collectives import all_ranks_max
@@ -27,6 +28,8 @@ FEWEST_TIMED_STEPS = 30
 _NO_TURNS = NoTurns()
 # untimed calls after the memory moves: the first touches of the new places are not the steady state
 SETTLE_CALLS = 2
+# a benchmark's knob, no config key (docs/trust.md): the memory layouts each process's steps are timed in
+LAYOUTS_ENV = "RUNNER_LAYOUTS"
 
 
 @dataclass(frozen=True)
@@ -152,14 +155,22 @@ def stretch_ends(steps: int, stretches: int) -> list[int]:
     return [(stretch + 1) * steps // stretches for stretch in range(stretches)]
 
 
+def layouts_count(default: int) -> int:
+    """The memory layouts a process times its steps in: RUNNER_LAYOUTS, else the backend's `default`."""
+    knob = os.environ.get(LAYOUTS_ENV, str(default))
+    if not knob.isdigit() or int(knob) < 1:
+        raise ConfigError(f"{LAYOUTS_ENV}={knob!r} is not allowed; give a whole number >= 1, or unset it ({default})")
+    return int(knob)
+
+
 def timed_steps(
     workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = _NO_TURNS
 ) -> list[float]:
-    """`steps` steps' times in ms by the backend's step clock, in `measure.layouts` stretches of memory, each in turn.
+    """`steps` steps' times in ms by the backend's step clock, in RUNNER_LAYOUTS stretches of memory, each in turn.
 
     The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`).
     """
-    stretches = min(spec.measure.layouts or backend.traits.default_layouts, steps)
+    stretches = min(layouts_count(backend.traits.default_layouts), steps)
     layouts = MemoryLayouts(workload.inputs)
     samples: list[float] = []
     progress = Progress(phase, steps)

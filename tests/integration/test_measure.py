@@ -37,7 +37,7 @@ from runner.measure.accuracy import check_accuracy
 from runner.measure.build import build_workload
 from runner.measure.collect import collect_result
 from runner.measure.host_memory import KEEP_FREED_MEMORY_ENV, is_glibc
-from runner.measure.loop import FEWEST_TIMED_STEPS, SETTLE_CALLS, steady_state
+from runner.measure.loop import FEWEST_TIMED_STEPS, LAYOUTS_ENV, SETTLE_CALLS, layouts_count, steady_state
 from runner.measure.measurement import Measurement
 from runner.measure.phases import measure
 from runner.measure.profiling import CycleRecorder, build_profiler
@@ -281,8 +281,9 @@ def recorded_steady_state(*overrides: str) -> tuple[RunSpec, list[list[float]]]:
     return spec, steady_state(workload, backend, spec)
 
 
-def test_the_inputs_move_to_new_memory_between_stretches_and_keep_their_values() -> None:
-    spec, samples = recorded_steady_state("measure.warmup=0", "measure.steps=12", "measure.layouts=4")
+def test_the_inputs_move_to_new_memory_between_stretches_and_keep_their_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LAYOUTS_ENV, "4")
+    spec, samples = recorded_steady_state("measure.warmup=0", "measure.steps=12")
     assert [len(repeat) for repeat in samples] == [12]
     assert len(RecordingModule.seen) == 12 + SETTLE_CALLS * 3  # the settling calls go untimed
     addresses = [address for address, _ in RecordingModule.seen]
@@ -290,10 +291,21 @@ def test_the_inputs_move_to_new_memory_between_stretches_and_keep_their_values()
     assert len(stretches) == 4  # each stretch reads its inputs from new memory
     assert len({total for _, total in RecordingModule.seen}) == 1  # and the same values
     # by default every CPU process moves it, alone or taking turns: the fork server's layout is no one's
+    monkeypatch.delenv(LAYOUTS_ENV)
     recorded_steady_state("measure.warmup=0", "measure.steps=16")
     addresses = [address for address, _ in RecordingModule.seen]
     moves = sum(address != before for before, address in zip(addresses, addresses[1:], strict=False))
     assert moves + 1 == CpuBackend.traits.default_layouts == 8
+
+
+@pytest.mark.parametrize("knob", ["0", "-1", "two", ""])
+def test_a_layouts_knob_that_is_no_count_is_refused_in_one_line(knob: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert layouts_count(8) == 8
+    monkeypatch.setenv(LAYOUTS_ENV, "3")
+    assert layouts_count(8) == 3
+    monkeypatch.setenv(LAYOUTS_ENV, knob)
+    with pytest.raises(ConfigError, match=rf"^RUNNER_LAYOUTS='{knob}' is not allowed; give a whole number >= 1, or "):
+        layouts_count(8)
 
 
 def test_workers_taking_turns_run_their_warm_ups_and_stretches_one_at_a_time() -> None:
@@ -335,7 +347,8 @@ def test_long_steps_are_timed_for_measure_steps_s_and_no_fewer_than_the_floor(mo
         return calls_s[-1]
 
     monkeypatch.setattr(loop, "warm_up", timed_warm_up)
-    pause = ["measure.warmup=2", "+workload.pause_s=0.004", "measure.layouts=1"]
+    monkeypatch.setenv(LAYOUTS_ENV, "1")
+    pause = ["measure.warmup=2", "+workload.pause_s=0.004"]
     _, floor = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.01")
     assert [len(repeat) for repeat in floor] == [FEWEST_TIMED_STEPS]  # 0.01 s fits 2 steps of 4 ms, or fewer
     # 0.4 s of the calls the warm-up timed (4 ms or more each: 100 at most), and never under the floor
@@ -350,12 +363,14 @@ def test_a_capped_steady_state_and_a_long_warm_up_say_so_on_the_console(
 ) -> None:
     monkeypatch.setattr(loop, "PROGRESS_EVERY_S", 3600.0)  # only a phase's last step is reported
     caplog.set_level(logging.INFO)
+    monkeypatch.setenv(LAYOUTS_ENV, "1")
     run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.warmup=3",
-               "measure.steps=5000", "measure.steps_s=0.001", "measure.layouts=1")  # fmt: skip
+               "measure.steps=5000", "measure.steps_s=0.001")  # fmt: skip
     assert "warm-up: step 3/3" in caplog.text
     capped = r"measure.steps=5000 asked, (\d+) timed per process: measure.steps_s=0.001 caps"
     assert len(re.findall(capped, caplog.text)) == 1
     caplog.clear()
+    monkeypatch.delenv(LAYOUTS_ENV)
     run_phases(tmp_path, "+workload=rmsnorm_naive", "workload.hidden=16", "measure.steps=40", "measure.steps_s=null")
     assert "asked" not in caplog.text
 
@@ -565,14 +580,16 @@ class DeviceClocked(CpuBackend):
         return [self.DEVICE_MS] * count
 
 
-def test_a_device_clock_times_the_steady_state_in_blocks_and_the_synchronized_step_apart(tmp_path: Path) -> None:
+def test_a_device_clock_times_the_steady_state_in_blocks_and_the_synchronized_step_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     DeviceClocked.blocks.clear()
+    monkeypatch.setenv(LAYOUTS_ENV, "1")
     result, metrics, tags = run_phases(
         tmp_path,
         "+workload=rmsnorm_naive",
         "workload.hidden=16",
         "measure.inflight=8",
-        "measure.layouts=1",
         backend_class=DeviceClocked,
     )
     assert DeviceClocked.blocks == [(8, False), (8, False), (4, False)]  # measure=quick's 20 steps
@@ -586,6 +603,7 @@ def test_a_device_clock_times_the_steady_state_in_blocks_and_the_synchronized_st
         (metrics[names.PROFILER_STEP_MS] / metrics[names.SYNC_STEP_MS] - 1) * 100
     )
     DeviceClocked.blocks.clear()
+    monkeypatch.delenv(LAYOUTS_ENV)
     _, _, tags = run_phases(
         tmp_path,
         "+workload=rmsnorm_naive",

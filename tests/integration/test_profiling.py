@@ -15,7 +15,7 @@ from runner.config import RunSpec
 from runner.config_loading import load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
-from runner.measure.loop import SETTLE_CALLS
+from runner.measure.loop import SETTLE_CALLS, layouts_count
 from runner.measure.measurement import Measurement
 from runner.measure.optable import summary_metrics
 from runner.measure.phases import measure
@@ -36,7 +36,7 @@ def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
 
 def unprofiled_calls(spec: RunSpec) -> int:
     """The steady state's calls: per repeat, its warm-up, its steps and the settling calls after each move of memory."""
-    settling = SETTLE_CALLS * ((spec.measure.layouts or CpuBackend.traits.default_layouts) - 1)
+    settling = SETTLE_CALLS * (layouts_count(CpuBackend.traits.default_layouts) - 1)
     return (spec.measure.warmup + spec.measure.steps + settling) * spec.measure.repeats
 
 

@@ -12,6 +12,7 @@ import pytest
 from runner.backends.cpu import CpuBackend
 from runner.config import BackendConfig
 from runner.config_loading import load_run_spec
+from runner.measure.loop import LAYOUTS_ENV
 from runner.sweep.rounds import RoundJob, time_rounds
 from tests.helpers import compose_cfg
 
@@ -35,8 +36,9 @@ def test_a_job_whose_worker_fails_is_left_out_and_the_others_keep_their_rounds()
     assert [(p.round, p.workers) for p in steady.places] == [(1, 2), (2, 1)]
 
 
-def test_a_rounds_workers_take_turns_a_stretch_at_a_time(tmp_path: Path) -> None:
+def test_a_rounds_workers_take_turns_a_stretch_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = tmp_path / "calls.log"
+    monkeypatch.setenv(LAYOUTS_ENV, "3")
     specs = {
         label: load_run_spec(
             compose_cfg(
@@ -47,7 +49,6 @@ def test_a_rounds_workers_take_turns_a_stretch_at_a_time(tmp_path: Path) -> None
                 f"+workload.log_to={calls}",
                 f"+workload.label={label}",
                 "measure.steps=6",
-                "measure.layouts=3",
             )
         )  # fmt: skip
         for label in ("a", "b")
