@@ -27,6 +27,8 @@ from runner.signals import exit_code_of, stop_on_signals
 
 DEFAULT_URI = TrackingConfig.uri  # where jobs log by default
 ALL_PROBES = (*PROBE_NAMES, *CUDA_PROBE_NAMES)
+# the limit on each probe's fresh process: a hung probe fails, the others still run
+PROBE_TIMEOUT_S = 600
 
 
 def say(line: str) -> None:
@@ -39,27 +41,25 @@ def show(verdict: Verdict) -> None:
     say(f"  {verdict.probe} done ({verdict.seconds:g} s)")
 
 
-def device_verdicts(
-    usable: list[str], out: Path, timeout_s: float, only: set[str] | None
-) -> tuple[list[Verdict], list[str]]:
+def device_verdicts(usable: list[str], out: Path, only: set[str] | None) -> tuple[list[Verdict], list[str]]:
     """The probes of each device this host has (those in `only`, when given), and a note for each it has not."""
     verdicts: list[Verdict] = []
     notes: list[str] = []
     if "neuron" in usable:
         try:
-            cores = in_fresh_process(visible_cores, timeout_s=timeout_s)
+            cores = in_fresh_process(visible_cores, timeout_s=PROBE_TIMEOUT_S)
         except ProcessFailed as err:
             cores_listed = Assumption("neuron_cores", "the visible NeuronCores can be listed")
             unlisted = cores_listed.fails(str(err), breaks_runner=True)
             show(unlisted)
             return [unlisted], notes
         say(f"Neuron probes on NeuronCores {format_cores(cores)} (captures in {out / 'captures'}) ...")
-        verdicts += neuron_verdicts(NeuronHost(cores, out / "captures", timeout_s), show, only)
+        verdicts += neuron_verdicts(NeuronHost(cores, out / "captures", PROBE_TIMEOUT_S), show, only)
     else:
         notes.append("No Neuron device here (torch-neuronx missing, or no NeuronCore visible): Neuron probes skipped.")
     if "cuda" in usable and (only is None or only & set(CUDA_PROBE_NAMES)):
         say("CUDA probes ...")
-        for verdict in cuda_verdicts(str(out / "captures" / "cuda"), timeout_s):
+        for verdict in cuda_verdicts(str(out / "captures" / "cuda"), PROBE_TIMEOUT_S):
             show(verdict)
             verdicts.append(verdict)
     else:
@@ -86,12 +86,12 @@ def check(args: argparse.Namespace) -> int:
     """Gather, report, log; the exit status."""
     say("runner doctor: checking this host ...")
     try:
-        backends: tuple[list[str], str] | str = in_fresh_process(usable_backends, timeout_s=args.timeout_s)
+        backends: tuple[list[str], str] | str = in_fresh_process(usable_backends, timeout_s=PROBE_TIMEOUT_S)
     except ProcessFailed as err:
         backends = f"could not tell: {err}"
     host = host_rows(backends, args.uri)
     usable = backends[0] if isinstance(backends, tuple) else []
-    verdicts, notes = device_verdicts(usable, args.out, args.timeout_s, set(args.probe) if args.probe else None)
+    verdicts, notes = device_verdicts(usable, args.out, set(args.probe) if args.probe else None)
     verdicts = log_to_store(args.uri, args.experiment, host, verdicts, notes)
     show(verdicts[-1])
     page = markdown(host, verdicts, notes)
@@ -111,9 +111,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--experiment", default="doctor", help="MLflow experiment for the report (default: doctor)")
     parser.add_argument("--out", type=Path, default=Path("doctor"), help="folder for doctor.md, doctor.json, captures")
-    parser.add_argument(
-        "--timeout-s", type=float, default=600, help="limit for each probe's fresh process (default: 600)"
-    )
+    parser.add_argument("--timeout-s", help=argparse.SUPPRESS)  # removed: refused below, saying why
     parser.add_argument(
         "--probe",
         action="append",
@@ -124,8 +122,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.probe or ()) - set(ALL_PROBES))
     if unknown:
         parser.error(f"--probe {unknown[0]!r} is not a probe; choose from: {', '.join(ALL_PROBES)}")
-    if args.timeout_s <= 0:
-        parser.error(f"--timeout-s must be > 0, got {args.timeout_s:g}")
+    if args.timeout_s is not None:
+        parser.error(f"--timeout-s was removed: each probe's process has a fixed limit of {PROBE_TIMEOUT_S} s")
     return args
 
 

@@ -19,6 +19,7 @@ from mlflow import MlflowClient
 
 from runner import names
 from runner.doctor import neuron_probes
+from runner.doctor.__main__ import parse_args
 from runner.doctor.neuron_host import NeuronHost
 from runner.doctor.neuron_probes import PROBE_NAMES, neuron_verdicts
 from runner.doctor.probe import FAIL, PASS, Verdict
@@ -68,6 +69,14 @@ def test_an_unknown_probe_is_refused_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--probe 'capture_numbring' is not a probe; choose from:" in done.stderr
     assert "capture_numbering" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_removed_timeout_flag_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(["--timeout-s", "60"])
+    assert stopped.value.code == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert line.endswith("error: --timeout-s was removed: each probe's process has a fixed limit of 600 s")
 
 
 def test_an_unwritable_store_fails_the_doctor(tmp_path: Path) -> None:
