@@ -21,7 +21,7 @@ REMOVED_KEYS = {
     ("measure", "layouts"): None,
     ("schedule", "skip_first"): 0,
 }
-# backend=neuron's removed keys, added where the backend group is Neuron's (it holds explorer_timeout_s)
+# backend=neuron's removed keys, added to a Neuron job's backend group
 REMOVED_NEURON_KEYS = {"explorer_view_timeout_s": 300, "neff_cache_dir": None}
 
 
@@ -34,6 +34,6 @@ def config_hash(resolved: dict[str, Any]) -> str:
     for (group, key), measured in REMOVED_KEYS.items():
         if isinstance(identity.get(group), dict):
             identity[group] = {**identity[group], key: measured}
-    if isinstance(backend := identity.get("backend"), dict) and "explorer_timeout_s" in backend:
+    if isinstance(backend := identity.get("backend"), dict) and backend.get("name") == "neuron":
         identity["backend"] = {**backend, **REMOVED_NEURON_KEYS}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
