@@ -17,10 +17,10 @@ from runner.errors import ConfigError as ConfigError  # re-exported: where every
 
 BACKENDS = ("auto", "cpu", "cuda", "neuron")
 NEURON_MODES = ("DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY")
-DTYPES = ("float32", "float16", "bfloat16", "float64")
+_DTYPES = ("float32", "float16", "bfloat16", "float64")
 MODES = ("forward", "train_step")
 # Tracking URI schemes MLflow 3 accepts (a dialect may follow '+'); it refuses the old ./mlruns file store
-TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+_TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 # the longest any duration key (`*_s`) takes, in seconds
 DAY_S = 86400
 
@@ -169,14 +169,14 @@ class ScheduleConfig:
         return self.active * self.repeat
 
 
-MAX_WARMUP_CALLS = 100_000  # 100 s of 1 ms steps; more is a typo (measure.warmup=1000000000000 ran silently for ever)
+_MAX_WARMUP_CALLS = 100_000  # 100 s of 1 ms steps; more is a typo (measure.warmup=1000000000000 ran silently for ever)
 
 
 @dataclass
 class MeasureConfig:
     """The unprofiled phases: warm-up and the timed steady state."""
 
-    # calls after the first one and before timing, so caches and allocators settle (at most MAX_WARMUP_CALLS)
+    # calls after the first one and before timing, so caches and allocators settle (at most _MAX_WARMUP_CALLS)
     warmup: int = 5
     # and for at least this long (0.02, 0.1 and 0.5 s read the same median: docs/trust.md)
     warmup_s: float = 0.1
@@ -212,9 +212,9 @@ class MeasureConfig:
 
     def __post_init__(self) -> None:
         _at_least("measure.warmup", self.warmup, 0)
-        if self.warmup > MAX_WARMUP_CALLS:  # in a worker process a warm-up is silent: a typo would hang quietly
+        if self.warmup > _MAX_WARMUP_CALLS:  # in a worker process a warm-up is silent: a typo would hang quietly
             raise ConfigError(
-                f"measure.warmup={self.warmup} is out of range: at most {MAX_WARMUP_CALLS} calls "
+                f"measure.warmup={self.warmup} is out of range: at most {_MAX_WARMUP_CALLS} calls "
                 "(measure.warmup_s warms up for a time)"
             )
         _at_least("measure.warmup_s", self.warmup_s, 0)
@@ -238,7 +238,7 @@ class MeasureConfig:
             raise ConfigError("measure.layers names layers to compare: it needs measure.layer_accuracy=true")
 
 
-MAX_EXPERIMENT_NAME = 500  # characters of an experiment's name MLflow takes (MAX_EXPERIMENT_NAME_LENGTH)
+_MAX_EXPERIMENT_NAME = 500  # characters of an experiment's name MLflow takes (MAX_EXPERIMENT_NAME_LENGTH)
 
 
 @dataclass
@@ -257,17 +257,17 @@ class TrackingConfig:
     def __post_init__(self) -> None:
         _at_least("tracking.max_artifact_mb", self.max_artifact_mb, 0)
         scheme = urlsplit(self.uri).scheme.split("+")[0]
-        if scheme not in TRACKING_SCHEMES:
+        if scheme not in _TRACKING_SCHEMES:
             raise ConfigError(
-                f"tracking.uri={self.uri!r}: MLflow takes a {', '.join(TRACKING_SCHEMES)} URI here, "
+                f"tracking.uri={self.uri!r}: MLflow takes a {', '.join(_TRACKING_SCHEMES)} URI here, "
                 "e.g. sqlite:///mlflow.db or http://127.0.0.1:5000"
             )
         if not self.experiment.strip():
             raise ConfigError("tracking.experiment must name an MLflow experiment, e.g. runner; got ''")
-        if len(self.experiment) > MAX_EXPERIMENT_NAME:  # MLflow would refuse it at each job's start, with a traceback
+        if len(self.experiment) > _MAX_EXPERIMENT_NAME:  # MLflow would refuse it at each job's start, with a traceback
             raise ConfigError(
                 f"tracking.experiment is {len(self.experiment)} characters long: MLflow takes at most "
-                f"{MAX_EXPERIMENT_NAME} (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH)"
+                f"{_MAX_EXPERIMENT_NAME} (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH)"
             )
 
 
@@ -310,7 +310,7 @@ OPTION_SCHEMAS: dict[tuple[str, str], type] = {("backend", "neuron"): NeuronBack
 class WorkloadKeys:
     """The workload keys the runner consumes itself, with their only defaults; other keys are constructor arguments."""
 
-    # one of DTYPES
+    # one of _DTYPES
     dtype: str = "float32"
     # seeds the weight and the inputs, so variants see identical data
     seed: int = 0
@@ -337,7 +337,7 @@ class WorkloadSpec(WorkloadKeys):
     kwargs: dict[str, Any]
 
     def __post_init__(self) -> None:
-        _allowed("workload.dtype", self.dtype, DTYPES)
+        _allowed("workload.dtype", self.dtype, _DTYPES)
         _allowed("workload.mode", self.mode, MODES)
         _allowed("workload.optimizer", self.optimizer, ("sgd", "adamw"))
         if not isinstance(self.lr, (int, float)) or self.lr <= 0:
