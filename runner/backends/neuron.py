@@ -49,18 +49,18 @@ from runner.config import BackendConfig, ConfigError, NeuronBackendConfig, Profi
 log = logging.getLogger(__name__)
 
 # env-var capture, which conflicts with torch.profiler's: the runner refuses to run with it
-INSPECT_ENV = "NEURON_RT_INSPECT_ENABLE"
+_INSPECT_ENV = "NEURON_RT_INSPECT_ENABLE"
 # the runtime's implicit async mode, gone since Neuron SDK 2.31: setting it only draws the runtime's warning
 INFLIGHT_ENV = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 # where Explorer gives the physical NeuronCores per logical one (profile-schema-reference.rst, Metadata)
-EXPLORER_LNC = "Explorer's Metadata.num_physical_cores"
+_EXPLORER_LNC = "Explorer's Metadata.num_physical_cores"
 DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
 DRIVER_VERSION = Path("/sys/module/neuron/version")
 # the allocation history calls a memory snapshot needs (runner.backends.base.MemoryHistory)
-SNAPSHOT_CALLS = ("_record_memory_history", "_dump_snapshot")
+_SNAPSHOT_CALLS = ("_record_memory_history", "_dump_snapshot")
 # NeuronCores a job's work executes on: the module and inputs live on "neuron", the first visible core
-EXECUTING_CORES = 1
+_EXECUTING_CORES = 1
 
 
 def torch_neuron() -> Any:
@@ -86,7 +86,7 @@ def visible_cores() -> list[int]:
     return parse_cores(visible, VISIBLE_CORES_ENV) if visible else list(range(torch_neuron().device_count()))
 
 
-def contiguous_groups(cores: list[int], size: int) -> list[list[int]]:
+def _contiguous_groups(cores: list[int], size: int) -> list[list[int]]:
     """Split sorted cores into groups of `size` consecutive cores, never across a gap."""
     return [run[i : i + size] for run in consecutive_runs(cores) for i in range(0, len(run) - size + 1, size)]
 
@@ -163,7 +163,7 @@ class NeuronBackend(Backend):
                 "as hydra.launcher.cores (each job gets hydra.launcher.cores_per_job of them)"
             )
         cores = parse_cores(pool, "hydra.launcher.cores") if pool is not None else visible_cores()
-        groups = contiguous_groups(cores, cores_per_job)
+        groups = _contiguous_groups(cores, cores_per_job)
         if not groups:
             raise ConfigError(
                 f"hydra.launcher.cores_per_job={cores_per_job} but the pool {format_cores(cores)} "
@@ -176,9 +176,9 @@ class NeuronBackend(Backend):
 
     def __init__(self, config: BackendConfig) -> None:
         super().__init__(NeuronBackendConfig.of(config))
-        if os.environ.get(INSPECT_ENV, "0") not in ("", "0"):
+        if os.environ.get(_INSPECT_ENV, "0") not in ("", "0"):
             raise ConfigError(
-                f"{INSPECT_ENV}={os.environ[INSPECT_ENV]} is set: env-var capture conflicts with torch.profiler; "
+                f"{_INSPECT_ENV}={os.environ[_INSPECT_ENV]} is set: env-var capture conflicts with torch.profiler; "
                 "unset it (the runner configures capture through profiler.modes)"
             )
         if INFLIGHT_ENV in os.environ:
@@ -244,7 +244,7 @@ class NeuronBackend(Backend):
     def copy_slots(self, copies: int) -> list[Slot]:
         """One NeuronCore per copy, out of the job's own: they run before its process starts the runtime."""
         pool = format_cores(self.cores) if self.cores else None
-        return self.split_machine(self.config.unpinned(), copies, pool, EXECUTING_CORES)
+        return self.split_machine(self.config.unpinned(), copies, pool, _EXECUTING_CORES)
 
     def _pin_cores(self, spec: str | None) -> list[int] | None:
         """The cores this job owns (backend.cores, pinned here, else a launcher's pin); None: every visible core."""
@@ -289,7 +289,7 @@ class NeuronBackend(Backend):
         """
         if profiler.capture_enabled_for_nc is not None:
             return format_cores(parse_cores(profiler.capture_enabled_for_nc, "profiler.capture_enabled_for_nc"))
-        return format_cores(list(range(EXECUTING_CORES)))
+        return format_cores(list(range(_EXECUTING_CORES)))
 
     def neff_cache_dir(self) -> str:
         """The NEFF cache NeuronConfig copies from, so NEFFs land beside the device traces.
@@ -337,10 +337,10 @@ class NeuronBackend(Backend):
         problems = [f"Neuron capture looks wrong: {'; '.join(check.problems)}"] if check.problems else []
         report = CaptureReport(check.metrics(), check.tags(), warnings=problems)
         report.tags[names.TAG_NEURON_CORRELATE] = self.correlate_status
-        if self.cores and len(self.cores) > EXECUTING_CORES:
+        if self.cores and len(self.cores) > _EXECUTING_CORES:
             idle = (
                 f"pinned {len(self.cores)} NeuronCores ({format_cores(self.cores)}) but the workload runs on "
-                f"{EXECUTING_CORES}; the others sat idle and no other process could use them"
+                f"{_EXECUTING_CORES}; the others sat idle and no other process could use them"
             )
             report.tags[names.TAG_NEURON_IDLE_CORES] = idle
             report.warnings.append(f"{idle} (set backend.cores={self.cores[0]})")
@@ -362,7 +362,7 @@ class NeuronBackend(Backend):
         report.tags.update(coverage.tags)
         report.warnings.extend(coverage.warnings)
         explorer_lnc = ", ".join(map(str, sorted(summary.physical_cores))) or None
-        others = {VIRTUAL_CORE_SIZE_ENV: os.environ.get(VIRTUAL_CORE_SIZE_ENV), EXPLORER_LNC: explorer_lnc}
+        others = {VIRTUAL_CORE_SIZE_ENV: os.environ.get(VIRTUAL_CORE_SIZE_ENV), _EXPLORER_LNC: explorer_lnc}
         report.tags[names.TAG_NEURON_LNC_CHECK], lnc_warnings = lnc_check(
             logical_nc_config(trainium_generation()), others
         )
@@ -387,7 +387,7 @@ class NeuronBackend(Backend):
         doctor's `memory_snapshot` probe checks them).
         """
         memory = getattr(torch_neuron(), "memory", None)
-        if not all(hasattr(memory, call) for call in SNAPSHOT_CALLS):
+        if not all(hasattr(memory, call) for call in _SNAPSHOT_CALLS):
             return None
         return MemoryHistory(memory, {}, "torch.neuron.memory snapshot")
 
@@ -399,7 +399,7 @@ class NeuronBackend(Backend):
         generation = trainium_generation()
         if generation not in ("trn1", "trn2", "trn3") or logical_nc_config(generation)[0] is None:
             return None
-        return datasheet_peak(f"{generation}_core", EXECUTING_CORES, dtype)
+        return datasheet_peak(f"{generation}_core", _EXECUTING_CORES, dtype)
 
     def ranks_cores(self) -> list[int]:
         """The NeuronCores of this node's ranks: one each, consecutive from local rank 0's (the slot plan)."""

@@ -19,8 +19,8 @@ NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 # CompilationCache.cpp), and its HLO cache: named by DOCS-latest compiler/about-compiler-artifacts (2026-11)
 # and torch/reference/env-vars ("compilation caching"), whose variable and default could not be read here;
 # the variable is the one TorchNeuron users set (inferred), its default unknown (docs/trainium.md, caches)
-NEFF_LOCAL_CACHE_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
-HLO_CACHE_ENV = "TORCH_NEURONX_HLO_CACHE_DIR"
+_NEFF_LOCAL_CACHE_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
+_HLO_CACHE_ENV = "TORCH_NEURONX_HLO_CACHE_DIR"
 # the torch-xla flow's Neuron Persistent Cache, unless NEURON_CC_FLAGS sets --cache_dir
 # (SDK:about-neuron/arch/neuron-features/neuron-caching.rst)
 COMPILE_CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
@@ -32,17 +32,17 @@ DEFAULT_CACHES = (Path(DEFAULT_NEFF_CACHE), Path("/tmp/local_cache"), Path("/var
 # wins over NEURON_COMPILE_CACHE_URL and --no_cache turns that cache off
 # (SDK:about-neuron/arch/neuron-features/neuron-caching.rst); TORCH_NEURONX_NEFF_DISABLE_CACHE
 # turns the NEFF cache off (SRC torch_neuronx/csrc/core/cache/PersistentCacheBackend.cpp)
-CC_FLAGS_ENV, CC_FLAGS_AROUND_CACHE = "NEURON_CC_FLAGS", re.compile(r"--(cache_dir|no_cache)\b")
-NEFF_CACHE_OFF_ENV, SETTINGS_ON = "TORCH_NEURONX_NEFF_DISABLE_CACHE", ("true", "1", "yes")
+_CC_FLAGS_ENV, _CC_FLAGS_AROUND_CACHE = "NEURON_CC_FLAGS", re.compile(r"--(cache_dir|no_cache)\b")
+_NEFF_CACHE_OFF_ENV, _SETTINGS_ON = "TORCH_NEURONX_NEFF_DISABLE_CACHE", ("true", "1", "yes")
 # a NEFF as a capture holds it: neff_<hash>_vnc_<core>.neff (session mode) or neff_<hash>.neff
-CAPTURED_NEFF = re.compile(r"neff_(?P<key>.+?)(?:_vnc_\d+)?\.neff")
+_CAPTURED_NEFF = re.compile(r"neff_(?P<key>.+?)(?:_vnc_\d+)?\.neff")
 
 
 class NeuronCompileCache(CompileCache):
     """torch.compile's caches, TorchNeuron's (NEFF, local NEFF, HLO) and torch-xla's, counted by NEFF files."""
 
-    folders = {**CompileCache.folders, "neff": NEFF_CACHE_ENV, "neff_local": NEFF_LOCAL_CACHE_ENV,
-               "hlo": HLO_CACHE_ENV, "neuron_compile_cache": COMPILE_CACHE_URL_ENV}  # fmt: skip
+    folders = {**CompileCache.folders, "neff": NEFF_CACHE_ENV, "neff_local": _NEFF_LOCAL_CACHE_ENV,
+               "hlo": _HLO_CACHE_ENV, "neuron_compile_cache": COMPILE_CACHE_URL_ENV}  # fmt: skip
 
     def check(self, spec: RunSpec) -> None:
         """Refuse a NEURON_CC_FLAGS or TorchNeuron setting that bypasses the folders.
@@ -53,9 +53,9 @@ class NeuronCompileCache(CompileCache):
             ConfigError: naming the variable.
         """
         compile_cache = spec.measure.compile_cache
-        bypass = CC_FLAGS_AROUND_CACHE.search(os.environ.get(CC_FLAGS_ENV, ""))
-        if bypass or os.environ.get(NEFF_CACHE_OFF_ENV, "").lower() in SETTINGS_ON:
-            setting = f"{CC_FLAGS_ENV} has {bypass.group()}" if bypass else f"{NEFF_CACHE_OFF_ENV} is set"
+        bypass = _CC_FLAGS_AROUND_CACHE.search(os.environ.get(_CC_FLAGS_ENV, ""))
+        if bypass or os.environ.get(_NEFF_CACHE_OFF_ENV, "").lower() in _SETTINGS_ON:
+            setting = f"{_CC_FLAGS_ENV} has {bypass.group()}" if bypass else f"{_NEFF_CACHE_OFF_ENV} is set"
             raise ConfigError(
                 f"measure.compile_cache={compile_cache}: {setting}, so compilations would bypass "
                 "measure.compile_cache_dir; unset it for the cache study"
@@ -63,7 +63,7 @@ class NeuronCompileCache(CompileCache):
 
     def lookups(self, capture_dir: Path, neffs_new: float) -> tuple[dict[str, float], str]:
         """NEFF misses (NEFFs it gained) and hits (captured NEFFs it held before; unknown without DEVICE capture)."""
-        ran = {found["key"] for path in capture_dir.rglob("*.neff") if (found := CAPTURED_NEFF.fullmatch(path.name))}
+        ran = {found["key"] for path in capture_dir.rglob("*.neff") if (found := _CAPTURED_NEFF.fullmatch(path.name))}
         metrics = {names.COMPILE_CACHE_MISSES: neffs_new}
         counted = "NEFF cache: misses are NEFFs the cache gained, hits NEFFs the job ran that it held before"
         if not ran:

@@ -27,38 +27,38 @@ log = logging.getLogger(__name__)
 # NRT prints this when the per-NeuronCore ring buffer overflows.
 DROPPED_EVENTS = re.compile(r"(\d[\d,]*) trace events were dropped")
 # neuron-explorer replaced neuron-profile (SDK 2.30) with the same `view` interface.
-EXPLORERS = ("neuron-explorer", "neuron-profile")
+_EXPLORERS = ("neuron-explorer", "neuron-profile")
 # Explorer's summary formats, in the order asked for: Parquet is its default and programmatic output;
 # summary-json stays, and is all the legacy neuron-profile writes
 PARQUET = "parquet"
 SUMMARY_JSON = "summary-json"
-EXPLORER_FORMATS = (PARQUET, SUMMARY_JSON)
+_EXPLORER_FORMATS = (PARQUET, SUMMARY_JSON)
 # Parquet profile schemas the runner reads, by MAJOR version (only a MAJOR change removes or renames
 # fields: profile-schema-reference.rst). That 12.0.1's Summary keeps 7.4.0's total_time (seconds) is
 # inferred, so a Summary without it is read as an unknown schema
 KNOWN_SCHEMAS = {"7": "7.x (7.4.0: Neuron SDK 2.31)", "12": "12.x (12.0.1: Neuron SDK 2.33)"}
 # the Summary column of on-device time, idle gaps included: device-time coverage needs it
-TOTAL_TIME = "total_time"
+_TOTAL_TIME = "total_time"
 # the Summary column of busy time, "the union of all active intervals" of engines, DMA and collectives
 # (profile-schema-reference.rst, Summary): coverage's denominator where every profile has it
-TOTAL_ACTIVE_TIME = "total_active_time"
+_TOTAL_ACTIVE_TIME = "total_active_time"
 # SchemaFields' `field_unit` of a time field, in seconds each: the reference writes "seconds" (Summary) and
 # "nanoseconds" (timestamps); the other spellings are accepted, unconfirmed by any document
-SECONDS_PER_UNIT = {
+_SECONDS_PER_UNIT = {
     "seconds": 1.0, "s": 1.0, "milliseconds": 1e-3, "ms": 1e-3,
     "microseconds": 1e-6, "us": 1e-6, "nanoseconds": 1e-9, "ns": 1e-9,
 }  # fmt: skip
 # the Summary's other units in schema 7.4.0: logged as they are
-UNITS_AS_IS = ("percent", "flops", "bytes", "cycles")
+_UNITS_AS_IS = ("percent", "flops", "bytes", "cycles")
 # a Parquet `view` past this many seconds is left for summary-json: processing can stall (troubleshooting.rst), and a
 # hung view would hold the job for backend.explorer_timeout_s before summary-json is asked for
 VIEW_TIMEOUT_S = 300
-VIEW_LIMIT = "the runner's limit for a Parquet view"
-VIEW_TIMED_OUT = "did not finish in {seconds} s (" + VIEW_LIMIT + ")"
+_VIEW_LIMIT = "the runner's limit for a Parquet view"
+_VIEW_TIMED_OUT = "did not finish in {seconds} s (" + _VIEW_LIMIT + ")"
 UNVERSIONED = "unversioned (summary-json carries no schema version)"
 NO_SOURCE = "none"
 NOT_RUN = "not run: the capture holds no device profile (no NTFF beside its NEFF)"
-SUMMARY_JSON_SHAPES = "{profile: {metric: value}} or one flat object of metrics"
+_SUMMARY_JSON_SHAPES = "{profile: {metric: value}} or one flat object of metrics"
 # Tables and columns of `SDK:tools/neuron-explorer/profile-schema-reference.rst` (schema 7.4.0; that 12.0.1
 # keeps them is inferred): `SystemProfileEvents` (`duration_ns`, `trace_event_source`: "neuron_rt" the
 # runtime, "neuron_hw" a device, "framework") and `SystemProfileHbmUsage` (`total_bytes` in use).
@@ -176,28 +176,28 @@ def parse_summary_json(stdout: str, source: str = "summary-json") -> dict[str, d
     if data and not any(found.values()):
         keys = ", ".join(sorted(data)[:6])
         raise UnknownSchema(
-            f"{source}: summary-json holds no metric (top-level keys: {keys}); the runner reads {SUMMARY_JSON_SHAPES}"
+            f"{source}: summary-json holds no metric (top-level keys: {keys}); the runner reads {_SUMMARY_JSON_SHAPES}"
         )
     return found
 
 
-def parquet_tables(folder: Path, table: str) -> list[Path]:
+def _parquet_tables(folder: Path, table: str) -> list[Path]:
     """The files of one Parquet table, split or not (`Summary.parquet`, `Summary_0.parquet`, ...)."""
     pattern = re.compile(rf"^{table}(_\d+)?\.parquet$")
     return sorted(p for p in folder.rglob("*.parquet") if pattern.match(p.name))
 
 
-def system_profile_metrics(folder: Path) -> dict[str, float]:
+def _system_profile_metrics(folder: Path) -> dict[str, float]:
     """Each source's event count and summed ms (nested events each count), and the HBM peak; empty without RUNTIME."""
     import pyarrow.parquet as pq
 
     metrics: defaultdict[str, float] = defaultdict(float)
-    for path in parquet_tables(folder, "SystemProfileEvents"):
+    for path in _parquet_tables(folder, "SystemProfileEvents"):
         for row in pq.read_table(path, columns=["duration_ns", "trace_event_source"]).to_pylist():
             if (source := row["trace_event_source"]) in EVENT_SOURCES:
                 metrics[names.NEURON_SYSTEM_EVENTS.format(source=source)] += 1
                 metrics[names.NEURON_SYSTEM_MS.format(source=source)] += row["duration_ns"] / 1e6
-    hbm = [row for p in parquet_tables(folder, "SystemProfileHbmUsage") for row in pq.read_table(p).to_pylist()]
+    hbm = [row for p in _parquet_tables(folder, "SystemProfileHbmUsage") for row in pq.read_table(p).to_pylist()]
     if hbm:
         metrics[names.NEURON_SYSTEM_HBM_PEAK_BYTES] = device_hbm_peak(hbm)
     return dict(metrics)
@@ -230,16 +230,16 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def summary_units(folder: Path) -> dict[str, str]:
+def _summary_units(folder: Path) -> dict[str, str]:
     """SchemaFields' `field_unit` of each Summary field; empty without that table (the documented units hold)."""
     import pyarrow.parquet as pq
 
-    rows = [row for path in parquet_tables(folder, "SchemaFields") for row in pq.read_table(path).to_pylist()]
+    rows = [row for path in _parquet_tables(folder, "SchemaFields") for row in pq.read_table(path).to_pylist()]
     summary = (row for row in rows if row["table_name"] == "Summary" and row.get("field_unit"))
     return {row["field_name"]: row["field_unit"] for row in summary}
 
 
-def in_seconds(metrics: dict[str, float], units: dict[str, str], where: Path) -> dict[str, float]:
+def _in_seconds(metrics: dict[str, float], units: dict[str, str], where: Path) -> dict[str, float]:
     """One Summary row with its time fields in seconds, the unit the runner logs and compares them in.
 
     Raises:
@@ -248,10 +248,10 @@ def in_seconds(metrics: dict[str, float], units: dict[str, str], where: Path) ->
     converted = {}
     for name, value in metrics.items():
         unit = units.get(name)
-        if unit is not None and unit not in SECONDS_PER_UNIT and unit not in UNITS_AS_IS:
-            known = ", ".join([*SECONDS_PER_UNIT, *UNITS_AS_IS])
+        if unit is not None and unit not in _SECONDS_PER_UNIT and unit not in _UNITS_AS_IS:
+            known = ", ".join([*_SECONDS_PER_UNIT, *_UNITS_AS_IS])
             raise UnknownSchema(f"{where}: Summary field {name} is in {unit!r}, not a unit the runner reads ({known})")
-        converted[name] = value * SECONDS_PER_UNIT.get(unit or "", 1.0)
+        converted[name] = value * _SECONDS_PER_UNIT.get(unit or "", 1.0)
     return converted
 
 
@@ -268,7 +268,7 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
     """
     import pyarrow.parquet as pq
 
-    metadata, summaries = parquet_tables(folder, "Metadata"), parquet_tables(folder, "Summary")
+    metadata, summaries = _parquet_tables(folder, "Metadata"), _parquet_tables(folder, "Summary")
     if not metadata or not summaries:
         raise ValueError(f"no Summary and Metadata tables in Explorer's Parquet output {folder}")
     versions = []
@@ -284,14 +284,14 @@ def read_parquet_summary(folder: Path) -> tuple[dict[str, dict[str, float]], str
                     f"(it reads {', '.join(KNOWN_SCHEMAS.values())})"
                 )
             versions.append(version)
-    units = summary_units(folder)
+    units = _summary_units(folder)
     entries = {
-        f"{path.relative_to(folder)}#{number}": in_seconds(numeric(row), units, path)
+        f"{path.relative_to(folder)}#{number}": _in_seconds(numeric(row), units, path)
         for path in summaries
         for number, row in enumerate(pq.read_table(path).to_pylist())
     }
-    if not all(TOTAL_TIME in row for row in entries.values()):
-        raise UnknownSchema(f"{summaries[0]}: profile schema {versions[0]} has no Summary column {TOTAL_TIME}")
+    if not all(_TOTAL_TIME in row for row in entries.values()):
+        raise UnknownSchema(f"{summaries[0]}: profile schema {versions[0]} has no Summary column {_TOTAL_TIME}")
     return entries, ", ".join(sorted(set(versions))), physical_cores
 
 
@@ -327,7 +327,7 @@ def _view(tool: str, session: Path, fmt: str, timeout_s: int) -> Summary:
     with tempfile.TemporaryDirectory(prefix="neuron_explorer_") as out:
         subprocess.run([*cmd, "--output-file", out], capture_output=True, text=True, timeout=timeout_s, check=True)
         found, schema, physical_cores = read_parquet_summary(Path(out))
-        return Summary(found, schema, json.dumps(found), system_profile_metrics(Path(out)), physical_cores)
+        return Summary(found, schema, json.dumps(found), _system_profile_metrics(Path(out)), physical_cores)
 
 
 def _summarise(
@@ -351,7 +351,7 @@ def _summarise(
             detail = getattr(err, "stderr", None) or str(err)
             log.info("%s gave no %s summary of %s (%s); asking for the next format", tool, fmt, session, detail)
             if isinstance(err, subprocess.TimeoutExpired):
-                unread.append(f"{tool} view --output-format {fmt} {VIEW_TIMED_OUT.format(seconds=timeouts_s[fmt])}")
+                unread.append(f"{tool} view --output-format {fmt} {_VIEW_TIMED_OUT.format(seconds=timeouts_s[fmt])}")
             elif isinstance(err, UnknownSchema):
                 unread.append(str(err))
     raise ValueError("no Explorer format to ask for")
@@ -360,7 +360,7 @@ def _summarise(
 def explorer_summary(
     sessions: list[Path],
     timeout_s: int,
-    formats: tuple[str, ...] = EXPLORER_FORMATS,
+    formats: tuple[str, ...] = _EXPLORER_FORMATS,
 ) -> ExplorerSummary:
     """Summarise each device profile with neuron-explorer, Parquet first where pyarrow can read it; never raise.
 
@@ -374,7 +374,7 @@ def explorer_summary(
     if not sessions:
         tags[names.TAG_NEURON_EXPLORER] = NOT_RUN
         return ExplorerSummary(tags=tags)
-    tool = next(filter(None, map(neuron_tool, EXPLORERS)), None)
+    tool = next(filter(None, map(neuron_tool, _EXPLORERS)), None)
     if tool is None:
         tags[names.TAG_NEURON_EXPLORER] = "not on PATH nor in /opt/aws/neuron/bin (install aws-neuronx-tools)"
         return ExplorerSummary(tags=tags)
@@ -403,7 +403,7 @@ def explorer_summary(
             return ExplorerSummary(tags=tags)
         unread.update(dict.fromkeys(schemas_unread))
         fell_back = fell_back or bool(schemas_unread)
-        if any(VIEW_LIMIT in why for why in schemas_unread):
+        if any(_VIEW_LIMIT in why for why in schemas_unread):
             formats = tuple(f for f in formats if f != PARQUET)
         sources.add(f"{fmt}-{summary.schema.split('.')[0]}" if fmt == PARQUET else fmt)
         schemas.add(summary.schema)
@@ -417,12 +417,12 @@ def explorer_summary(
     not_read = "; ".join(unread)
     tags[names.TAG_NEURON_EXPLORER] = f"{tool}: ok" + (f" (Parquet not read: {not_read})" if not_read else "")
     warnings = [f"neuron-explorer's Parquet is not read ({not_read}): its summary-json is"] if fell_back else []
-    largest = max(entries.values(), key=lambda m: m.get(TOTAL_TIME, 0.0), default={})
+    largest = max(entries.values(), key=lambda m: m.get(_TOTAL_TIME, 0.0), default={})
     metrics = {f"{names.NEURON_SUMMARY_PREFIX}{k}": v for k, v in largest.items()}
     metrics[names.NEURON_PROFILES] = float(len(entries))
-    metrics[names.NEURON_TOTAL_TIME_SUM] = sum(m.get(TOTAL_TIME, 0.0) for m in entries.values())
-    if entries and all(TOTAL_ACTIVE_TIME in m for m in entries.values()):
-        metrics[names.NEURON_TOTAL_ACTIVE_TIME_SUM] = sum(m[TOTAL_ACTIVE_TIME] for m in entries.values())
+    metrics[names.NEURON_TOTAL_TIME_SUM] = sum(m.get(_TOTAL_TIME, 0.0) for m in entries.values())
+    if entries and all(_TOTAL_ACTIVE_TIME in m for m in entries.values()):
+        metrics[names.NEURON_TOTAL_ACTIVE_TIME_SUM] = sum(m[_TOTAL_ACTIVE_TIME] for m in entries.values())
     metrics.update(system_metrics)
     return ExplorerSummary(
         metrics=metrics, tags=tags, raw="\n".join(outputs), warnings=warnings, physical_cores=physical_cores

@@ -18,9 +18,9 @@ from runner.backends.base import CaptureReport
 from runner.chrome_trace import read_chrome_trace
 
 # below this fraction the run warns: the op table misses device time
-COVERAGE_WARN = 0.95
+_COVERAGE_WARN = 0.95
 # their count tells a build that sends driver events from one that sends nothing
-DRIVER_CATEGORY = "privateuse1_driver"
+_DRIVER_CATEGORY = "privateuse1_driver"
 MS_PER_S = 1000.0
 
 
@@ -28,10 +28,10 @@ def driver_events(capture_dir: Path) -> int:
     """The `privateuse1_driver` events in the capture's framework traces."""
     paths = sorted(capture_dir.rglob("*.json")) if capture_dir.is_dir() else []
     traces = [trace for trace in map(read_chrome_trace, paths) if trace is not None]
-    return sum(1 for trace in traces for event in trace["traceEvents"] if event.get("cat") == DRIVER_CATEGORY)
+    return sum(1 for trace in traces for event in trace["traceEvents"] if event.get("cat") == _DRIVER_CATEGORY)
 
 
-def missing_device_time(framework_ms: float, drivers: int) -> str:
+def _missing_device_time(framework_ms: float, drivers: int) -> str:
     """Why key_averages() lacks device time Explorer saw."""
     if framework_ms > 0:
         return "device work that no op of the profile accounts for"
@@ -66,11 +66,11 @@ def device_time_coverage(
     of_what = "busy in neuron-explorer's total_active_time" if busy_s else idle
     found = f"key_averages() has {framework_ms:.3f} ms of the {explorer_ms:.3f} ms of device time {of_what}"
     found += f" ({fraction:.0%})"
-    if fraction >= COVERAGE_WARN:
+    if fraction >= _COVERAGE_WARN:
         return CaptureReport(metrics, {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"ok: {found}"})
-    missing = f"missing {explorer_ms - framework_ms:.3f} ms, {missing_device_time(framework_ms, drivers)}"
+    missing = f"missing {explorer_ms - framework_ms:.3f} ms, {_missing_device_time(framework_ms, drivers)}"
     return CaptureReport(
         metrics,
         {names.TAG_NEURON_DEVICE_TIME_COVERAGE: f"warning: {found}; {missing}"},
-        warnings=[f"device time below {COVERAGE_WARN:.0%} covered: {found}; {missing}"],
+        warnings=[f"device time below {_COVERAGE_WARN:.0%} covered: {found}; {missing}"],
     )

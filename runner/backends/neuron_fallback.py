@@ -12,25 +12,25 @@ from typing import Any
 from runner import names
 from runner.backends.base import CaptureReport
 
-TRACKING_CALLS = ("get_fallback_ops", "clear_op_tracking")
+_TRACKING_CALLS = ("get_fallback_ops", "clear_op_tracking")
 
 
-def fallback_tracker() -> Any:
+def _fallback_tracker() -> Any:
     """torch_neuronx where it lists its fallbacks, else None."""
     import torch_neuronx  # a Neuron job's: the backend imported it already
 
-    return torch_neuronx if all(hasattr(torch_neuronx, call) for call in TRACKING_CALLS) else None
+    return torch_neuronx if all(hasattr(torch_neuronx, call) for call in _TRACKING_CALLS) else None
 
 
 def count_fallbacks_from_now() -> None:
     """Empty the list at a job's start: a sweep's earlier job in this process ran ops of its own."""
-    if tracker := fallback_tracker():
+    if tracker := _fallback_tracker():
         tracker.clear_op_tracking()
 
 
 def note_cpu_fallbacks(report: CaptureReport) -> None:
     """Add the distinct ops that fell back since the job started: their count, names and a warning."""
-    if not (tracker := fallback_tracker()):
+    if not (tracker := _fallback_tracker()):
         report.tags[names.TAG_NEURON_CPU_FALLBACKS] = "unknown: this torch-neuronx has no get_fallback_ops()"
         return
     ops = sorted({str(op) for op in tracker.get_fallback_ops()})

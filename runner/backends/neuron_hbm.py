@@ -19,13 +19,13 @@ from runner.backends.base import Slot
 from runner.backends.cores import logical_nc_config, parse_cores
 from runner.backends.neuron import VISIBLE_CORES_ENV
 
-DEVICE_PROFILE_GB = 5.0
-DEVICE_MODE = "DEVICE"
+_DEVICE_PROFILE_GB = 5.0
+_DEVICE_MODE = "DEVICE"
 
 
 def device_profiled(enabled: bool, modes: Iterable[str]) -> bool:
     """Whether a profiler config captures in DEVICE mode, which reserves HBM in each process."""
-    return enabled and DEVICE_MODE in modes
+    return enabled and _DEVICE_MODE in modes
 
 
 def first_cores(slots: Iterable[Slot]) -> list[int]:
@@ -49,9 +49,9 @@ def reservation_note(who: str, generation: str, process_cores: list[int]) -> str
     hbm_gb = chip["hbm_gib"] * 2**30 / 1e9
     per_chip = Counter(core // (chip["physical_cores_per_chip"] // lnc) for core in process_cores)
     worst, count = max(per_chip.items(), key=lambda item: item[1])
-    reserved = count * DEVICE_PROFILE_GB
+    reserved = count * _DEVICE_PROFILE_GB
     return (
-        f"{who} with profiler.modes {DEVICE_MODE}: {count} device-profiled process(es) on chip {worst} reserve "
-        f"~{reserved:g} GB of its {hbm_gb:.0f} GB HBM ({DEVICE_PROFILE_GB:g} GB each, neuron-explorer docs), "
+        f"{who} with profiler.modes {_DEVICE_MODE}: {count} device-profiled process(es) on chip {worst} reserve "
+        f"~{reserved:g} GB of its {hbm_gb:.0f} GB HBM ({_DEVICE_PROFILE_GB:g} GB each, neuron-explorer docs), "
         f"leaving ~{(hbm_gb - reserved) / count:.0f} GB each for the workload"
     )
