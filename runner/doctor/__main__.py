@@ -26,7 +26,7 @@ from runner.secrets import one_line, redact
 from runner.signals import exit_code_of, stop_on_signals
 
 DEFAULT_URI = TrackingConfig.uri  # where jobs log by default
-ALL_PROBES = (*PROBE_NAMES, *CUDA_PROBE_NAMES)
+_ALL_PROBES = (*PROBE_NAMES, *CUDA_PROBE_NAMES)
 # the limit on each probe's fresh process: a hung probe fails, the others still run
 PROBE_TIMEOUT_S = 600
 
@@ -41,7 +41,7 @@ def show(verdict: Verdict) -> None:
     say(f"  {verdict.probe} done ({verdict.seconds:g} s)")
 
 
-def device_verdicts(usable: list[str], out: Path, only: set[str] | None) -> tuple[list[Verdict], list[str]]:
+def _device_verdicts(usable: list[str], out: Path, only: set[str] | None) -> tuple[list[Verdict], list[str]]:
     """The probes of each device this host has (those in `only`, when given), and a note for each it has not."""
     verdicts: list[Verdict] = []
     notes: list[str] = []
@@ -67,7 +67,7 @@ def device_verdicts(usable: list[str], out: Path, only: set[str] | None) -> tupl
     return verdicts, notes
 
 
-def log_to_store(
+def _log_to_store(
     uri: str, experiment: str, host: list[tuple[str, str]], verdicts: list[Verdict], notes: list[str]
 ) -> list[Verdict]:
     """Log the report as an MLflow run; the store's own verdict is added to the list returned."""
@@ -91,8 +91,8 @@ def check(args: argparse.Namespace) -> int:
         backends = f"could not tell: {err}"
     host = host_rows(backends, args.uri)
     usable = backends[0] if isinstance(backends, tuple) else []
-    verdicts, notes = device_verdicts(usable, args.out, set(args.probe) if args.probe else None)
-    verdicts = log_to_store(args.uri, args.experiment, host, verdicts, notes)
+    verdicts, notes = _device_verdicts(usable, args.out, set(args.probe) if args.probe else None)
+    verdicts = _log_to_store(args.uri, args.experiment, host, verdicts, notes)
     show(verdicts[-1])
     page = markdown(host, verdicts, notes)
     md, js = write_files(args.out, page, as_json(host, verdicts, notes))
@@ -116,12 +116,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--probe",
         action="append",
         metavar="NAME",
-        help=f"run only this device probe (repeatable); one of: {', '.join(ALL_PROBES)}",
+        help=f"run only this device probe (repeatable); one of: {', '.join(_ALL_PROBES)}",
     )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.probe or ()) - set(ALL_PROBES))
+    unknown = sorted(set(args.probe or ()) - set(_ALL_PROBES))
     if unknown:
-        parser.error(f"--probe {unknown[0]!r} is not a probe; choose from: {', '.join(ALL_PROBES)}")
+        parser.error(f"--probe {unknown[0]!r} is not a probe; choose from: {', '.join(_ALL_PROBES)}")
     if args.timeout_s is not None:
         parser.error(f"--timeout-s was removed: each probe's process has a fixed limit of {PROBE_TIMEOUT_S} s")
     return args

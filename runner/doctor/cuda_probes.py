@@ -31,18 +31,18 @@ from runner.measure.phases import profiled_window
 
 CUDA_PROBE_NAMES = ("cuda_synchronize", "cuda_device_time", "cuda_peak_memory", "cuda_timing")
 # the shape the runner and Timer both time: big enough that launch overhead does not dominate
-TIMED_SHAPE = {"batch": 8, "seq_len": 512, "hidden": 1024}
+_TIMED_SHAPE = {"batch": 8, "seq_len": 512, "hidden": 1024}
 MATMUL_SIZE = 4096
-MATMULS = 20
-PEAK_PROBE_BYTES = 256 * 2**20
+_MATMULS = 20
+_PEAK_PROBE_BYTES = 256 * 2**20
 # the runner's steady-state median against Timer's: agreement within this ratio passes
-TIMER_AGREEMENT = 1.10
+_TIMER_AGREEMENT = 1.10
 
 
-def cuda_figures(scratch: str) -> dict[str, Any]:
+def _cuda_figures(scratch: str) -> dict[str, Any]:
     """Everything the CUDA verdicts need, measured through the runner's backend and phases."""
     spec = RunSpec(
-        workload=WorkloadSpec(target="workloads.rmsnorm.NaiveRMSNorm", kwargs=dict(TIMED_SHAPE)),
+        workload=WorkloadSpec(target="workloads.rmsnorm.NaiveRMSNorm", kwargs=dict(_TIMED_SHAPE)),
         backend=BackendConfig(name="cuda"),
         profiler=ProfilerConfig(),
         schedule=ScheduleConfig(),
@@ -54,14 +54,14 @@ def cuda_figures(scratch: str) -> dict[str, Any]:
     (a @ a).sum().item()
     backend.synchronize()
     start = time.perf_counter()
-    for _ in range(MATMULS):
+    for _ in range(_MATMULS):
         a @ a
     queued_s = time.perf_counter() - start
     backend.synchronize()
     synced_s = time.perf_counter() - start
 
     backend.reset_peak_memory()
-    block = torch.empty(PEAK_PROBE_BYTES, dtype=torch.uint8, device=backend.device)
+    block = torch.empty(_PEAK_PROBE_BYTES, dtype=torch.uint8, device=backend.device)
     peak = backend.peak_memory_bytes()
     del block
 
@@ -89,16 +89,16 @@ def cuda_figures(scratch: str) -> dict[str, Any]:
 def cuda_verdicts(scratch: str, timeout_s: float) -> list[Verdict]:
     """The four CUDA verdicts, from one fresh process's figures."""
     try:
-        found = in_fresh_process(cuda_figures, scratch, timeout_s=timeout_s)
+        found = in_fresh_process(_cuda_figures, scratch, timeout_s=timeout_s)
     except ProcessFailed as err:
         return [Assumption("cuda", "the CUDA probes run").unknown(f"the probe process failed: {err}")]
     peak = found["peak_bytes"] or 0
     ratio = found["runner_ms"] / found["timer_ms"]
-    shape = "x".join(str(v) for v in TIMED_SHAPE.values())
+    shape = "x".join(str(v) for v in _TIMED_SHAPE.values())
     return [
         Assumption("cuda_synchronize", "CudaBackend.synchronize() waits for queued kernels").judge(
             found["synced_ms"] > 2 * found["queued_ms"],
-            f"{MATMULS} matmuls of {MATMUL_SIZE}^2: {found['queued_ms']:.2f} ms to queue, "
+            f"{_MATMULS} matmuls of {MATMUL_SIZE}^2: {found['queued_ms']:.2f} ms to queue, "
             f"{found['synced_ms']:.2f} ms to finish",
             "runner/backends/cuda.py synchronize: step times measure queueing only",
             breaks_runner=True,
@@ -109,16 +109,16 @@ def cuda_verdicts(scratch: str, timeout_s: float) -> list[Verdict]:
             "check that CUPTI loads (the op table falls back to CPU time)",
         ),
         Assumption("cuda_peak_memory", "the allocator's peak statistic sees a fresh allocation").judge(
-            peak >= PEAK_PROBE_BYTES,
-            f"peak {peak / 2**20:.0f} MiB after allocating {PEAK_PROBE_BYTES / 2**20:.0f} MiB",
+            peak >= _PEAK_PROBE_BYTES,
+            f"peak {peak / 2**20:.0f} MiB after allocating {_PEAK_PROBE_BYTES / 2**20:.0f} MiB",
             "memory/peak_mb is wrong: runner/backends/cuda.py peak_memory_bytes",
             breaks_runner=True,
         ),
         Assumption(
             "cuda_timing",
-            f"the runner's step median agrees with torch.utils.benchmark within {TIMER_AGREEMENT - 1:.0%}",
+            f"the runner's step median agrees with torch.utils.benchmark within {_TIMER_AGREEMENT - 1:.0%}",
         ).judge(
-            1 / TIMER_AGREEMENT <= ratio <= TIMER_AGREEMENT,
+            1 / _TIMER_AGREEMENT <= ratio <= _TIMER_AGREEMENT,
             f"naive RMSNorm {shape} on {found['device']}: runner {found['runner_ms']:.4f} ms, "
             f"Timer {found['timer_ms']:.4f} ms (ratio {ratio:.3f})",
             "rerun; if it persists, the runner's timing loop adds or hides work (runner/measure)",

@@ -21,7 +21,7 @@ from runner.job.manifest import package_versions, system_package_versions
 from runner.secrets import redact
 
 # a fresh calibration this far from the cached one means the cache no longer describes the host
-CALIBRATION_DRIFT = 0.25
+_CALIBRATION_DRIFT = 0.25
 
 
 def usable_backends() -> tuple[list[str], str]:
@@ -95,10 +95,10 @@ def _calibration(threads: int, dtype: str) -> tuple[str, str]:
         f"now {bandwidth:.1f} GB/s, {gflops:.1f} GFLOP/s"
     )
     ratios = (bandwidth / cached.bandwidth_gbps, gflops / cached.gflops)
-    if max(ratios) > 1 + CALIBRATION_DRIFT:
+    if max(ratios) > 1 + _CALIBRATION_DRIFT:
         keep_best_calibration(dtype, bandwidth, gflops)
         line += "; the cache read low (measured on a busy host?) and now keeps the better figures"
-    elif min(ratios) < 1 - CALIBRATION_DRIFT:
+    elif min(ratios) < 1 - _CALIBRATION_DRIFT:
         line += "; this host is busier now than when the cache was measured: timings here will be noisy"
     return label, line
 

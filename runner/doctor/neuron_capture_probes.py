@@ -18,7 +18,7 @@ from runner.doctor.neuron_host import NeuronHost, neuron_backend, profiled_run, 
 from runner.doctor.probe import Assumption, ProcessFailed, Verdict
 
 # the smallest dropped-event budget that still records something
-TINY_EVENT_BUDGET = 16
+_TINY_EVENT_BUDGET = 16
 
 
 # --- what runs in the fresh processes ------------------------------------------------------
@@ -123,7 +123,7 @@ def _device_time(run: dict[str, Any]) -> Verdict:
     return check.fails(evidence, fix + "; try profiler.correlate_device_time=true where the build accepts it")
 
 
-def listing_by_folder(files: dict[str, int]) -> str:
+def _listing_by_folder(files: dict[str, int]) -> str:
     """`folder: name (size B), ...` per folder of a capture, so long session paths appear once."""
     folders: dict[str, list[str]] = {}
     for name, size in files.items():
@@ -137,7 +137,7 @@ def _capture_layout(run: dict[str, Any]) -> Verdict:
         "capture_layout", "capture in <instance>_pid_<pid>/<timestamp>/ with .pb, .neff, .ntff and a framework trace"
     )
     files = run["files"]
-    listing = listing_by_folder(files)
+    listing = _listing_by_folder(files)
     problems = run["tags"].get("neuron.capture_problems")
     if not any("_pid_" in name for name in files) or problems:
         why = problems or "no <instance>_pid_<pid> folder"
@@ -202,14 +202,14 @@ def _explorer_parquet(run: dict[str, Any]) -> Verdict:
 def probe_dropped_events(host: NeuronHost) -> Verdict:
     """The runtime prints dropped-event warnings on stderr, where the runner reads them."""
     check = Assumption("dropped_events", "'N trace events were dropped' is printed on stderr")
-    spec = tiny_spec(profiler=ProfilerConfig(max_events_per_nc=TINY_EVENT_BUDGET))
+    spec = tiny_spec(profiler=ProfilerConfig(max_events_per_nc=_TINY_EVENT_BUDGET))
     run = host.run(profiled_run, spec, host.folder("dropped_events"))
     if found := DROPPED_EVENTS.search(run["stderr"]):
         return check.holds(found.group(0))
     if found := DROPPED_EVENTS.search(run["stdout"]):
         fix = "neuron/dropped_events stays 0: runner/measure/phases.py profiled_window must read stdout (tee_fd)"
         return check.fails(f"on stdout: {found.group(0)}", fix, breaks_runner=True)
-    return check.unknown(f"no dropped-event warning with max_events_per_nc={TINY_EVENT_BUDGET}")
+    return check.unknown(f"no dropped-event warning with max_events_per_nc={_TINY_EVENT_BUDGET}")
 
 
 def probes_from_repeated_schedule(host: NeuronHost) -> list[Verdict]:

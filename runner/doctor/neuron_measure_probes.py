@@ -26,30 +26,30 @@ from runner.measure.memory import recording, window_memory
 
 # the steps right after the runner's warm-up count as cold when their median is this much
 # slower than the steady median, and by more than a NEFF's documented first-run cost could hide
-WARM_TOLERANCE = 1.5
-COLD_EXCESS_MS = 0.5
-FIRST_TIMED = 3
-TIMED_STEPS = 20
+_WARM_TOLERANCE = 1.5
+_COLD_EXCESS_MS = 0.5
+_FIRST_TIMED = 3
+_TIMED_STEPS = 20
 
 
 # --- what runs in the fresh processes ------------------------------------------------------
 
 
-def first_executions(spec: RunSpec) -> dict[str, Any]:
+def _first_executions(spec: RunSpec) -> dict[str, Any]:
     """Times of the first calls, of the first step after the runner's warm-up, and of the steady state (ms)."""
     backend = NeuronBackend(spec.backend)
     workload = build_workload(spec.workload, backend)
     first = [timed_step(workload, backend) * 1000 for _ in range(3)]
     warm_up(workload, backend, spec)
-    after = [timed_step(workload, backend) * 1000 for _ in range(TIMED_STEPS)]
+    after = [timed_step(workload, backend) * 1000 for _ in range(_TIMED_STEPS)]
     return {
         "first": first,
-        "after_warm_up": statistics.median(after[:FIRST_TIMED]),
-        "steady": statistics.median(after[TIMED_STEPS // 2 :]),
+        "after_warm_up": statistics.median(after[:_FIRST_TIMED]),
+        "steady": statistics.median(after[_TIMED_STEPS // 2 :]),
     }
 
 
-def monitored_runtime(folder: Path, period_s: int) -> dict[str, Any]:
+def _monitored_runtime(folder: Path, period_s: int) -> dict[str, Any]:
     """The runner's neuron-monitor sampler over a started runtime for two and a half periods: its series and errors."""
     start_runtime()
     sampler = ToolSampler(neuron_monitor, period_s, folder)
@@ -63,7 +63,7 @@ def monitored_runtime(folder: Path, period_s: int) -> dict[str, Any]:
     }
 
 
-def fallbacks_of_one_step() -> dict[str, Any]:
+def _fallbacks_of_one_step() -> dict[str, Any]:
     """One step of the tiny workload, its CPU fallbacks read as a job reads them (runner.backends.neuron_fallback)."""
     backend = neuron_backend()
     timed_step(build_workload(tiny_spec().workload, backend), backend)
@@ -75,7 +75,7 @@ def fallbacks_of_one_step() -> dict[str, Any]:
     }
 
 
-def snapshot_of_one_step(folder: Path) -> dict[str, Any] | None:
+def _snapshot_of_one_step(folder: Path) -> dict[str, Any] | None:
     """One step recorded and read back as measure.memory_snapshot records a window; None without the calls."""
     backend = neuron_backend()
     history = backend.memory_history()
@@ -99,14 +99,14 @@ def probe_first_execution(host: NeuronHost) -> Verdict:
         "first_execution", f"after the first call and measure.warmup={warmup} calls, steps run at steady speed"
     )
     spec = tiny_spec(96, cores=str(host.cores[0]), profiler=ProfilerConfig(enabled=False))
-    times = host.run(first_executions, spec)
+    times = host.run(_first_executions, spec)
     first = ", ".join(f"{t:.2f}" for t in times["first"])
     evidence = (
-        f"first three calls {first} ms; median of the {FIRST_TIMED} steps after the warm-up "
+        f"first three calls {first} ms; median of the {_FIRST_TIMED} steps after the warm-up "
         f"{times['after_warm_up']:.3f} ms; steady median {times['steady']:.3f} ms"
     )
     excess = times["after_warm_up"] - times["steady"]
-    warm = times["after_warm_up"] <= WARM_TOLERANCE * times["steady"] or excess <= COLD_EXCESS_MS
+    warm = times["after_warm_up"] <= _WARM_TOLERANCE * times["steady"] or excess <= _COLD_EXCESS_MS
     fix = f"raise measure.warmup (or measure.warmup_s) above {warmup}: the steady state starts cold"
     return check.judge(warm, evidence, fix, breaks_runner=True)
 
@@ -120,7 +120,7 @@ def probe_neuron_monitor(host: NeuronHost) -> Verdict:
     )
     if neuron_tool(neuron_monitor.NAME) is None:
         return check.unknown(f"{neuron_monitor.NAME} is neither on PATH nor in {NEURON_BIN} (aws-neuronx-tools)")
-    found = host.run(monitored_runtime, host.folder("neuron_monitor"), 1, env={VISIBLE_CORES_ENV: str(host.cores[0])})
+    found = host.run(_monitored_runtime, host.folder("neuron_monitor"), 1, env={VISIBLE_CORES_ENV: str(host.cores[0])})
     series = [key for key in found["keys"] if key.startswith(names.SYSTEM_NEURON_PREFIX)]
     evidence = f"{found['samples']} report(s) in 2.5 s at period 1s; {len(series)} series of the runtime: " + (
         ", ".join(series[:6]) or "none"
@@ -142,7 +142,7 @@ def probe_memory_snapshot(host: NeuronHost) -> Verdict:
     )
     try:
         found = host.run(
-            snapshot_of_one_step, host.folder("memory_snapshot"), env={VISIBLE_CORES_ENV: str(host.cores[0])}
+            _snapshot_of_one_step, host.folder("memory_snapshot"), env={VISIBLE_CORES_ENV: str(host.cores[0])}
         )
     except ProcessFailed as err:
         fix = "measure.memory_snapshot=false on neuron: the snapshot calls exist but fail"
@@ -164,7 +164,7 @@ def probe_cpu_fallbacks(host: NeuronHost) -> Verdict:
     check = Assumption(
         "cpu_fallbacks", "torch_neuronx.get_fallback_ops() lists the ops run on the CPU since clear_op_tracking()"
     )
-    found = host.run(fallbacks_of_one_step, env={VISIBLE_CORES_ENV: str(host.cores[0])})
+    found = host.run(_fallbacks_of_one_step, env={VISIBLE_CORES_ENV: str(host.cores[0])})
     evidence = f"one step of a tiny RMSNorm: neuron.cpu_fallbacks={found['tag']!r}"
     fix = "nothing breaks: runs tag neuron.cpu_fallbacks as unknown and log no neuron/cpu_fallback_ops"
     return check.judge(found["ops"] is not None, evidence, fix)

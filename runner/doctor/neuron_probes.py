@@ -58,8 +58,8 @@ from runner.measure.compile_cache import use_compile_cache
 
 # the LNC the Neuron tools report for each device: "the current logical NeuronCore configuration"
 # (SDK:tools/neuron-sys-tools/neuron-ls.rst, `neuron-ls -j` and its field definitions)
-NEURON_LS = "neuron-ls"
-RUNTIME_LNC = "neuron-ls -j's logical_neuroncore_config"
+_NEURON_LS = "neuron-ls"
+_RUNTIME_LNC = "neuron-ls -j's logical_neuroncore_config"
 
 
 # --- what runs in the fresh processes ------------------------------------------------------
@@ -113,7 +113,7 @@ def _rank_joins(timeout_s: float) -> dict[str, Any]:
         dist.destroy_process_group()
 
 
-def neffs_with_cache_set_in_process(folder: Path, capture_dir: Path) -> dict[str, int]:
+def _neffs_with_cache_set_in_process(folder: Path, capture_dir: Path) -> dict[str, int]:
     """Set the NEFF cache folder as `measure.compile_cache` does (torch-neuronx loaded, nothing run), then profile."""
     neuron_module()
     os.environ[NEFF_CACHE_ENV] = str(folder)
@@ -124,7 +124,7 @@ def neffs_with_cache_set_in_process(folder: Path, capture_dir: Path) -> dict[str
     }
 
 
-def cold_cache_job(root: Path, capture_dir: Path, watched: tuple[Path, ...]) -> dict[str, Any]:
+def _cold_cache_job(root: Path, capture_dir: Path, watched: tuple[Path, ...]) -> dict[str, Any]:
     """A cold `measure.compile_cache` job's profiled run: NEFFs in its folder, files the `watched` caches gained."""
     # rglob finds nothing in a folder that does not exist
     before = {folder: set(folder.rglob("*")) for folder in watched}
@@ -140,7 +140,7 @@ def cold_cache_job(root: Path, capture_dir: Path, watched: tuple[Path, ...]) -> 
 # --- the probes ----------------------------------------------------------------------------
 
 
-def probe_runtime_not_started_by_queries(host: NeuronHost) -> Verdict:
+def _probe_runtime_not_started_by_queries(host: NeuronHost) -> Verdict:
     """A process that only called is_available() and device_count() holds no NeuronCore."""
     check = Assumption("runtime_not_started_by_queries", "is_available() and device_count() do not start the runtime")
     core = str(host.cores[-1])
@@ -159,7 +159,7 @@ def probe_runtime_not_started_by_queries(host: NeuronHost) -> Verdict:
     return check.holds(f"another process started on NeuronCore {core} ({placed}) while the asking process was alive")
 
 
-def probe_cores_reserved(host: NeuronHost) -> Verdict:
+def _probe_cores_reserved(host: NeuronHost) -> Verdict:
     """The process that starts the runtime reserves every visible core, used or not."""
     check = Assumption("cores_reserved", "a process reserves all its visible NeuronCores")
     if len(host.cores) < 2:
@@ -175,7 +175,7 @@ def probe_cores_reserved(host: NeuronHost) -> Verdict:
     return check.fails(evidence, "nothing to set: launchers pin each job to its own cores either way")
 
 
-def probe_contiguous_cores(host: NeuronHost) -> Verdict:
+def _probe_contiguous_cores(host: NeuronHost) -> Verdict:
     """NEURON_RT_VISIBLE_CORES must be one contiguous range."""
     check = Assumption("contiguous_cores", f"the runtime refuses a non-contiguous {VISIBLE_CORES_ENV}")
     if len(host.cores) < 3:
@@ -189,7 +189,7 @@ def probe_contiguous_cores(host: NeuronHost) -> Verdict:
     return check.fails(f"{VISIBLE_CORES_ENV}={gapped} started ({placed})", fix)
 
 
-def probe_device_count_cached(host: NeuronHost) -> Verdict:
+def _probe_device_count_cached(host: NeuronHost) -> Verdict:
     """device_count() keeps its first answer after NEURON_RT_VISIBLE_CORES changes."""
     check = Assumption("device_count_cached", "device_count() caches its first answer")
     if len(host.cores) < 2:
@@ -199,7 +199,7 @@ def probe_device_count_cached(host: NeuronHost) -> Verdict:
     return check.judge(before == after, f"{before} before pinning one core, {after} after", fix)
 
 
-def probe_async_default(host: NeuronHost) -> Verdict:
+def _probe_async_default(host: NeuronHost) -> Verdict:
     """torch-neuronx sets TORCH_NEURONX_ENABLE_ASYNC_NRT=1 at import when unset, and keeps a user's value."""
     check = Assumption(
         "async_default",
@@ -218,7 +218,7 @@ def probe_async_default(host: NeuronHost) -> Verdict:
     return check.holds(evidence)
 
 
-def probe_inflight_removed(host: NeuronHost) -> Verdict:
+def _probe_inflight_removed(host: NeuronHost) -> Verdict:
     """Nothing sets the removed NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, and the user's environment does not."""
     check = Assumption(
         "inflight_removed",
@@ -241,14 +241,14 @@ def probe_inflight_removed(host: NeuronHost) -> Verdict:
     return check.holds("unset after torch-neuronx's import and the runner's backend")
 
 
-def probe_neff_cache_in_process(host: NeuronHost) -> Verdict:
+def _probe_neff_cache_in_process(host: NeuronHost) -> Verdict:
     """TORCH_NEURONX_NEFF_CACHE_DIR set in-process before first use is the folder NEFFs go to."""
     check = Assumption(
         "neff_cache_in_process",
         f"{NEFF_CACHE_ENV} set in-process after torch-neuronx loaded, before first use, is honoured",
     )
     folder = host.folder("neff_cache_in_process")
-    found = host.run(neffs_with_cache_set_in_process, folder / "neff_cache", folder / "capture")
+    found = host.run(_neffs_with_cache_set_in_process, folder / "neff_cache", folder / "capture")
     evidence = f"{found['in_folder']} NEFF(s) in {folder / 'neff_cache'}; the capture holds {found['captured']}"
     fix = (
         f"measure.compile_cache sets {NEFF_CACHE_ENV} in-process: export it before starting python instead "
@@ -257,7 +257,7 @@ def probe_neff_cache_in_process(host: NeuronHost) -> Verdict:
     return check.judge(bool(found["in_folder"]), evidence, fix, breaks_runner=True)
 
 
-def probe_process_group(host: NeuronHost) -> Verdict:
+def _probe_process_group(host: NeuronHost) -> Verdict:
     """Two ranks join the `neuron` process group, one NeuronCore each, the runtime not started before it."""
     check = Assumption(
         "process_group",
@@ -291,61 +291,61 @@ def probe_process_group(host: NeuronHost) -> Verdict:
     return check.judge(joined, evidence, fix, breaks_runner=True)
 
 
-def reported_lnc(timeout_s: float) -> tuple[str | None, str]:
+def _reported_lnc(timeout_s: float) -> tuple[str | None, str]:
     """The LNC `neuron-ls -j` reports (its devices' values), run with NEURON_LOGICAL_NC_CONFIG unset; else why none.
 
     The host's own setting (/opt/aws/neuron/logical_nc_config, SDK:deploy/eks/prerequisites.rst) can
     make the runtime's default differ from the generation's documented one, which the runner assumes.
     """
-    tool = neuron_tool(NEURON_LS)
+    tool = neuron_tool(_NEURON_LS)
     if tool is None:
-        return None, f"{NEURON_LS} is neither on PATH nor in {NEURON_BIN}"
+        return None, f"{_NEURON_LS} is neither on PATH nor in {NEURON_BIN}"
     env = {name: value for name, value in os.environ.items() if name != LNC_ENV}
     try:
         done = subprocess.run([tool, "-j"], env=env, capture_output=True, text=True, timeout=timeout_s, check=True)
         values = {str(device["logical_neuroncore_config"]) for device in json.loads(done.stdout)}
     except (OSError, subprocess.SubprocessError, ValueError, TypeError, KeyError) as err:
-        return None, f"{NEURON_LS} -j gave none ({type(err).__name__}: {err})"
+        return None, f"{_NEURON_LS} -j gave none ({type(err).__name__}: {err})"
     return ", ".join(sorted(values)) or None, "no device listed"
 
 
-def probe_lnc(host: NeuronHost) -> Verdict:
+def _probe_lnc(host: NeuronHost) -> Verdict:
     """The runtime's logical NeuronCores follow NEURON_LOGICAL_NC_CONFIG; unset, its LNC is the runner's default."""
     generation = trainium_generation()
     default, words = logical_nc_config(generation, {})
     check = Assumption(
         "lnc",
         f"{LNC_ENV}=1 gives a logical NeuronCore per physical one; unset, {generation}'s LNC is {words}, "
-        f"as {RUNTIME_LNC} reports",
+        f"as {_RUNTIME_LNC} reports",
     )
     unset = len(host.run(visible_cores, env={LNC_ENV: None, VISIBLE_CORES_ENV: None}))
     at_1 = len(host.run(visible_cores, env={LNC_ENV: "1", VISIBLE_CORES_ENV: None}))
-    reported, why_none = reported_lnc(host.timeout_s)
-    evidence = f"{unset} logical NeuronCores with {LNC_ENV} unset, {at_1} with {LNC_ENV}=1; {RUNTIME_LNC}: "
+    reported, why_none = _reported_lnc(host.timeout_s)
+    evidence = f"{unset} logical NeuronCores with {LNC_ENV} unset, {at_1} with {LNC_ENV}=1; {_RUNTIME_LNC}: "
     evidence += reported or why_none
     if default is None:
         evidence += f"; the runtime's default reads as LNC {at_1 / unset:g}" if unset else ""
         return check.unknown(evidence, f"set {LNC_ENV} (1 or 2) for per-core peaks")
-    _, mismatch = lnc_check((default, words), {RUNTIME_LNC: reported})
+    _, mismatch = lnc_check((default, words), {_RUNTIME_LNC: reported})
     fix = f"per-core peaks and link classes take LNC {default} while {LNC_ENV} is unset: set it (1 or 2)"
     agrees = at_1 == unset * default and not mismatch
     return check.judge(agrees, "; ".join([evidence, *mismatch]), fix, breaks_runner=True)
 
 
 # the Neuron caches a cache job moves: TorchNeuron's (NEFF, local NEFF, HLO) and torch-xla's
-NEURON_CACHES = [NeuronCompileCache.folders[name] for name in ("neff", "neff_local", "hlo", "neuron_compile_cache")]
+_NEURON_CACHES = [NeuronCompileCache.folders[name] for name in ("neff", "neff_local", "hlo", "neuron_compile_cache")]
 
 
-def probe_compile_caches(host: NeuronHost) -> Verdict:
+def _probe_compile_caches(host: NeuronHost) -> Verdict:
     """A cold cache job compiles into its own folder, and the documented default caches gain nothing."""
     check = Assumption(
         "compile_caches",
-        f"{', '.join(NEURON_CACHES)}, set in-process as measure.compile_cache sets them, "
+        f"{', '.join(_NEURON_CACHES)}, set in-process as measure.compile_cache sets them, "
         f"move the caches a job fills; {', '.join(map(str, DEFAULT_CACHES))} gain nothing",
     )
     folder = host.folder("compile_caches")
-    unset = dict.fromkeys(NEURON_CACHES)
-    found = host.run(cold_cache_job, folder / "cache", folder / "capture", DEFAULT_CACHES, env=unset)
+    unset = dict.fromkeys(_NEURON_CACHES)
+    found = host.run(_cold_cache_job, folder / "cache", folder / "capture", DEFAULT_CACHES, env=unset)
     gained = {path: count for path, count in found["gained"].items() if count}
     evidence = f"{found['in_folder']} NEFF(s) in the job's folder; the default caches gained {gained or 'nothing'}"
     fix = (
@@ -356,20 +356,20 @@ def probe_compile_caches(host: NeuronHost) -> Verdict:
 
 
 # every probe with the verdicts it gives, in the order they run (cheap ones first)
-PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdict]]], ...] = (
+_PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdict]]], ...] = (
     (("neuron_config",), probe_neuron_config),
     (("profile_modes",), probe_profile_modes),
     (("correlate_device_time",), probe_correlate_device_time),
-    (("runtime_not_started_by_queries",), probe_runtime_not_started_by_queries),
-    (("cores_reserved",), probe_cores_reserved),
-    (("contiguous_cores",), probe_contiguous_cores),
-    (("device_count_cached",), probe_device_count_cached),
-    (("async_default",), probe_async_default),
-    (("inflight_removed",), probe_inflight_removed),
-    (("neff_cache_in_process",), probe_neff_cache_in_process),
-    (("compile_caches",), probe_compile_caches),
-    (("lnc",), probe_lnc),
-    (("process_group",), probe_process_group),
+    (("runtime_not_started_by_queries",), _probe_runtime_not_started_by_queries),
+    (("cores_reserved",), _probe_cores_reserved),
+    (("contiguous_cores",), _probe_contiguous_cores),
+    (("device_count_cached",), _probe_device_count_cached),
+    (("async_default",), _probe_async_default),
+    (("inflight_removed",), _probe_inflight_removed),
+    (("neff_cache_in_process",), _probe_neff_cache_in_process),
+    (("compile_caches",), _probe_compile_caches),
+    (("lnc",), _probe_lnc),
+    (("process_group",), _probe_process_group),
     (PROFILED_RUN_PROBES, probes_from_profiled_run),
     (("acc_events", "captures_per_cycle"), probes_from_repeated_schedule),
     (("capture_numbering",), probe_capture_numbering),
@@ -379,13 +379,13 @@ PROBES: tuple[tuple[tuple[str, ...], Callable[[NeuronHost], Verdict | list[Verdi
     (("memory_snapshot",), probe_memory_snapshot),
     (("cpu_fallbacks",), probe_cpu_fallbacks),
 )
-PROBE_NAMES = tuple(name for names, _ in PROBES for name in names)
+PROBE_NAMES = tuple(name for names, _ in _PROBES for name in names)
 
 
 def neuron_verdicts(host: NeuronHost, report: Callable[[Verdict], None], only: set[str] | None = None) -> list[Verdict]:
     """The Neuron probes (those giving a verdict in `only`, when given); `report` sees each verdict as it comes."""
     verdicts: list[Verdict] = []
-    for probe_names, probe in PROBES:
+    for probe_names, probe in _PROBES:
         if only is not None and not only.intersection(probe_names):
             continue
         started = time.perf_counter()
