@@ -77,13 +77,13 @@ class PhaseError(RuntimeError):
         self.partial = partial
 
 
-def nothing_yet() -> JobResult | None:
+def _nothing_yet() -> JobResult | None:
     """No result: the phases that make one have not run."""
     return None
 
 
 @contextmanager
-def phase(name: str, so_far: Callable[[], JobResult | None] = nothing_yet) -> Iterator[None]:
+def phase(name: str, so_far: Callable[[], JobResult | None] = _nothing_yet) -> Iterator[None]:
     """One named phase: its error becomes a `PhaseError` carrying `so_far()`; a config error stays itself."""
     try:
         yield

@@ -14,7 +14,7 @@ from runner import names
 
 # the level of every test the comparison and the gate make, and the power the gate quotes
 SIGNIFICANCE = 0.05
-POWER = 0.8
+_POWER = 0.8
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -140,7 +140,7 @@ def _estimate(ratio: float, test: Any, slower: Any, df: float, se: float) -> Tim
     from scipy import stats
 
     low, high = (float(np.exp(bound)) for bound in test.confidence_interval(1 - SIGNIFICANCE))
-    detectable = float(np.expm1((stats.t.ppf(1 - SIGNIFICANCE, df) + stats.t.ppf(POWER, df)) * se))
+    detectable = float(np.expm1((stats.t.ppf(1 - SIGNIFICANCE, df) + stats.t.ppf(_POWER, df)) * se))
     return TimeRatio(ratio, low, high, float(test.pvalue), float(slower.pvalue), detectable)
 
 
