@@ -27,7 +27,7 @@ from runner.tracking.run import flatten, git_commit
 log = logging.getLogger(__name__)
 
 
-def run_tags(spec: RunSpec, job: JobInfo, execution: Execution, manifest: dict[str, Any]) -> dict[str, Any]:
+def _run_tags(spec: RunSpec, job: JobInfo, execution: Execution, manifest: dict[str, Any]) -> dict[str, Any]:
     """Tags that say what ran where, with which software."""
     backend = execution.backend
     return {
@@ -63,7 +63,7 @@ def earlier_medians(runs: list[Run]) -> list[float]:
     return [run.data.metrics[names.STEP_MEDIAN_MS] for run in sorted(mine, key=lambda r: -r.info.start_time)]
 
 
-def job_plots(results: list[JobResult], folder: Path) -> Path | None:
+def _job_plots(results: list[JobResult], folder: Path) -> Path | None:
     """A job's own plots: the ranks' steps (several ranks), the error through the layers; None if neither."""
     if len(results) == 1 and names.LAYER_TABLE_FILE not in results[0].tables:
         return None
@@ -76,12 +76,12 @@ def job_plots(results: list[JobResult], folder: Path) -> Path | None:
     return folder
 
 
-def job_params(published_config: dict[str, Any], job: JobInfo) -> dict[str, Any]:
+def _job_params(published_config: dict[str, Any], job: JobInfo) -> dict[str, Any]:
     """The composed config as MLflow params, with the workload's short option name beside its `_target_`."""
     return {**flatten(published_config), names.PARAM_WORKLOAD_OPTION: job.workload_name}
 
 
-def prepare(spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str) -> Execution:
+def _prepare(spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[str, Any], digest: str) -> Execution:
     """How the job is measured (`runner.execute.plan`), planned before its run opens.
 
     Bad input leaves no run behind; any other failure gets a FAILED run, so a sweep's comparison has its row.
@@ -95,7 +95,7 @@ def prepare(spec: RunSpec, job: JobInfo, life: JobLife, published_config: dict[s
         raise
     except Exception:
         with life.run(spec.tracking) as run:
-            run.log_params(job_params(published_config, job))
+            run.log_params(_job_params(published_config, job))
             run.set_tags({names.TAG_CONFIG_HASH: digest, names.TAG_WORKLOAD: job.workload_name})
             raise
 
@@ -122,15 +122,15 @@ def run_experiment(
             life.skip(done)
             return {}
     with THIS_PROCESS.job(spec.backend.name, resolved_config, job.run_name):  # refused if it would share wrongly
-        execution = prepare(spec, job, life, published_config, digest)
+        execution = _prepare(spec, job, life, published_config, digest)
     earlier_ms: list[float] = []
     if spec.tracking.enabled and not resume:  # (a resumed job closed them above, and has no FINISHED run)
         earlier_ms = earlier_medians(close_dead_runs(spec.tracking, digest))
     manifest = build_manifest(execution.backend, spec)
     log.info("%s on %s (%s)", job.run_name, execution.backend.traits.name, execution.placement)
     with life.run(spec.tracking) as run:
-        run.log_params(job_params(published_config, job))
-        run.set_tags({**run_tags(spec, job, execution, manifest), names.TAG_CONFIG_HASH: digest})
+        run.log_params(_job_params(published_config, job))
+        run.set_tags({**_run_tags(spec, job, execution, manifest), names.TAG_CONFIG_HASH: digest})
         run.log_text(json.dumps(manifest, indent=2), names.ENVIRONMENT_FILE)
         run.log_text(OmegaConf.to_yaml(published_config), names.CONFIG_FILE)
         if job.hydra_dir is not None:
@@ -146,7 +146,7 @@ def run_experiment(
         result = measured.result
         judge_timing(result, spec, execution.backend, earlier_ms)
         run.log_result(result, spec.tracking.max_artifact_mb)
-        if plots := job_plots(measured.every_rank, job.output_dir / names.PLOTS_FOLDER):
+        if plots := _job_plots(measured.every_rank, job.output_dir / names.PLOTS_FOLDER):
             run.log_artifacts(plots, names.PLOTS_FOLDER)
         for folder, other in measured.other_ranks.items():
             run.log_result(other, spec.tracking.max_artifact_mb, folder)
