@@ -15,15 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MIN_SEGMENT = 3  # the fewest points a segment may have: a single odd run is noise, not a step
-MIN_POINTS = 2 * MIN_SEGMENT  # the fewest points a series needs for a change point between two segments
+_MIN_SEGMENT = 3  # the fewest points a segment may have: a single odd run is noise, not a step
+MIN_POINTS = 2 * _MIN_SEGMENT  # the fewest points a series needs for a change point between two segments
 # PELT's penalty per change point, in units of the noise's variance times log(points): higher
 # finds fewer steps (docs/history.md#performance-over-time has the figures that chose it)
 PENALTY = 2.0
 # the largest p-value a change point keeps (the test is on segments chosen to differ): at 0.01,
 # series of 24 points without a step had 0.46 false change points per 100 points, at 0.001 0.08
 MAX_P = 0.001
-MAD_PER_SD = 0.6745  # the median absolute deviation of a normal sample over its standard deviation
+_MAD_PER_SD = 0.6745  # the median absolute deviation of a normal sample over its standard deviation
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,10 @@ class ChangePoint:
 
 def noise(log_values: np.ndarray) -> float:
     """The standard deviation of the series' noise, from its neighbours' differences (steps barely move it)."""
-    return float(np.median(np.abs(np.diff(log_values))) / (MAD_PER_SD * math.sqrt(2)))
+    return float(np.median(np.abs(np.diff(log_values))) / (_MAD_PER_SD * math.sqrt(2)))
 
 
-def welch_p(older: np.ndarray, newer: np.ndarray) -> float:
+def _welch_p(older: np.ndarray, newer: np.ndarray) -> float:
     """Two-sided p of Welch's t-test; 0 for two constant segments that differ, 1 for equal ones."""
     if older.var() == 0 and newer.var() == 0:
         return float(older.mean() == newer.mean())
@@ -65,7 +65,7 @@ def candidates(log_values: np.ndarray) -> list[int]:
     if spread == 0:
         return []
     penalty = PENALTY * spread**2 * math.log(len(log_values))
-    ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(log_values).predict(pen=penalty)
+    ends = ruptures.Pelt(model="l2", min_size=_MIN_SEGMENT, jump=1).fit(log_values).predict(pen=penalty)
     return [int(end) for end in ends[:-1]]
 
 
@@ -77,7 +77,7 @@ def tested(log_values: np.ndarray, indices: list[int]) -> list[ChangePoint]:
         found = []
         for k, index in enumerate(kept):
             older, newer = log_values[bounds[k] : index], log_values[index : bounds[k + 2]]
-            found.append(ChangePoint(index, math.exp(older.mean()), math.exp(newer.mean()), welch_p(older, newer)))
+            found.append(ChangePoint(index, math.exp(older.mean()), math.exp(newer.mean()), _welch_p(older, newer)))
         weakest = max(found, key=lambda point: point.p_value, default=None)
         if weakest is None or weakest.p_value <= MAX_P:
             return found

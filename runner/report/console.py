@@ -11,9 +11,9 @@ from runner.measure.result import JobResult
 from runner.report.memory_diff import readable_bytes
 
 TOP_OPS = 5
-PERFETTO_HINT = "open in https://ui.perfetto.dev or chrome://tracing"
+_PERFETTO_HINT = "open in https://ui.perfetto.dev or chrome://tracing"
 # HolisticTraceAnalysis reads the trace files in the folder it is given, not in its subfolders, one file per rank
-HTA_HINT = "Holistic Trace Analysis reads its folder, not trace/"
+_HTA_HINT = "Holistic Trace Analysis reads its folder, not trace/"
 
 
 def _in_step_order(path: Path) -> list[int | str]:
@@ -26,11 +26,11 @@ def _trace(trace_dir: Path) -> str | None:
     traces = sorted(trace_dir.rglob("*.json"), key=_in_step_order) if trace_dir.is_dir() else []
     if not traces:
         return None
-    last, hints = traces[-1], [PERFETTO_HINT]
+    last, hints = traces[-1], [_PERFETTO_HINT]
     if last.name == names.TRACE_FILE:  # the profiler's own export, one per recorded cycle (the Neuron capture's differ)
         cycles = sum(trace.name == names.TRACE_FILE for trace in traces)
         hints += [f"the last of {cycles} cycles, a folder each"] if cycles > 1 else []
-        hints.append(HTA_HINT)
+        hints.append(_HTA_HINT)
     return f"trace: {last}  ({'; '.join(hints)})"
 
 

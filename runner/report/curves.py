@@ -19,7 +19,7 @@ from runner.measure.stats import SIGNIFICANCE
 from runner.report.pairing import compare_times
 from runner.report.reader import metric, rounds, variant
 
-MIN_SIZES = 3
+_MIN_SIZES = 3
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def _size(count: float) -> str:
     return f"{count:.0f} B"
 
 
-def same_shape(run: Run) -> str:
+def _same_shape(run: Run) -> str:
     """What pairs runs of different variants: their overrides less the workload (not bytes: two shapes move as many)."""
     overrides = run.data.tags.get(names.TAG_OVERRIDES, "").split()
     return " ".join(sorted(o for o in overrides if not o.lstrip("+").startswith("workload=")))
@@ -69,17 +69,17 @@ def size_curves(runs: list[Run]) -> dict[str, list[Run]]:
     return {
         name: sorted(curve, key=lambda r: metric(r, names.ROOFLINE_BYTES) or 0.0)
         for name, curve in sorted(_by_variant(runs).items())
-        if _sizes(curve) >= MIN_SIZES
+        if _sizes(curve) >= _MIN_SIZES
     }
 
 
 def too_few_sizes(runs: list[Run]) -> str | None:
     """Why a sweep over sizes gets no shape curves: its variants ran at two sizes, fewer than three."""
     most = max((_sizes(curve) for curve in _by_variant(runs).values()), default=0)
-    if not 1 < most < MIN_SIZES:
+    if not 1 < most < _MIN_SIZES:
         return None
     return (
-        f"Shape curves: none (no plots/shape_curves.png, no crossovers): a variant needs {MIN_SIZES} sizes "
+        f"Shape curves: none (no plots/shape_curves.png, no crossovers): a variant needs {_MIN_SIZES} sizes "
         f"or more, this sweep ran each at {most} at most"
     )
 
@@ -98,11 +98,11 @@ def crossovers(client: MlflowClient, curves: dict[str, list[Run]]) -> list[Cross
     """Every significant change of winner between two variants along the sizes they share."""
     found = []
     for runs_a, runs_b in itertools.combinations(curves.values(), 2):
-        by_shape_b = {same_shape(r): r for r in runs_b}
+        by_shape_b = {_same_shape(r): r for r in runs_b}
         last: tuple[str, float] | None = None
         for run_a in runs_a:
             size = metric(run_a, names.ROOFLINE_BYTES) or 0.0
-            run_b = by_shape_b.get(same_shape(run_a))
+            run_b = by_shape_b.get(_same_shape(run_a))
             winner = faster(client, run_a, run_b) if run_b is not None else None
             if winner is None:
                 continue

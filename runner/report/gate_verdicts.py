@@ -92,7 +92,7 @@ def judge(client: MlflowClient, pairs: list[Pair], margin: float) -> None:
         pair.p_holm = adjusted
 
 
-def catchable(estimate: TimeRatio, margin: float) -> float:
+def _catchable(estimate: TimeRatio, margin: float) -> float:
     """The smallest slowdown the gate would catch 80% of the time: the margin, plus what the spread hides."""
     return (1 + margin) * (1 + estimate.detectable) - 1
 
@@ -168,7 +168,7 @@ def measured(
         "change (95% CI)": "-" if est is None else f"{est.ratio - 1:+.1%} [{est.low - 1:+.1%}, {est.high - 1:+.1%}]",
         "test": test,
         f"p (> +{margin:.0%}, {corrected})": "-" if est is None else f"{p:.3f}",
-        "caught from": "-" if est is None else f"+{catchable(est, margin):.1%}",
+        "caught from": "-" if est is None else f"+{_catchable(est, margin):.1%}",
     }
 
 
@@ -183,7 +183,7 @@ def summary(
     margin = fail_above / 100
     lines = []
     if tested:
-        detectable = [catchable(estimate, margin) for estimate, _ in tested]
+        detectable = [_catchable(estimate, margin) for estimate, _ in tested]
         reach = f"+{min(detectable):.1%}" + (f" to +{max(detectable):.1%}" if len(detectable) > 1 else "")
         lines.append(
             f"smallest slowdown the gate catches 80% of the time here: {reach}; {closer} bring it nearer the margin"

@@ -11,16 +11,16 @@ from typing import Any
 
 from runner import names
 
-UNITS = ("B", "KiB", "MiB", "GiB")
+_UNITS = ("B", "KiB", "MiB", "GiB")
 
 
 def readable_bytes(count: float) -> str:
     """A byte count in the largest unit that keeps it at 1 or more, signed when negative."""
     size, unit = abs(count), 0
-    while size >= 1024 and unit < len(UNITS) - 1:
+    while size >= 1024 and unit < len(_UNITS) - 1:
         size, unit = size / 1024, unit + 1
     sign = "-" if count < 0 else ""
-    return f"{sign}{size:.0f} B" if unit == 0 else f"{sign}{size:.2f} {UNITS[unit]}"
+    return f"{sign}{size:.0f} B" if unit == 0 else f"{sign}{size:.2f} {_UNITS[unit]}"
 
 
 def signed_bytes(count: float) -> str:

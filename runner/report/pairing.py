@@ -21,7 +21,7 @@ from runner.measure.stats import TimeRatio, paired_time_ratio, time_ratio
 from runner.report.reader import Rounds, rounds, share_rounds
 
 # earlier sweeps count where they ran as this one: the same host, at the same commit
-PLACE_TAGS = (names.TAG_HOST, names.TAG_GIT_COMMIT)
+_PLACE_TAGS = (names.TAG_HOST, names.TAG_GIT_COMMIT)
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def earlier_sweeps(client: MlflowClient, run: Run, baseline: Run) -> list[float]
         query = f"tags.`{names.TAG_CONFIG_HASH}` = '{side.data.tags.get(names.TAG_CONFIG_HASH)}'"
         for other in client.search_runs([run.info.experiment_id], query, order_by=["start_time DESC"]):
             rounds_id = other.data.tags.get(names.TAG_ROUNDS_ID)
-            same_place = all(other.data.tags.get(tag) == run.data.tags.get(tag) for tag in PLACE_TAGS)
+            same_place = all(other.data.tags.get(tag) == run.data.tags.get(tag) for tag in _PLACE_TAGS)
             if other.info.status == JobStatus.FINISHED and same_place and rounds_id:
                 by_rounds.setdefault(rounds_id, {}).setdefault(side.info.run_id, other)
     by_rounds.pop(run.data.tags.get(names.TAG_ROUNDS_ID, ""), None)  # this sweep's own pair

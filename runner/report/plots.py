@@ -1,7 +1,7 @@
 """The comparison's PNGs: step times, op breakdown, roofline, and the studies' plots.
 
 Each plot returns a `Figure` (tests read its texts); `save` writes one. No text may sit on another or leave
-the image: names go in a legend kept inside the figure, labels on the data through `keep_apart`.
+the image: names go in a legend kept inside the figure, labels on the data through `_keep_apart`.
 """
 
 from __future__ import annotations
@@ -31,31 +31,31 @@ from runner.report.scaling import CONTENTION_EFFICIENCY, ScalingPoint, contentio
 from runner.report.series import Series
 
 # the PNGs' resolution; figures are built at it too, so text measured while laying out fits in the file
-DPI = 110
+_DPI = 110
 TOP_OPS = 6
-OTHER_COLOR = "#bbbbbb"
-FRONTIER_COLOR = "#e45756"
+_OTHER_COLOR = "#bbbbbb"
+_FRONTIER_COLOR = "#e45756"
 # run labels are override lists: wrapped at this many characters, a legend or tick label stays narrower than the figure
-WRAP_CHARS = 50
-MARKERS = "osD^vP*Xh<>"  # with the ten colours C0-C9, up to 110 runs get a marker and colour pair of their own
+_WRAP_CHARS = 50
+_MARKERS = "osD^vP*Xh<>"  # with the ten colours C0-C9, up to 110 runs get a marker and colour pair of their own
 # offsets in points tried for a label at a point: above, right, below, left, then the diagonals
-AROUND = [(0.0, 5.0), (5.0, 0.0), (0.0, -5.0), (-5.0, 0.0), (4.0, 4.0), (4.0, -4.0), (-4.0, 4.0), (-4.0, -4.0)]
+_AROUND = [(0.0, 5.0), (5.0, 0.0), (0.0, -5.0), (-5.0, 0.0), (4.0, 4.0), (4.0, -4.0), (-4.0, 4.0), (-4.0, -4.0)]
 # for a label on a line: just above or below it, then further out
-ALONG = [(0.0, sign * (3.0 + 12.0 * level)) for level in range(4) for sign in (1.0, -1.0)]
+_ALONG = [(0.0, sign * (3.0 + 12.0 * level)) for level in range(4) for sign in (1.0, -1.0)]
 # for a label at the foot of a vertical line: right of it, stacking upwards, then left of it
-BESIDE = [(side * 3.0, 3.0 + 11.0 * level) for side in (1.0, -1.0) for level in range(5)]
-CENTERED = [(0.0, 0.0)]
-DASHES = ["--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]
+_BESIDE = [(side * 3.0, 3.0 + 11.0 * level) for side in (1.0, -1.0) for level in range(5)]
+_CENTERED = [(0.0, 0.0)]
+_DASHES = ["--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]
 
 
 def _figure(width: float, height: float, rows: int = 1) -> tuple[Figure, list[Axes]]:
     """A column of `rows` axes sharing x, in a figure for the Agg renderer (no pyplot state, nothing to close)."""
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
     return fig, list(fig.subplots(rows, sharex=True, squeeze=False)[:, 0])
 
 
 def _wrap(text: str) -> str:
-    return textwrap.fill(text, WRAP_CHARS, break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(text, _WRAP_CHARS, break_long_words=False, break_on_hyphens=False)
 
 
 def _row_height(labels: list[str]) -> float:
@@ -65,7 +65,7 @@ def _row_height(labels: list[str]) -> float:
 
 
 def _run_style(index: int) -> dict[str, Any]:
-    return {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
+    return {"color": f"C{index % 10}", "marker": _MARKERS[index % len(_MARKERS)]}
 
 
 def _legend_below(fig: Figure, entries: list[tuple[Artist, str]]) -> None:
@@ -82,10 +82,10 @@ def _legend_below(fig: Figure, entries: list[tuple[Artist, str]]) -> None:
         if box.width <= 0.98 * fig.bbox.width or columns == 1:
             break
         legend.remove()
-    fig.set_figheight(fig.get_figheight() + box.height / DPI)
+    fig.set_figheight(fig.get_figheight() + box.height / _DPI)
 
 
-def keep_apart(fig: Figure, placements: list[tuple[Annotation, Artist]], offsets: list[tuple[float, float]]) -> None:
+def _keep_apart(fig: Figure, placements: list[tuple[Annotation, Artist]], offsets: list[tuple[float, float]]) -> None:
     """Move each annotation to the first offset (points) where it lies inside its area and clear of other text.
 
     An offset's signs pick the side ((5, 0): right of the point). Annotations no offset fits are hidden;
@@ -115,7 +115,7 @@ def keep_apart(fig: Figure, placements: list[tuple[Annotation, Artist]], offsets
 def _label_at(
     axes: Axes, text: str, xy: tuple[float, float], area: Artist | None = None, **style: Any
 ) -> tuple[Annotation, Artist]:
-    """A label for `keep_apart` to place, offset in points from `xy` (data, or as `xycoords` says), and its area."""
+    """A label for `_keep_apart` to place, offset in points from `xy` (data, or as `xycoords` says), and its area."""
     return axes.annotate(text, xy, xytext=(0, 0), textcoords="offset points", **style), area or axes
 
 
@@ -152,7 +152,7 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
     for ops in tables:
         totals.update(ops)
     top = [name for name, _ in totals.most_common(TOP_OPS)]
-    colors = [f"C{index}" for index in range(len(top))] + [OTHER_COLOR]
+    colors = [f"C{index}" for index in range(len(top))] + [_OTHER_COLOR]
     labels = [_wrap(label(r)) for r in done]
     fig, (ax,) = _figure(11, _row_height(labels) * len(done) + 1.4)
     segments: list[tuple[Annotation, Artist]] = []
@@ -170,7 +170,7 @@ def op_breakdown_figure(client: MlflowClient, runs: list[Run]) -> Figure:
     ax.set_title("Where each run's time goes, by op")
     if done:
         _legend_below(fig, [(Patch(color=color), name) for color, name in zip(colors, [*top, "other"], strict=True)])
-    keep_apart(fig, segments, CENTERED)
+    _keep_apart(fig, segments, _CENTERED)
     return fig
 
 
@@ -207,7 +207,7 @@ def roofline_figure(runs: list[Run]) -> Figure:
     ax.set_xlabel("arithmetic intensity, FLOP/byte (workload cost model)")
     ax.set_title("Roofline: each run against its device's ceilings")
     _legend_below(fig, entries)
-    keep_apart(fig, notes, ALONG)
+    _keep_apart(fig, notes, _ALONG)
     return fig
 
 
@@ -241,7 +241,7 @@ def cost_frontier_figure(runs: list[Run]) -> Figure:
         where = ", on the frontier" if index in front else ""
         entries.append((point, f"{label(run)} (${price:g}/h: ${y:.3g} per 1M steps{where})"))
     (frontier,) = ax.plot(
-        [points[i][0] for i in front], [points[i][1] for i in front], color=FRONTIER_COLOR, linewidth=1, zorder=0
+        [points[i][0] for i in front], [points[i][1] for i in front], color=_FRONTIER_COLOR, linewidth=1, zorder=0
     )
     spread = max(p[0] for p in points) / min(p[0] for p in points) if points else 1.0
     if spread > 20:
@@ -273,7 +273,7 @@ def shape_curves_figure(curves: dict[str, list[Run]], found: list[Crossover]) ->
     if compiled_at:
         xs, ys = zip(*compiled_at, strict=True)
         entries.append((speed.scatter(xs, ys, marker="x", s=90, color="black", zorder=4), "x: the job compiled graphs"))
-    for crossover, dashes in zip(found, itertools.cycle(DASHES), strict=False):
+    for crossover, dashes in zip(found, itertools.cycle(_DASHES), strict=False):
         middle = math.sqrt(crossover.bytes_low * crossover.bytes_high)
         style: dict[str, Any] = {"color": colors.get(crossover.after, "#888888"), "linestyle": dashes}
         entries.append((speed.axvline(middle, linewidth=1.2, **style), f"crossover: {crossover.line()}"))
@@ -313,7 +313,7 @@ def core_scaling_figure(curves: dict[str, list[ScalingPoint]]) -> Figure:
     speed.set_title("Core scaling: copies side by side, each on its own share of the machine")
     share.set(xlabel="copies (measure.copies)", ylabel="efficiency against linear, %")
     _legend_below(fig, entries)
-    keep_apart(fig, notes, BESIDE)
+    _keep_apart(fig, notes, _BESIDE)
     return fig
 
 
@@ -362,7 +362,7 @@ def queue_depth_figure(curves: dict[str, list[Run]]) -> Figure:
     ax.set(xscale="log", ylabel="steps per second", title="Queue depth: throughput against latency")
     ax.set_xlabel("wait for a block's results, ms (steps queued per synchronize at each point)")
     _legend_below(fig, entries)
-    keep_apart(fig, notes, AROUND)
+    _keep_apart(fig, notes, _AROUND)
     return fig
 
 
@@ -384,7 +384,7 @@ def layer_errors_figure(table: dict[str, list[Any]]) -> Figure:
     failing = next((i for i, ok in enumerate(passed) if not ok), None)
     if failing is not None:
         note = _label_at(ax, f"first over: {table['layer'][failing]}", (failing, errors[failing]), color="#e45756")
-        keep_apart(fig, [note], AROUND)
+        _keep_apart(fig, [note], _AROUND)
     return fig
 
 
@@ -407,7 +407,7 @@ def history_figure(series: Series, key: str) -> Figure:
         entries.append((bars.lines[0], text + (" (bar: 95% interval from its worker processes)" if with_bars else "")))
     for segment in series.segments():
         level = math.exp(sum(math.log(series.points[k].value) for k in segment) / len(segment))
-        (line,) = ax.plot([segment[0] - 0.4, segment[-1] + 0.4], [level, level], color=FRONTIER_COLOR, linewidth=1.5)
+        (line,) = ax.plot([segment[0] - 0.4, segment[-1] + 0.4], [level, level], color=_FRONTIER_COLOR, linewidth=1.5)
     if series.steps:
         entries.append((line, "segment level (geometric mean of its runs)"))
     notes: list[tuple[Annotation, Artist]] = []
@@ -420,14 +420,14 @@ def history_figure(series: Series, key: str) -> Figure:
     ax.set_xlabel("run, oldest first (dashed: a change point, labelled with the first commit after it)")
     ax.set(ylabel=key, title=_wrap(f"{series.label} ({series.config_hash[:8]}): {len(series.steps)} change point(s)"))
     _legend_below(fig, entries)
-    keep_apart(fig, notes, BESIDE)
+    _keep_apart(fig, notes, _BESIDE)
     return fig
 
 
 def save(fig: Figure, path: Path) -> Path:
-    """Write the figure as a PNG at DPI, making its folder."""
+    """Write the figure as a PNG at _DPI, making its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=_DPI)
     return path
 
 

@@ -23,7 +23,7 @@ from runner.tracking.store import check_usable, mlflow_client, sqlite_path
 # the same store and experiment a job logs to by default (tracking=local)
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
 DEFAULT_URI = TrackingConfig.uri
-WHOLE_RUN_ID = re.compile(r"[0-9a-f]{32}")  # a whole MLflow run id (uuid4 hex), as opposed to a prefix of one
+_WHOLE_RUN_ID = re.compile(r"[0-9a-f]{32}")  # a whole MLflow run id (uuid4 hex), as opposed to a prefix of one
 
 
 def find_run(client: MlflowClient, experiment_id: str, key: str, option: str = "--runs") -> Run:
@@ -38,7 +38,7 @@ def find_run(client: MlflowClient, experiment_id: str, key: str, option: str = "
         raise SystemExit(f"error: {option} {key!r}: {len(matches)} runs in this experiment have an id starting so; "
                          "give more of it")  # fmt: skip
     if not matches:
-        if WHOLE_RUN_ID.fullmatch(key):  # get_run looked in every experiment
+        if _WHOLE_RUN_ID.fullmatch(key):  # get_run looked in every experiment
             raise SystemExit(f"error: {option} {key!r}: no run has this id in this store")
         raise SystemExit(f"error: {option} {key!r}: no run in this experiment has an id starting so")
     return client.get_run(matches[0])

@@ -55,7 +55,7 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     return table + "\n\n" + ui_links(client, runs, parent)
 
 
-def other_speedups(runs: list[Run], rows: list[dict[str, Any]]) -> str | None:
+def _other_speedups(runs: list[Run], rows: list[dict[str, Any]]) -> str | None:
     """Why the runs' `compare.speedup` tags are not the speedups of `rows` (None: they are).
 
     The tags are the last sweep's comparison: against its baseline, which `compare --baseline` may not be.
@@ -83,7 +83,7 @@ def ui_links(
     ui = ui_for(client.tracking_uri)
     swept = parent.data.tags.get(names.TAG_SWEPT_KEYS, "").split(",") if parent is not None else []
     first = swept_columns([key for key in swept if key], runs)
-    note = other_speedups(runs, rows) if rows is not None else None
+    note = _other_speedups(runs, rows) if rows is not None else None
     links = comparison_links(ui, client, runs, first, speedup=note is None)
     if parent is not None:
         client.log_batch(parent.info.run_id, tags=[RunTag(key, link) for key, link in links.items()])

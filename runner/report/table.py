@@ -37,8 +37,8 @@ FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
 TEST = "test"  # which test the speedup comes from: paired by round, or unpaired
 # a speedup whose interval holds 1: the comparison asked for is not resolved at this precision
-NOT_RESOLVED = "no significant difference"
-MEDIAN = "median ms ± IQR"  # the speedup and its test follow this column
+_NOT_RESOLVED = "no significant difference"
+_MEDIAN = "median ms ± IQR"  # the speedup and its test follow this column
 
 
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
@@ -85,11 +85,11 @@ def _cost(run: Run) -> str:
 
 
 # each column's header and how to read it off a run
-COLUMNS: dict[str, Callable[[Run], Any]] = {
+_COLUMNS: dict[str, Callable[[Run], Any]] = {
     "run": label,
     "status": lambda r: r.info.status,
     "backend": lambda r: f"{r.data.tags.get(names.TAG_BACKEND, '-')} ({r.data.tags.get(names.TAG_DEVICE, '-')})",
-    MEDIAN: _median,
+    _MEDIAN: _median,
     # what timed it, and so the speedup, the GB/s and the roofline: the host's clock or the device's events
     "step clock": lambda r: r.data.tags.get(names.TAG_STEP_CLOCK, "-"),
     "stable": lambda r: {"true": "yes", "false": "NO"}.get(r.data.tags.get(names.TAG_TIMING_STABLE, ""), "-"),
@@ -151,7 +151,7 @@ def speedup(client: MlflowClient, run: Run, baseline: Run | None, samples: dict[
     interval = f"[{1 / estimate.high:.2f}, {1 / estimate.low:.2f}]"
     note = " (timing unstable)" if unstable else ""
     if not estimate.significant:
-        return f"{NOT_RESOLVED} {interval}{note}", test
+        return f"{_NOT_RESOLVED} {interval}{note}", test
     return f"{1 / estimate.ratio:.2f}x {interval}{note}", test
 
 
@@ -165,9 +165,9 @@ def comparison_rows(
     for run in runs:
         median = metric(run, names.STEP_MEDIAN_MS)
         row = {"rank": str(medians.index(median) + 1) if median is not None else "-"}
-        for header, value in COLUMNS.items():
+        for header, value in _COLUMNS.items():
             row[header] = str(value(run))
-            if header == MEDIAN:  # the speedup beside the medians it is the ratio of
+            if header == _MEDIAN:  # the speedup beside the medians it is the ratio of
                 row[SPEEDUP], row[TEST] = speedup(client, run, baseline, samples)
         if parent is not None and run.data.tags.get("mlflow.parentRunId") != parent.info.run_id:  # resume reused it
             row["status"] += " (reused)"
@@ -187,7 +187,7 @@ def without_empty_columns(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 def unresolved_note(rows: list[dict[str, str]]) -> str | None:
     """What would narrow the intervals that hold 1 (None: every comparison is resolved)."""
-    unresolved = [row["run"] for row in rows if row[SPEEDUP].startswith(NOT_RESOLVED)]
+    unresolved = [row["run"] for row in rows if row[SPEEDUP].startswith(_NOT_RESOLVED)]
     if not unresolved:
         return None
     return (
@@ -201,7 +201,7 @@ def render(rows: list[dict[str, str]], fmt: str) -> str:
     """The rows as an aligned table, markdown, CSV or JSON."""
     if fmt == "json":
         return json.dumps(rows, indent=2)
-    headers = list(rows[0]) if rows else list(COLUMNS)
+    headers = list(rows[0]) if rows else list(_COLUMNS)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=headers)

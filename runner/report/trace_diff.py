@@ -20,7 +20,7 @@ from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
 from runner.measure.traces import Profile, ProfileNode, Span
 
 MATCHED, REPLACED, REMOVED, ADDED = "matched", "replaced", "removed", "added"
-MARKS = {MATCHED: "=", REPLACED: "~", REMOVED: "-", ADDED: "+"}
+_MARKS = {MATCHED: "=", REPLACED: "~", REMOVED: "-", ADDED: "+"}
 BLOCKS_TRACK = "diff blocks"  # the Perfetto file's track of block slices, drawn over the spans they group
 
 
@@ -130,7 +130,7 @@ def render_tree(root: DiffNode, depth: int) -> str:
         before = f"{node.median_before:.1f}" if node.before else "-"
         after = f"{node.median_after:.1f}" if node.after else "-"
         q = "n/a" if node.q_value is None else f"{node.q_value:.3f}{' *' if node.q_value < SIGNIFICANCE else ''}"
-        title = f"{'  ' * level}{MARKS[node.kind]} {node.title}"
+        title = f"{'  ' * level}{_MARKS[node.kind]} {node.title}"
         lines.append(f"{before:>11} {after:>11} {node.delta:>+11.1f} {change:>8} {q:>8}  {title}")
         if level < depth:
             for child in _by_impact(node.children):
