@@ -18,11 +18,17 @@ from runner.config import ConfigError, RunSpec
 from runner.execute.execution import Execution as Execution  # re-exported: plan()'s answer, imported with it
 from runner.execute.execution import InProcess, Ranks
 from runner.execute.slurm_ranks import check_world, slurm_task
-from runner.execute.workers import Timer, prepare_workers, steady_state_concurrently, steady_state_timing
+from runner.execute.workers import (
+    Timer,
+    prepare_workers,
+    steady_state_concurrently,
+    steady_state_timing,
+    worker_start,
+)
 from runner.measure.build import build_workload
 from runner.measure.compile_cache import use_compile_cache
 from runner.measure.layers import check_layer_names
-from runner.measure.loop import SteadyState
+from runner.measure.loop import SteadyState, check_knobs
 from runner.measure.memory import memory_source
 from runner.measure.roofline import resolve_peak
 
@@ -37,6 +43,9 @@ def plan(spec: RunSpec, output_dir: Path, config_key: str = "", rounds_dir: Path
     """
     use_compile_cache(spec)  # before the backend loads its libraries, and before anything compiles
     backend = make_backend(spec.backend)
+    # the benchmarks' knobs (docs/trust.md), read where workers time: refused now, before anything slow
+    check_knobs(backend.traits.default_layouts)
+    worker_start()
     backend.worker_processes(spec.measure.processes, spec.distributed.ranks)
     check_cache_flush(spec, type(backend))
     if spec.measure.memory_snapshot:

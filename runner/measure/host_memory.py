@@ -28,14 +28,19 @@ def is_glibc() -> bool:
     return platform.libc_ver()[0] == "glibc"
 
 
-def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> bool:
-    """Switch this process's malloc to the fixed mode now; False where not glibc, or a user or benchmark chose."""
+def freed_memory_kept(environ: Mapping[str, str] = os.environ) -> bool:
+    """RUNNER_KEEP_FREED_MEMORY: the fixed malloc mode (1, the default) or glibc's own (0)."""
     knob = environ.get(KEEP_FREED_MEMORY_ENV, "1")
     if knob not in ("0", "1"):
         raise ConfigError(
             f"{KEEP_FREED_MEMORY_ENV}={knob!r} is not allowed; choose 1 (the default) or 0 (glibc's modes)"
         )
-    if knob == "0" or not is_glibc() or any(name in environ for name in KEEP_ENV):
+    return knob == "1"
+
+
+def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> bool:
+    """Switch this process's malloc to the fixed mode now; False where not glibc, or a user or benchmark chose."""
+    if not freed_memory_kept(environ) or not is_glibc() or any(name in environ for name in KEEP_ENV):
         return False
     libc = ctypes.CDLL(None)
     return bool(libc.mallopt(M_MMAP_THRESHOLD, KEEP_UP_TO_BYTES) and libc.mallopt(M_TRIM_THRESHOLD, _TRIM_ABOVE_BYTES))

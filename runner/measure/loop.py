@@ -16,6 +16,7 @@ from runner.config import ConfigError, RunSpec
 from runner.files import write_whole
 from runner.measure.build import BuiltWorkload
 from runner.measure.collectives import all_ranks_max
+from runner.measure.host_memory import freed_memory_kept
 from runner.measure.layouts import MemoryLayouts
 from runner.measure.turns import NoTurns, Turns
 from runner.signals import raise_if_stopped
@@ -161,6 +162,12 @@ def layouts_count(default: int) -> int:
     if not knob.isdigit() or int(knob) < 1:
         raise ConfigError(f"{LAYOUTS_ENV}={knob!r} is not allowed; give a whole number >= 1, or unset it ({default})")
     return int(knob)
+
+
+def check_knobs(default_layouts: int) -> None:
+    """Refuse a bad benchmark knob of this layer's (docs/trust.md) as the job is planned, before its run opens."""
+    layouts_count(default_layouts)
+    freed_memory_kept()
 
 
 def timed_steps(

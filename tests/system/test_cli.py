@@ -174,6 +174,26 @@ def test_bad_input_is_one_line_with_no_traceback_and_no_run(
 
 
 @pytest.mark.parametrize(
+    ("knob", "message"),
+    [
+        ("RUNNER_LAYOUTS=two", "RUNNER_LAYOUTS='two' is not allowed; give a whole number >= 1"),
+        ("RUNNER_KEEP_FREED_MEMORY=2", "RUNNER_KEEP_FREED_MEMORY='2' is not allowed; choose 1 (the default) or 0"),
+        ("RUNNER_WORKER_START=fork", "RUNNER_WORKER_START='fork' is not allowed; choose one of: auto, spawn"),
+    ],
+)
+def test_a_bad_benchmark_knob_is_refused_as_the_job_is_planned_before_its_run(
+    knob: str, message: str, tracking_uri: str, tmp_path: Path, runner_in_process: RunnerInProcess,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The knobs are environment variables read where workers time, after the run opens: the plan reads them first."""
+    monkeypatch.setenv(*knob.split("="))
+    done = runner_in_process(
+        f"hydra.run.dir={tmp_path}/outputs/runs/refused", "+workload=rmsnorm_naive", "measure=quick"
+    )
+    assert_refused(done, message, tmp_path, tracking_uri)
+
+
+@pytest.mark.parametrize(
     ("limit", "message"),
     [
         ("hydra.launcher.jobs=-1", "hydra.launcher.jobs must be 0 (one per CPU core, GPU or NeuronCore group) or a "
