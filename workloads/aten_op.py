@@ -71,13 +71,19 @@ class AtenOp(nn.Module):
         for shape in self.shapes:
             if shape:
                 require_positive(**{f"shapes[{i}]": size for i, size in enumerate(shape)})
+        metas = [torch.empty(shape, device="meta") for shape in self.shapes]
         try:  # on the meta device: checks the call without computing anything
-            self.op(*(torch.empty(shape, device="meta") for shape in self.shapes))
+            outputs = _tensors(self.op(*metas))
         except (RuntimeError, TypeError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ValueError(
                 f"workload.shapes={shapes}: {op} does not take tensors of these shapes ({first})"
             ) from None
+        if any(output is arg for output in outputs for arg in metas):
+            raise ValueError(
+                f"workload.op={op!r} returns its input unchanged for workload.shapes={shapes}, its other arguments "
+                "at their defaults: there is nothing to time"
+            )
 
     def example_inputs(self, dtype: torch.dtype, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
         """One tensor per shape, uniform in [0.5, 1.5)."""

@@ -30,18 +30,22 @@ class Replay:
     note: str = ""
 
 
-def replayable_shapes(op: str, shapes: list[list[int]]) -> tuple[list[list[int]], str] | None:
-    """The shapes to replay `op` with and a note, dropping trailing `[]` arguments while the call needs it."""
+def replayable_shapes(op: str, shapes: list[list[int]]) -> tuple[list[list[int]], str]:
+    """The shapes to replay `op` with and a note, dropping trailing `[]` arguments while the call needs it.
+
+    Raises:
+        ValueError: why the row cannot be replayed, as `+workload=aten_op` would say it.
+    """
     for keep in range(len(shapes), 0, -1):
         try:
             AtenOp(op, shapes[:keep])
         except ValueError:
-            if shapes[keep - 1] != []:
-                return None
+            if shapes[keep - 1] != [] or keep == 1:
+                raise
             continue
         dropped = len(shapes) - keep
         return shapes[:keep], f"{dropped} non-tensor argument(s) left at their defaults" if dropped else ""
-    return None
+    raise ValueError("the op table recorded no input shapes (profiler.record_shapes=false)")
 
 
 def replay_command(op: str, shapes: list[list[int]], dtype: str) -> str:
@@ -64,12 +68,11 @@ def top_replays(client: MlflowClient, run: Run, top: int) -> tuple[list[Replay],
         name = row[names.OP_NAME]
         shapes = json.loads(row.get(names.OP_INPUT_SHAPES) or "[]")
         op = out_of_place(name)
-        found = replayable_shapes(op, shapes)
-        if found is None:
-            note = "not replayable: its arguments are not tensors of these shapes"
-            replays.append(Replay(name, shapes, float(row[clock]), "", note))
+        try:
+            replay_shapes, note = replayable_shapes(op, shapes)
+        except ValueError as err:
+            replays.append(Replay(name, shapes, float(row[clock]), "", f"not replayable: {err}"))
             continue
-        replay_shapes, note = found
         if op != name:
             note = "; ".join(filter(None, [f"replayed out of place as {op}", note]))
         replays.append(Replay(name, shapes, float(row[clock]), replay_command(op, replay_shapes, dtype), note))

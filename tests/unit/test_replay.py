@@ -30,6 +30,7 @@ def test_an_aten_op_matches_its_reference_and_counts_its_cost() -> None:
         ("aten::mul", [[4, 0]], "workload.shapes[1] must be a positive integer"),
         ("aten::mul", [4, 8], "give one list of sizes per argument"),
         ("aten::div_", [[4, 8], [8]], "writes into its input, .* replay its out-of-place form, aten::div$"),
+        ("aten::contiguous", [[4, 8]], "aten::contiguous' returns its input unchanged .* nothing to time"),
     ],
 )
 def test_bad_ops_and_shapes_name_their_key(op: str, shapes: list[list[int]], message: str) -> None:
@@ -55,7 +56,10 @@ def test_recorded_non_tensor_arguments_are_dropped_only_from_the_end() -> None:
         [[4, 8]],
         "3 non-tensor argument(s) left at their defaults",
     )
-    assert replayable_shapes("aten::sum", [[4, 8], [], [], [], [4, 1]]) is None  # an out= tensor after them
+    with pytest.raises(ValueError, match="aten::sum does not take tensors of these shapes"):
+        replayable_shapes("aten::sum", [[4, 8], [], [], [], [4, 1]])  # an out= tensor after them
+    with pytest.raises(ValueError, match="aten::to' returns its input unchanged"):
+        replayable_shapes("aten::to", [[], [], [], [], []])  # a dtype conversion, without its dtype
     assert replay_command("aten::mul", [[4, 8], [8]], "bfloat16") == (
         "python -m runner +workload=aten_op workload.op=aten::mul 'workload.shapes=[[4,8],[8]]' workload.dtype=bfloat16"
     )
