@@ -1,7 +1,10 @@
-"""Is a run's step time comparable? `timing.stable`: how far the next identical run's median may land (docs/trust.md).
+"""How far the next identical run's median may land; and `timing.stable`, whether the run measured itself to 5%.
 
 A run's blocks and worker processes show what moves its median inside the run; only the configuration's earlier
-runs on this host show the host's drift between runs, which on a noisy VM is most of it (issue 52).
+runs on this host show the host's drift between runs, which on a noisy VM is most of it (issue 52). The interval
+takes in both. The flag takes in only the run's own spread: no longer measurement narrows the host's drift, and a
+comparison paired by round cancels it, so a drifting host gets a note saying so, not a flag on every run
+(docs/trust.md).
 """
 
 from __future__ import annotations
@@ -10,8 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runner.backends.base import Backend
-from runner.config import RunSpec
 from runner.measure.loop import stretch_ends
 from runner.measure.stats import t_quantile
 
@@ -32,8 +33,6 @@ class Spread:
     sd: float
     df: int
     source: str  # for the reason: "its blocks", "its 3 worker processes", "5 runs of this configuration ..."
-    # shown by earlier runs: the host's drift, which only comparisons paired by round cancel
-    between_runs: bool = False
 
     @property
     def next_run(self) -> float:
@@ -75,24 +74,25 @@ def between_runs(earlier_ms: list[float], median_ms: float) -> Spread | None:
         return None
     logs = np.log([*earlier_ms[:MAX_EARLIER_RUNS], median_ms])
     source = f"{len(logs)} runs of this configuration on this host"
-    return Spread(float(logs.std(ddof=1)), len(logs) - 1, source, between_runs=True)
+    return Spread(float(logs.std(ddof=1)), len(logs) - 1, source)
 
 
 def instability_reasons(spread: Spread) -> list[str]:
-    """Why this run's step time should not be compared on its own; empty when it can be."""
+    """Why this run measured itself too loosely to resolve 5% against an identical run; empty when it did not."""
     if spread.next_run > MAX_UNCERTAINTY:
         return [
-            f"the next run may land +-{spread.next_run:.1%} from its median (from {spread.source}; "
+            f"its own measurement resolves a difference of +-{spread.next_run:.1%} at best (from {spread.source}; "
             f"over {MAX_UNCERTAINTY:.0%})"
         ]
     return []
 
 
-def instability_advice(spec: RunSpec, backend: Backend, spread: Spread) -> str:
-    """What would narrow the interval: the host's drift cancels only when paired; a run's own spread, in more runs."""
-    if spread.between_runs:
-        return (
-            f"this host moves a run's median by about {spread.sd:.1%} between runs (sd); compare variants paired "
-            "by round (in one sweep, or gate --against), where a drift the rounds share cancels"
-        )
-    return f"rerun on an idle machine with {backend.steadier_measurement(spec)}"
+def host_drift_note(drift: Spread | None) -> str | None:
+    """The console's note where the configuration's runs moved more than 5%: how much, and which comparisons hold."""
+    if drift is None or drift.next_run <= MAX_UNCERTAINTY:
+        return None
+    return (
+        f"this host is noisy: it moves this configuration's median by about {drift.sd:.1%} between runs (sd over "
+        f"{drift.source}), so the next run may land +-{drift.next_run:.1%} from this one; comparisons paired by "
+        "round (one sweep, or gate --against) cancel what the rounds share and still hold"
+    )

@@ -166,5 +166,7 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
     if trace is not None:
         lines.append(trace)
     lines += [f"WARNING: {warning}" for warning in [*result.warnings, result.timing_warning] if warning]
+    if result.timing_note:
+        lines.append(f"NOTE: {result.timing_note}")
     lines.append(where)
     return "\n".join(lines)

@@ -77,8 +77,21 @@ def with_earlier_sweeps(estimate: TimeRatio, earlier_ratios: list[float]) -> Tim
     From this and at least two earlier sweeps' ratios; unchanged with fewer, or where the rounds' own is wider.
     """
     drift = between_runs(earlier_ratios, estimate.ratio)
-    if drift is None:
-        return estimate
-    half = math.log1p(drift.next_run)
+    return estimate if drift is None else _widened(estimate, math.log1p(drift.next_run))
+
+
+def with_stated_intervals(estimate: TimeRatio, baseline: Run, run: Run) -> TimeRatio:
+    """An unpaired ratio's interval widened by the two runs' stated intervals, which take in the host's drift.
+
+    Runs timed apart share no rounds, so what the host did between them stays in their ratio; each run's +-X%
+    is t x sqrt(2) of its sd, so the ratio's half-width is their root-sum-square over sqrt(2).
+    """
+    stated = [r.data.metrics.get(names.STEP_MEDIAN_UNCERTAINTY_PCT) for r in (baseline, run)]
+    halves = [math.log1p(pct / 100) for pct in stated if pct is not None]
+    return _widened(estimate, math.hypot(*halves) / math.sqrt(2)) if len(halves) == 2 else estimate
+
+
+def _widened(estimate: TimeRatio, half: float) -> TimeRatio:
+    """The interval at least `half` (log) either side of the ratio."""
     low, high = estimate.ratio * math.exp(-half), estimate.ratio * math.exp(half)
     return replace(estimate, low=min(estimate.low, low), high=max(estimate.high, high))

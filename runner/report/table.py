@@ -19,7 +19,7 @@ from runner import names
 from runner.job import JobStatus
 from runner.measure.stability import MIN_EARLIER_RUNS
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
-from runner.report.pairing import compare_times, earlier_sweeps, with_earlier_sweeps
+from runner.report.pairing import compare_times, earlier_sweeps, with_earlier_sweeps, with_stated_intervals
 from runner.report.reader import (
     OpStats,
     Rounds,
@@ -124,7 +124,8 @@ def speedup(client: MlflowClient, run: Run, baseline: Run | None, samples: dict[
     Printed only with an interval that excludes no change, never between unpaired unstable runs (a bare ratio
     of two medians can be a mode flip). Runs sharing rounds pair round by round even when unstable: a slow
     stretch fell on both and cancels in that round's ratio; what moved between sweeps does not, so earlier sweeps
-    of the same pair widen the interval to where the next sweep may land.
+    of the same pair widen the interval to where the next sweep may land. Runs timed apart take in both runs'
+    stated intervals: the host's drift between them, which no longer flags either run.
     """
     if baseline is None:
         return "-", "-"
@@ -148,6 +149,8 @@ def speedup(client: MlflowClient, run: Run, baseline: Run | None, samples: dict[
     if len(earlier) >= MIN_EARLIER_RUNS:
         estimate = with_earlier_sweeps(estimate, earlier)
         test += f", {len(earlier)} earlier sweeps"
+    elif not paired and (widened := with_stated_intervals(estimate, baseline, run)) is not estimate:
+        estimate, test = widened, f"{test}, with both runs' intervals"
     interval = f"[{1 / estimate.high:.2f}, {1 / estimate.low:.2f}]"
     note = " (timing unstable)" if unstable else ""
     if not estimate.significant:

@@ -39,11 +39,12 @@ from runner.measure.collect import collect_result
 from runner.measure.host_memory import KEEP_FREED_MEMORY_ENV, is_glibc
 from runner.measure.loop import FEWEST_TIMED_STEPS, LAYOUTS_ENV, SETTLE_CALLS, layouts_count, steady_state
 from runner.measure.measurement import Measurement
+from runner.measure.optable import OpTable
 from runner.measure.phases import measure
 from runner.measure.profiling import CycleRecorder, build_profiler
-from runner.measure.result import rounds_table, wall_breakdown
+from runner.measure.result import JobResult, judge_timing, rounds_table, wall_breakdown
 from runner.measure.roofline import resolve_peak, roofline_metrics
-from runner.measure.stability import Spread, between_runs, instability_advice, instability_reasons
+from runner.measure.stability import Spread, between_runs
 from runner.measure.stats import coefficient_of_variation, describe_steps
 from runner.measure.turns import RefereedTurns, TurnsAddress, give_turns, referee
 from runner.measure.window import judge_window
@@ -445,10 +446,6 @@ def neuron_backend() -> NeuronBackend:
     return NeuronBackend.__new__(NeuronBackend)
 
 
-# a run whose own processes disagree: more of them narrow its interval
-IN_THE_RUN = Spread(0.1, 2, "its 3 worker processes")
-
-
 @pytest.mark.parametrize(
     ("backend", "overrides", "advised"),
     [
@@ -463,7 +460,7 @@ IN_THE_RUN = Spread(0.1, 2, "its 3 worker processes")
 )
 def test_instability_advice_is_what_the_runner_accepts(backend: Backend, overrides: list[str], advised: str) -> None:
     spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", *overrides))
-    advice = instability_advice(spec, backend, IN_THE_RUN)
+    advice = backend.steadier_measurement(spec)
     (override,) = re.findall(r"\((measure\.\w+=\d+)\)", advice)
     assert override == advised
     assert "backend.cpu_placement" not in advice  # the default places each CPU worker on one thread already
@@ -477,17 +474,39 @@ def test_instability_advice_is_what_the_runner_accepts(backend: Backend, overrid
 
 def test_unpinned_cpu_workers_are_advised_one_core() -> None:
     spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu", "backend.cpu_placement=unpinned"))
-    assert "backend.cpu_placement=one_core" in instability_advice(spec, CpuBackend(spec.backend), IN_THE_RUN)
+    assert "backend.cpu_placement=one_core" in CpuBackend(spec.backend).steadier_measurement(spec)
 
 
-def test_a_host_that_drifts_between_runs_is_named_and_a_paired_comparison_advised() -> None:
-    """More worker processes cannot narrow what the host does between runs: the advice says so, by how much."""
+@pytest.mark.parametrize(
+    ("own_sd", "earlier_ms", "stable", "noted"),
+    [
+        pytest.param(0.001, [1.2, 0.8, 1.1], True, True, id="a-drifting-host-is-noted-not-flagged"),
+        pytest.param(0.1, [1.0, 1.001, 0.999], False, False, id="a-loose-run-is-flagged-on-a-steady-host"),
+        pytest.param(0.001, [], True, False, id="a-first-run-states-its-own-spread"),
+    ],
+)
+def test_the_flag_judges_the_runs_own_measurement_and_the_interval_takes_in_the_hosts_drift(
+    tmp_path: Path, own_sd: float, earlier_ms: list[float], stable: bool, noted: bool
+) -> None:
+    """More worker processes cannot narrow what the host does between runs, and a comparison paired by round cancels
+    it: so the drift widens the stated interval and gets a note saying by how much, and the flag (with its advice)
+    is the run's own spread."""
     spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu"))
-    drifting = between_runs([1.2, 0.8, 1.1], 1.0)
-    assert drifting is not None and instability_reasons(drifting)
-    advice = instability_advice(spec, CpuBackend(spec.backend), drifting)
-    assert f"by about {drifting.sd:.1%} between runs" in advice and "paired by round" in advice
-    assert "measure.processes" not in advice
+    own = Spread(own_sd, 2, "its 3 worker processes")
+    result = JobResult({names.STEP_MEDIAN_MS: 1.0}, {}, OpTable([], 1, False), "", tmp_path, spread=own)
+    judge_timing(result, spec, CpuBackend(spec.backend), earlier_ms)
+    drift = between_runs(earlier_ms, 1.0)
+    stated = drift.next_run if drift else own.next_run
+    assert result.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] == pytest.approx(stated * 100)
+    assert result.tags[names.TAG_TIMING_STABLE] == ("true" if stable else "false")
+    assert (result.timing_warning is None) == stable
+    if not stable:
+        assert "measure.processes=5" in str(result.timing_warning)
+    assert (result.timing_note is not None) == noted
+    if drift is not None and noted:
+        note = str(result.timing_note)
+        assert f"by about {drift.sd:.1%} between runs" in note and "paired by round" in note
+        assert f"+-{drift.next_run:.1%}" in note
 
 
 def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:

@@ -148,3 +148,11 @@ def test_the_trace_line_names_the_last_cycle_and_the_folder_hta_reads(tmp_path: 
         f"trace: {tmp_path / 'iteration_11' / names.TRACE_FILE}  (open in https://ui.perfetto.dev or chrome://tracing; "
         "the last of 3 cycles, a folder each; Holistic Trace Analysis reads its folder, not trace/)"
     )
+
+
+def test_a_noisy_host_is_a_note_and_an_unstable_run_a_warning(tmp_path: Path) -> None:
+    """The host's drift is news for every comparison but paired ones; the run's own spread is a flag on the run."""
+    noted = summary(tmp_path, {}, {}, timing_note="this host is noisy: ...")
+    assert "NOTE: this host is noisy: ..." in noted and "WARNING" not in noted
+    flagged = summary(tmp_path, {}, {}, timing_warning="timing unstable (...)")
+    assert "WARNING: timing unstable (...)" in flagged and "NOTE" not in flagged

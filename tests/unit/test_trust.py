@@ -120,10 +120,12 @@ def synthetic_run(
     tags: dict[str, str] | None = None,
     status: str = "FINISHED",
     round_numbers: list[int] | None = None,
+    stated_pct: float | None = None,
 ) -> str:
     """A job run with these per-process medians, as a job would log them (none: it died first), ended `status`.
 
-    The medians are rounds 1, 2, ... unless `round_numbers` says which rounds they are.
+    The medians are rounds 1, 2, ... unless `round_numbers` says which rounds they are; `stated_pct` is the
+    interval the run states for the next run's median (none: a run logged before it was stated).
     """
     experiment_id = runner_experiment(client)
     timing = {names.TAG_TIMING_STABLE: "true" if stable else "false"}
@@ -137,6 +139,8 @@ def synthetic_run(
         client.log_batch(
             run.info.run_id, metrics=[*history, Metric(names.STEP_MEDIAN_MS, float(np.median(medians)), now, 0)]
         )
+    if stated_pct is not None:
+        client.log_metric(run.info.run_id, names.STEP_MEDIAN_UNCERTAINTY_PCT, stated_pct)
     client.set_terminated(run.info.run_id, status)
     return run.info.run_id
 
@@ -441,6 +445,26 @@ def test_a_run_missing_a_round_pairs_on_the_rounds_both_have(
     assert row["change (95% CI)"].startswith("+10.2% [")  # the median of 1.10, 1.11, 1.10, 1.105
     common_base = float(stats.gmean([SHARED_MODE_BASE[k] for k in kept]))
     assert row["baseline ms"] == f"{common_base:.4f}"  # the rounds the test compared
+
+
+def test_runs_timed_apart_take_in_both_runs_stated_intervals(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each run's workers agree to 1%, but each states +-20% for the next run (its configuration's drift on this host):
+    timed apart, the drift between them stays in their ratio, so the interval is 20% either side (the root-sum-square
+    of two 20% halves over sqrt(2)), and a 10% difference Welch's test alone would call is not resolved."""
+    base = synthetic_run(client, [2.0, 2.02, 1.98], "base", stated_pct=20.0)
+    faster = synthetic_run(client, [1.0, 1.01, 0.99], "faster", stated_pct=20.0)
+    near = synthetic_run(client, [1.8, 1.818, 1.782], "near", stated_pct=20.0)
+    unstated = synthetic_run(client, [1.8, 1.818, 1.782], "unstated")
+    assert compare.main(["--runs", base, faster, near, unstated, "--format", "json"]) == 0
+    rows = {row["run"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["faster"][SPEEDUP] == f"2.00x [{2 / 1.2:.2f}, {2 * 1.2:.2f}]"
+    assert rows["faster"][TEST] == "unpaired, 3+3 workers, with both runs' intervals"
+    speedup = 2 / 1.8
+    assert rows["near"][SPEEDUP] == f"no significant difference [{speedup / 1.2:.2f}, {speedup * 1.2:.2f}]"
+    assert rows["unstated"][SPEEDUP].startswith("1.11x [")  # Welch's alone, for runs that state no interval
+    assert rows["unstated"][TEST] == "unpaired, 3+3 workers"
 
 
 def test_unstable_runs_that_share_rounds_are_compared_round_by_round_and_say_so(
