@@ -36,7 +36,7 @@ from runner.compose import compose_config
 from runner.config import RunSpec
 from runner.config_loading import load_run_spec
 from runner.execute.workers import start_steady_state, steps
-from runner.measure.stability import instability_reasons, within_run
+from runner.measure.stability import MAX_UNCERTAINTY, within_run
 
 OVERRIDES = ["+workload=rmsnorm_naive", "backend=cpu", "tracking=off"]
 # a step this many times the fastest variant's median is a stall, not noise
@@ -66,9 +66,9 @@ class Variant:
         return statistics.median(float(np.percentile(steps, 90)) / statistics.median(steps) for steps in self.workers)
 
     def unstable_workers(self) -> int:
-        """Workers the runner's verdict would call unstable, each judged as a run of its own."""
+        """Workers whose own interval, each judged as a run of its own, is over the runner's 5%."""
         judged = [within_run([[steps]], [statistics.median(steps)]) for steps in self.workers]
-        return sum(bool(instability_reasons(spread)) for spread in judged)
+        return sum(spread.next_run > MAX_UNCERTAINTY for spread in judged)
 
 
 def progress(message: str) -> None:

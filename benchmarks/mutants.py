@@ -36,7 +36,7 @@ VERDICTS = "tests/unit/test_verdicts.py"
 TRUST = "tests/unit/test_trust.py"
 AGAINST_GATE = f"{VERDICTS}::test_the_against_gate_exits_1_only_on_a_significant_slowdown_past_the_margin"
 PAIRED_TEST = f"{VERDICTS}::test_the_paired_test_asks_one_sided_whether_the_ratio_exceeds_the_margin"
-UNCERTAIN = f"{VERDICTS}::test_a_run_whose_next_run_may_land_more_than_5_percent_away_is_unstable"
+UNCERTAIN = f"{VERDICTS}::test_a_run_whose_next_run_may_land_more_than_5_percent_away_gets_the_noisy_host_note"
 HOST_DRIFT = f"{VERDICTS}::test_the_host_drift_is_read_from_two_earlier_runs_of_the_configuration_and_the_newest_ten"
 HIGHER_IS_BETTER = 'HIGHER_IS_BETTER = ("_per_s", "gbps", "gflops", "_fraction")'
 LAUNCHER = "tests/unit/test_process_launcher.py"
@@ -93,16 +93,16 @@ MUTANTS = [
            "MAX_UNCERTAINTY = 0.10", (UNCERTAIN,), "a next run up to 10% away counts as stable"),
     Mutant("interval-one-run-only", "runner/measure/stability.py", "t_quantile(0.975, self.df) * np.sqrt(2)",
            "t_quantile(0.975, self.df)", (UNCERTAIN,), "the interval leaves out the next run's own error"),
-    Mutant("host-drift-ignored", "runner/measure/result.py", "stated = drift or result.spread",
+    Mutant("host-drift-ignored", "runner/measure/result.py",
+           "stated = between_runs(earlier_ms, result.metrics[names.STEP_MEDIAN_MS]) or result.spread",
            "stated = result.spread",
            ("tests/integration/test_tracking.py::"
             "test_from_its_third_run_a_configuration_states_its_interval_from_what_its_runs_moved",),
            "a run's interval leaves out what its configuration's earlier runs moved (the host's drift)"),
-    Mutant("host-drift-flags-every-run", "runner/measure/result.py", "reasons = instability_reasons(result.spread)",
-           "reasons = instability_reasons(stated)",
-           ("tests/integration/test_measure.py::test_the_flag_judges_the_runs_own_measurement_and_the_interval_takes_in"
-            "_the_hosts_drift",),
-           "a drifting host flags every run, which more worker processes cannot narrow (51 of 60 jobs, issue 52)"),
+    Mutant("unresolved-sweep-job-not-flagged", "runner/report/sweep_report.py", "        if unresolved(row):",
+           "        if not unresolved(row):",
+           (f"{TRUST}::test_a_sweep_flags_the_jobs_whose_speedup_it_could_not_resolve",),
+           "a sweep flags the jobs it resolved, not the ones whose speedup interval holds 1"),
     Mutant("unpaired-drift-ignored", "runner/report/pairing.py", "if len(halves) == 2 else estimate",
            "if len(halves) == 3 else estimate",
            (f"{TRUST}::test_runs_timed_apart_take_in_both_runs_stated_intervals",),

@@ -16,13 +16,7 @@ from runner.config import RunSpec
 from runner.errors import ConfigError
 from runner.measure.measurement import Measurement
 from runner.measure.optable import OpTable, self_time_by_op
-from runner.measure.stability import (
-    Spread,
-    between_runs,
-    host_drift_note,
-    instability_reasons,
-    within_run,
-)
+from runner.measure.stability import Spread, between_runs, noise_note, within_run
 from runner.measure.window import judge_window
 from runner.secrets import one_line
 
@@ -66,9 +60,7 @@ class JobResult:
     system: list[SystemSample] = field(default_factory=list)
     # what the run itself shows of its median's spread (its blocks, its processes); `judge_timing` states it
     spread: Spread | None = None
-    # the console's warning when the timing is unstable, with what would narrow it
-    timing_warning: str | None = None
-    # the console's note when the host moved this configuration's runs more than 5%: by how much, what still holds
+    # the console's note when the next run may land over 5% away: by how much, what still holds, what narrows it
     timing_note: str | None = None
 
 
@@ -173,25 +165,20 @@ def timing_result(spec: RunSpec, backend: Backend, measurement: Measurement, cap
 
 
 def judge_timing(result: JobResult, spec: RunSpec, backend: Backend, earlier_ms: list[float]) -> None:
-    """State the run's interval for the next identical run; `timing.stable`: whether the run measured itself to 5%.
+    """State the run's interval for the next identical run, and note a noisy host; a run alone is not flagged.
 
     `earlier_ms`: the configuration's earlier medians on this host, newest first, which the job reads from the
-    store: only they show the host's drift between runs, which the interval takes in and the console's note names.
+    store: only they show the host's drift between runs. `timing.stable` turns false where a comparison the run
+    is in does not resolve (a sweep's, against its baseline); a flag on every run of a noisy host says nothing
+    (issue 52: 22 of 22 default runs, from their own worker processes alone).
     """
     if result.spread is None or names.STEP_MEDIAN_MS not in result.metrics:
         return
-    drift = between_runs(earlier_ms, result.metrics[names.STEP_MEDIAN_MS])
     # the earlier runs saw what moves a run's median, this run's own spread included; without them, only the run
-    stated = drift or result.spread
+    stated = between_runs(earlier_ms, result.metrics[names.STEP_MEDIAN_MS]) or result.spread
     result.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] = stated.next_run * 100
-    reasons = instability_reasons(result.spread)
-    result.tags[names.TAG_TIMING_STABLE] = "false" if reasons else "true"
-    result.tags[names.TAG_TIMING_REASONS] = "; ".join(reasons) or None
-    result.timing_warning = None
-    if reasons:
-        advice = f"rerun on an idle machine with {backend.steadier_measurement(spec)}"  # narrows the run's own spread
-        result.timing_warning = f"timing unstable ({'; '.join(reasons)}): compare its step time with care; {advice}"
-    result.timing_note = host_drift_note(drift)
+    result.tags[names.TAG_TIMING_STABLE] = "true"
+    result.timing_note = noise_note(stated, backend.steadier_measurement(spec))
 
 
 def rounds_table(measurement: Measurement) -> dict[str, list[Any]]:

@@ -1,10 +1,9 @@
-"""How far the next identical run's median may land; and `timing.stable`, whether the run measured itself to 5%.
+"""How far the next identical run's median may land, and the console's note when that is over 5% (docs/trust.md).
 
 A run's blocks and worker processes show what moves its median inside the run; only the configuration's earlier
 runs on this host show the host's drift between runs, which on a noisy VM is most of it (issue 52). The interval
-takes in both. The flag takes in only the run's own spread: no longer measurement narrows the host's drift, and a
-comparison paired by round cancels it, so a drifting host gets a note saying so, not a flag on every run
-(docs/trust.md).
+takes in both. A wide one is a note, not a flag: on a noisy host every run's is wide, and comparisons paired by
+round still hold. `timing.stable` is set false where a comparison asked for does not resolve (`report_sweep`).
 """
 
 from __future__ import annotations
@@ -77,22 +76,15 @@ def between_runs(earlier_ms: list[float], median_ms: float) -> Spread | None:
     return Spread(float(logs.std(ddof=1)), len(logs) - 1, source)
 
 
-def instability_reasons(spread: Spread) -> list[str]:
-    """Why this run measured itself too loosely to resolve 5% against an identical run; empty when it did not."""
-    if spread.next_run > MAX_UNCERTAINTY:
-        return [
-            f"its own measurement resolves a difference of +-{spread.next_run:.1%} at best (from {spread.source}; "
-            f"over {MAX_UNCERTAINTY:.0%})"
-        ]
-    return []
+def noise_note(stated: Spread, steadier: str) -> str | None:
+    """The console's note when the next run may land over 5% away: by how much, from what, and what still holds.
 
-
-def host_drift_note(drift: Spread | None) -> str | None:
-    """The console's note where the configuration's runs moved more than 5%: how much, and which comparisons hold."""
-    if drift is None or drift.next_run <= MAX_UNCERTAINTY:
+    `steadier`: what narrows the run's own part (more worker processes, `Backend.steadier_measurement`).
+    """
+    if stated.next_run <= MAX_UNCERTAINTY:
         return None
     return (
-        f"this host is noisy: it moves this configuration's median by about {drift.sd:.1%} between runs (sd over "
-        f"{drift.source}), so the next run may land +-{drift.next_run:.1%} from this one; comparisons paired by "
-        "round (one sweep, or gate --against) cancel what the rounds share and still hold"
+        f"this host is noisy: the next identical run may land +-{stated.next_run:.1%} from this one (from "
+        f"{stated.source}; over {MAX_UNCERTAINTY:.0%}); comparisons paired by round (one sweep, or gate --against) "
+        f"cancel what the rounds share and still hold; {steadier} narrows what the run itself measures"
     )

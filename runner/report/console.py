@@ -165,7 +165,7 @@ def job_summary(run_name: str, placement: str, result: JobResult, where: str) ->
     trace = _trace(trace_dir)
     if trace is not None:
         lines.append(trace)
-    lines += [f"WARNING: {warning}" for warning in [*result.warnings, result.timing_warning] if warning]
+    lines += [f"WARNING: {warning}" for warning in result.warnings]
     if result.timing_note:
         lines.append(f"NOTE: {result.timing_note}")
     lines.append(where)

@@ -12,7 +12,15 @@ from runner import names
 from runner.report.curves import crossover_report, crossovers, size_curves, too_few_sizes
 from runner.report.reader import label, sweep_children
 from runner.report.scaling import scaling_curves, scaling_report
-from runner.report.table import SPEEDUP, comparison_rows, render, unresolved_note, without_empty_columns
+from runner.report.table import (
+    NARROWING,
+    SPEEDUP,
+    comparison_rows,
+    render,
+    unresolved,
+    unresolved_note,
+    without_empty_columns,
+)
 from runner.tracking.links import comparison_links, describe_links, swept_columns, ui_for
 
 
@@ -20,6 +28,8 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     """Log the comparison of a sweep's jobs to its parent run; return the terminal table and UI links.
 
     Each job gets its speedup and baseline as tags, for the runs table (a job a later sweep reuses gets that sweep's).
+    A job whose speedup is not resolved is flagged `timing.stable=false`, with what would narrow it: the comparison
+    asked for is the sweep's, so the flag is judged there (issue 52).
     """
     runs = sweep_children(client, parent.info.experiment_id, parent)
     if not runs:
@@ -32,6 +42,9 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
     client.log_text(run_id, render(shown, "markdown") + "\n", names.COMPARISON_TEXT_FILE)
     for row in rows:
         speedup_tags = {names.TAG_COMPARE_SPEEDUP: row[SPEEDUP], names.TAG_COMPARE_BASELINE: label(baseline)}
+        if unresolved(row):
+            why = f"its speedup over {label(baseline)} is not resolved: {row[SPEEDUP]}; {NARROWING}"
+            speedup_tags |= {names.TAG_TIMING_STABLE: "false", names.TAG_TIMING_REASONS: why}
         client.log_batch(row["run id"], tags=[RunTag(k, v) for k, v in speedup_tags.items()])
     from runner.report.plots import write_plots
 

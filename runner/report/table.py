@@ -38,6 +38,11 @@ SPEEDUP = "speedup (95% CI)"
 TEST = "test"  # which test the speedup comes from: paired by round, or unpaired
 # a speedup whose interval holds 1: the comparison asked for is not resolved at this precision
 _NOT_RESOLVED = "no significant difference"
+# what narrows a speedup's interval, for the sweep's note and the flag of a job whose comparison is not resolved
+NARROWING = (
+    "an interval narrows with the square root of the rounds: 4x as many (measure.processes) would about halve it, "
+    "and one widened by earlier sweeps (its test says so) narrows as each sweep measures longer (measure.steps_s)"
+)
 _MEDIAN = "median ms ± IQR"  # the speedup and its test follow this column
 
 
@@ -188,16 +193,17 @@ def without_empty_columns(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{h: row[h] for h in kept} for row in rows]
 
 
+def unresolved(row: dict[str, str]) -> bool:
+    """Whether the row's speedup interval holds 1: the comparison asked for is not resolved at this precision."""
+    return row[SPEEDUP].startswith(_NOT_RESOLVED)
+
+
 def unresolved_note(rows: list[dict[str, str]]) -> str | None:
     """What would narrow the intervals that hold 1 (None: every comparison is resolved)."""
-    unresolved = [row["run"] for row in rows if row[SPEEDUP].startswith(_NOT_RESOLVED)]
-    if not unresolved:
+    names_unresolved = [row["run"] for row in rows if unresolved(row)]
+    if not names_unresolved:
         return None
-    return (
-        f"not resolved: {', '.join(unresolved)} against the baseline (the 95% interval holds 1); an interval narrows "
-        "with the square root of the rounds: 4x as many (measure.processes) would about halve it, and one widened by "
-        "earlier sweeps (its test says so) narrows as each sweep measures longer (measure.steps_s)"
-    )
+    return f"not resolved: {', '.join(names_unresolved)} against the baseline (the 95% interval holds 1); {NARROWING}"
 
 
 def render(rows: list[dict[str, str]], fmt: str) -> str:

@@ -478,35 +478,33 @@ def test_unpinned_cpu_workers_are_advised_one_core() -> None:
 
 
 @pytest.mark.parametrize(
-    ("own_sd", "earlier_ms", "stable", "noted"),
+    ("own_sd", "earlier_ms", "source"),
     [
-        pytest.param(0.001, [1.2, 0.8, 1.1], True, True, id="a-drifting-host-is-noted-not-flagged"),
-        pytest.param(0.1, [1.0, 1.001, 0.999], False, False, id="a-loose-run-is-flagged-on-a-steady-host"),
-        pytest.param(0.001, [], True, False, id="a-first-run-states-its-own-spread"),
+        pytest.param(0.001, [1.2, 0.8, 1.1], "4 runs of this configuration on this host", id="a-drifting-host"),
+        pytest.param(0.1, [], "its 3 worker processes", id="a-first-run-whose-processes-disagree"),
+        pytest.param(0.001, [1.0, 1.001, 0.999], None, id="a-steady-host"),
     ],
 )
-def test_the_flag_judges_the_runs_own_measurement_and_the_interval_takes_in_the_hosts_drift(
-    tmp_path: Path, own_sd: float, earlier_ms: list[float], stable: bool, noted: bool
+def test_a_run_alone_is_not_flagged_and_a_noisy_host_gets_a_note_on_what_still_holds(
+    tmp_path: Path, own_sd: float, earlier_ms: list[float], source: str | None
 ) -> None:
-    """More worker processes cannot narrow what the host does between runs, and a comparison paired by round cancels
-    it: so the drift widens the stated interval and gets a note saying by how much, and the flag (with its advice)
-    is the run's own spread."""
+    """The interval takes in the host's drift where earlier runs show it; over 5% it is a note saying by how much,
+    from what, that comparisons paired by round still hold and what narrows the run's own part. No flag: on a noisy
+    host every run's interval is wide (issue 52: 22 of 22 default runs), and a sweep flags what it cannot resolve."""
     spec = load_run_spec(compose_cfg("+workload=rmsnorm_naive", "backend=cpu"))
     own = Spread(own_sd, 2, "its 3 worker processes")
     result = JobResult({names.STEP_MEDIAN_MS: 1.0}, {}, OpTable([], 1, False), "", tmp_path, spread=own)
     judge_timing(result, spec, CpuBackend(spec.backend), earlier_ms)
-    drift = between_runs(earlier_ms, 1.0)
-    stated = drift.next_run if drift else own.next_run
-    assert result.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] == pytest.approx(stated * 100)
-    assert result.tags[names.TAG_TIMING_STABLE] == ("true" if stable else "false")
-    assert (result.timing_warning is None) == stable
-    if not stable:
-        assert "measure.processes=5" in str(result.timing_warning)
-    assert (result.timing_note is not None) == noted
-    if drift is not None and noted:
-        note = str(result.timing_note)
-        assert f"by about {drift.sd:.1%} between runs" in note and "paired by round" in note
-        assert f"+-{drift.next_run:.1%}" in note
+    stated = between_runs(earlier_ms, 1.0) or own
+    assert result.metrics[names.STEP_MEDIAN_UNCERTAINTY_PCT] == pytest.approx(stated.next_run * 100)
+    assert result.tags[names.TAG_TIMING_STABLE] == "true"
+    if source is None:
+        assert result.timing_note is None
+    else:
+        assert f"the next identical run may land +-{stated.next_run:.1%} from this one (from {source}" in str(
+            result.timing_note
+        )
+        assert "paired by round" in str(result.timing_note) and "(measure.processes=5)" in str(result.timing_note)
 
 
 def test_repeat_cycles_give_per_op_samples(tmp_path: Path) -> None:

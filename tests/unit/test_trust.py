@@ -21,7 +21,8 @@ from runner import compare, gate, names
 from runner.execute import against
 from runner.measure.stats import SIGNIFICANCE, holm, paired_time_ratio, time_ratio
 from runner.report.pairing import compare_times
-from runner.report.reader import Rounds
+from runner.report.reader import Rounds, label
+from runner.report.sweep_report import report_sweep
 from runner.report.table import SPEEDUP, TEST
 
 rng = np.random.default_rng(0)
@@ -465,6 +466,27 @@ def test_runs_timed_apart_take_in_both_runs_stated_intervals(
     assert rows["near"][SPEEDUP] == f"no significant difference [{speedup / 1.2:.2f}, {speedup * 1.2:.2f}]"
     assert rows["unstated"][SPEEDUP].startswith("1.11x [")  # Welch's alone, for runs that state no interval
     assert rows["unstated"][TEST] == "unpaired, 3+3 workers"
+
+
+def test_a_sweep_flags_the_jobs_whose_speedup_it_could_not_resolve(client: mlflow.MlflowClient, tmp_path: Path) -> None:
+    """The comparison asked for is the sweep's: a job whose paired interval holds 1 is flagged, with what would
+    narrow it; the baseline and a resolved job are not."""
+    client.create_experiment("runner", artifact_location=str(tmp_path / "artifacts"))
+    parent = synthetic_sweep(client)
+    child = {**rounds_of("s1"), "mlflow.parentRunId": parent}
+    base = synthetic_run(client, [1.0, 1.2, 0.9, 1.1, 1.0], "base", config_hash="cfg-base", tags=child)
+    time.sleep(0.01)  # the sweep's baseline is its oldest job
+    faster = synthetic_run(client, [0.5, 0.6, 0.45, 0.55, 0.5], "faster", config_hash="cfg-faster", tags=child)
+    same = synthetic_run(client, [1.1, 1.1, 0.85, 1.0, 1.05], "same", config_hash="cfg-same", tags=child)
+    table = report_sweep(client, client.get_run(parent), tmp_path / "plots")
+    tags = {run_id: client.get_run(run_id).data.tags for run_id in (base, faster, same)}
+    assert [tags[run_id][names.TAG_TIMING_STABLE] for run_id in (base, faster, same)] == ["true", "true", "false"]
+    reason = tags[same][names.TAG_TIMING_REASONS]
+    assert reason.startswith(
+        f"its speedup over {label(client.get_run(base))} is not resolved: no significant difference ["
+    )
+    assert "4x as many (measure.processes) would about halve it" in reason
+    assert "not resolved: same against the baseline" in table
 
 
 def test_unstable_runs_that_share_rounds_are_compared_round_by_round_and_say_so(
