@@ -17,7 +17,7 @@ from mlflow.entities import Run
 
 from runner import names
 from runner.job import JobStatus
-from runner.measure.stability import MIN_EARLIER_RUNS
+from runner.measure.stability import MAX_UNCERTAINTY, MIN_EARLIER_RUNS
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
 from runner.report.pairing import compare_times, earlier_sweeps, with_earlier_sweeps, with_stated_intervals
 from runner.report.reader import (
@@ -36,8 +36,10 @@ from runner.report.reader import (
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
 TEST = "test"  # which test the speedup comes from: paired by round, or unpaired
-# a speedup whose interval holds 1: the comparison asked for is not resolved at this precision
+# a speedup whose interval holds 1 and reaches past 5% either way: the comparison asked for is not resolved
 _NOT_RESOLVED = "no significant difference"
+# one whose interval holds 1 within 5% either way: resolved, as no difference a user would bet on
+_SAME = f"the same within {MAX_UNCERTAINTY:.0%}"
 # what narrows a speedup's interval, for the sweep's note and the flag of a job whose comparison is not resolved
 NARROWING = (
     "an interval narrows with the square root of the rounds: 4x as many (measure.processes) would about halve it, "
@@ -159,7 +161,8 @@ def speedup(client: MlflowClient, run: Run, baseline: Run | None, samples: dict[
     interval = f"[{1 / estimate.high:.2f}, {1 / estimate.low:.2f}]"
     note = " (timing unstable)" if unstable else ""
     if not estimate.significant:
-        return f"{_NOT_RESOLVED} {interval}{note}", test
+        within = estimate.low >= 1 / (1 + MAX_UNCERTAINTY) and estimate.high <= 1 + MAX_UNCERTAINTY
+        return f"{_SAME if within else _NOT_RESOLVED} {interval}{note}", test
     return f"{1 / estimate.ratio:.2f}x {interval}{note}", test
 
 
@@ -194,7 +197,7 @@ def without_empty_columns(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def unresolved(row: dict[str, str]) -> bool:
-    """Whether the row's speedup interval holds 1: the comparison asked for is not resolved at this precision."""
+    """Whether the row's speedup interval holds 1 and reaches past 5%: the comparison asked for is not resolved."""
     return row[SPEEDUP].startswith(_NOT_RESOLVED)
 
 
@@ -203,7 +206,8 @@ def unresolved_note(rows: list[dict[str, str]]) -> str | None:
     names_unresolved = [row["run"] for row in rows if unresolved(row)]
     if not names_unresolved:
         return None
-    return f"not resolved: {', '.join(names_unresolved)} against the baseline (the 95% interval holds 1); {NARROWING}"
+    past = f"the 95% interval holds 1 and reaches past {MAX_UNCERTAINTY:.0%}"
+    return f"not resolved: {', '.join(names_unresolved)} against the baseline ({past}); {NARROWING}"
 
 
 def render(rows: list[dict[str, str]], fmt: str) -> str:

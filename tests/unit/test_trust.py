@@ -364,8 +364,11 @@ def test_compare_prints_speedups_only_with_an_interval(
         assert "NO" in out  # the stable column
         assert "not resolved" not in out  # every comparison made is resolved
     # an interval that holds 1 says what would narrow it, under the table
-    assert compare.main(["--runs", base, faster, same]) == 0
-    assert "not resolved: same against the baseline (the 95% interval holds 1)" in capsys.readouterr().out
+    tight = synthetic_run(client, [2.01, 2.0, 1.99], "tight")  # no change, to within 1%: resolved, not "no significant"
+    assert compare.main(["--runs", base, faster, same, tight]) == 0
+    out = capsys.readouterr().out
+    assert "not resolved: same against the baseline (the 95% interval holds 1 and reaches past 5%)" in out
+    assert "the same within 5% [0.98, 1.02]" in out and "same, tight" not in out
 
 
 def test_gate_shows_the_times_its_test_compares(
@@ -478,9 +481,13 @@ def test_a_sweep_flags_the_jobs_whose_speedup_it_could_not_resolve(client: mlflo
     time.sleep(0.01)  # the sweep's baseline is its oldest job
     faster = synthetic_run(client, [0.5, 0.6, 0.45, 0.55, 0.5], "faster", config_hash="cfg-faster", tags=child)
     same = synthetic_run(client, [1.1, 1.1, 0.85, 1.0, 1.05], "same", config_hash="cfg-same", tags=child)
+    # no change, the rounds agreeing to within 1%: resolved as the same
+    tight = synthetic_run(client, [1.0, 1.21, 0.9, 1.1, 1.01], "tight", config_hash="cfg-tight", tags=child)
     table = report_sweep(client, client.get_run(parent), tmp_path / "plots")
-    tags = {run_id: client.get_run(run_id).data.tags for run_id in (base, faster, same)}
-    assert [tags[run_id][names.TAG_TIMING_STABLE] for run_id in (base, faster, same)] == ["true", "true", "false"]
+    jobs = (base, faster, same, tight)
+    tags = {run_id: client.get_run(run_id).data.tags for run_id in jobs}
+    assert [tags[run_id][names.TAG_TIMING_STABLE] for run_id in jobs] == ["true", "true", "false", "true"]
+    assert tags[tight][names.TAG_COMPARE_SPEEDUP].startswith("the same within 5% [")
     reason = tags[same][names.TAG_TIMING_REASONS]
     assert reason.startswith(
         f"its speedup over {label(client.get_run(base))} is not resolved: no significant difference ["
