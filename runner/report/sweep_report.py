@@ -15,6 +15,7 @@ from runner.report.scaling import scaling_curves, scaling_report
 from runner.report.table import (
     NARROWING,
     SPEEDUP,
+    STABLE,
     comparison_rows,
     render,
     unresolved,
@@ -36,16 +37,17 @@ def report_sweep(client: MlflowClient, parent: Run, plots_dir: Path) -> str:
         return "no job runs to compare"
     baseline = runs[0]  # as pick_baseline chooses without --baseline
     rows = comparison_rows(client, runs, baseline, parent)
-    run_id = parent.info.run_id
-    client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file=names.COMPARISON_FILE)
-    shown = without_empty_columns(rows)  # comparison.json keeps every column
-    client.log_text(run_id, render(shown, "markdown") + "\n", names.COMPARISON_TEXT_FILE)
     for row in rows:
         speedup_tags = {names.TAG_COMPARE_SPEEDUP: row[SPEEDUP], names.TAG_COMPARE_BASELINE: label(baseline)}
         if unresolved(row):
             why = f"its speedup over {label(baseline)} is not resolved: {row[SPEEDUP]}; {NARROWING}"
             speedup_tags |= {names.TAG_TIMING_STABLE: "false", names.TAG_TIMING_REASONS: why}
+            row[STABLE] = "NO"  # the flag just set, in this sweep's own table too
         client.log_batch(row["run id"], tags=[RunTag(k, v) for k, v in speedup_tags.items()])
+    run_id = parent.info.run_id
+    client.log_table(run_id, data={h: [row[h] for row in rows] for h in rows[0]}, artifact_file=names.COMPARISON_FILE)
+    shown = without_empty_columns(rows)  # comparison.json keeps every column
+    client.log_text(run_id, render(shown, "markdown") + "\n", names.COMPARISON_TEXT_FILE)
     from runner.report.plots import write_plots
 
     curves = size_curves(runs)

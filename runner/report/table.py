@@ -36,6 +36,7 @@ from runner.report.reader import (
 FORMATS = ("table", "markdown", "csv", "json")
 SPEEDUP = "speedup (95% CI)"
 TEST = "test"  # which test the speedup comes from: paired by round, or unpaired
+STABLE = "stable"  # timing.stable as yes / NO
 # a speedup whose interval holds 1 and reaches past 5% either way: the comparison asked for is not resolved
 _NOT_RESOLVED = "no significant difference"
 # one whose interval holds 1 within 5% either way: resolved, as no difference a user would bet on
@@ -99,7 +100,7 @@ _COLUMNS: dict[str, Callable[[Run], Any]] = {
     _MEDIAN: _median,
     # what timed it, and so the speedup, the GB/s and the roofline: the host's clock or the device's events
     "step clock": lambda r: r.data.tags.get(names.TAG_STEP_CLOCK, "-"),
-    "stable": lambda r: {"true": "yes", "false": "NO"}.get(r.data.tags.get(names.TAG_TIMING_STABLE, ""), "-"),
+    STABLE: lambda r: {"true": "yes", "false": "NO"}.get(r.data.tags.get(names.TAG_TIMING_STABLE, ""), "-"),
     "device ms/step": lambda r: _fmt(_device_per_step(r), 4),
     "lowering": _lowering,
     "top op": lambda r: _short(r.data.tags.get(names.TAG_TOP_OP, "-")),

@@ -494,6 +494,8 @@ def test_a_sweep_flags_the_jobs_whose_speedup_it_could_not_resolve(client: mlflo
     )
     assert "4x as many (measure.processes) would about halve it" in reason
     assert "not resolved: same against the baseline" in table
+    flagged = [line for line in table.splitlines() if line.split()[1:2] == ["same"]]
+    assert len(flagged) == 1 and " NO " in flagged[0]  # the table shows the flag it set
 
 
 def test_unstable_runs_that_share_rounds_are_compared_round_by_round_and_say_so(
