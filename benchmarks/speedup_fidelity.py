@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -219,6 +220,13 @@ def timer_speedups(trial: Trial, rng: random.Random, turns_per_set: int) -> None
     trial.timer_ms = {name: statistics.median(turns[name]) for name in VARIANTS}
 
 
+def timed_call(step: Callable[[], object]) -> float:
+    """One call's ms, as the runner's CPU step clock reads it."""
+    start = time.perf_counter()
+    step()
+    return (time.perf_counter() - start) * 1000
+
+
 def child(number: int, overrides: list[str]) -> None:
     """In the fresh process: build the workload as the runner does, placed as its worker `number`, then time turns."""
     import torch
@@ -230,7 +238,7 @@ def child(number: int, overrides: list[str]) -> None:
     from runner.config_loading import load_run_spec
     from runner.measure.build import build_workload
     from runner.measure.layouts import MemoryLayouts
-    from runner.measure.loop import SETTLE_CALLS
+    from runner.measure.loop import WARM_CALLS, settle
 
     spec = load_run_spec(compose_config(*overrides, "tracking=off"))
     CpuBackend.worker_placement(spec.backend, number, WHOLE_MACHINE).take()
@@ -242,13 +250,13 @@ def child(number: int, overrides: list[str]) -> None:
             workload.step()
         while time.perf_counter() < end:
             workload.step()
+        warm_ms = statistics.median(timed_call(workload.step) for _ in range(WARM_CALLS))  # as the runner's warm-up
         print("ready", flush=True)
         timer = Timer("step()", globals={"step": workload.step}, num_threads=torch.get_num_threads())
         layouts = MemoryLayouts(workload.inputs)
         for _ in sys.stdin:
             layouts.move()  # a turn's median is one layout's: the reference, like the runner, rests on many
-            for _ in range(SETTLE_CALLS):
-                workload.step()
+            settle(lambda: timed_call(workload.step), warm_ms)  # as each of the runner's stretches
             print(timer.blocked_autorange(min_run_time=TURN_S).median * 1000, flush=True)
 
 

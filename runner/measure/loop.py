@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,7 +19,7 @@ from runner.measure.build import BuiltWorkload
 from runner.measure.collectives import all_ranks_max
 from runner.measure.host_memory import freed_memory_kept
 from runner.measure.layouts import MemoryLayouts
-from runner.measure.turns import NoTurns, Turns
+from runner.measure.turns import NoTurns, RefereedTurns, Turns
 from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
@@ -27,8 +28,13 @@ PROGRESS_EVERY_S = 2.0
 FEWEST_TIMED_STEPS = 30
 # a process timing its steps alone
 _NO_TURNS = NoTurns()
-# untimed calls after the memory moves: the first touches of the new places are not the steady state
+# untimed calls before a stretch that follows a move of its memory or another worker's turn: at least SETTLE_CALLS,
+# then until one takes at most SETTLED_RATIO times a warm call, MOST_SETTLE_CALLS at most (docs/trust.md)
 SETTLE_CALLS = 2
+SETTLED_RATIO = 1.1
+MOST_SETTLE_CALLS = 16
+# calls timed as the warm-up ends, in its turn: their median is the warm call a stretch settles to
+WARM_CALLS = 3
 # a benchmark's knob, no config key (docs/trust.md): the memory layouts each process's steps are timed in
 LAYOUTS_ENV = "RUNNER_LAYOUTS"
 
@@ -170,12 +176,30 @@ def check_knobs(default_layouts: int) -> None:
     freed_memory_kept()
 
 
+def settle(timed_call: Callable[[], float], warm_ms: float) -> None:
+    """Call the step untimed (`timed_call`: one call, its ms) until it is about as fast as a warm call (`warm_ms`).
+
+    A stretch after a move of memory or another worker's turn starts cold: on this project's host its first
+    calls read up to 2.6x the median and took 4-8 calls to come within 10% (docs/trust.md).
+    """
+    for call in range(1, MOST_SETTLE_CALLS + 1):
+        if timed_call() <= SETTLED_RATIO * warm_ms and call >= SETTLE_CALLS:
+            return
+
+
 def timed_steps(
-    workload: BuiltWorkload, backend: Backend, spec: RunSpec, phase: str, steps: int, turns: Turns = _NO_TURNS
+    workload: BuiltWorkload,
+    backend: Backend,
+    spec: RunSpec,
+    phase: str,
+    steps: int,
+    turns: Turns = _NO_TURNS,
+    warm_ms: float = math.inf,
 ) -> list[float]:
     """`steps` steps' times in ms by the backend's step clock, in RUNNER_LAYOUTS stretches of memory, each in turn.
 
-    The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`).
+    The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`). A stretch
+    that starts cold is settled to `warm_ms` first (`settle`; inf: `SETTLE_CALLS` calls).
     """
     stretches = min(layouts_count(backend.traits.default_layouts), steps)
     layouts = MemoryLayouts(workload.inputs)
@@ -185,8 +209,8 @@ def timed_steps(
         turns.take()
         if stretch:
             layouts.move()
-            for _ in range(SETTLE_CALLS):
-                workload.step()
+        if stretch or isinstance(turns, RefereedTurns):
+            settle(lambda: backend.time_steps(workload.step, 1, spec.measure.flush_cache)[0], warm_ms)
         while len(samples) < end:
             count = min(spec.measure.inflight, end - len(samples))
             samples += backend.time_steps(workload.step, count, spec.measure.flush_cache)
@@ -203,9 +227,11 @@ def steady_state(
     for repeat in range(1, spec.measure.repeats + 1):
         turns.take()
         call_s = warm_up(workload, backend, spec)
+        warm_ms = statistics.median(backend.time_steps(workload.step, WARM_CALLS, spec.measure.flush_cache))
         turns.give()
         phase = f"steady state {repeat}/{spec.measure.repeats}"
-        repeats.append(timed_steps(workload, backend, spec, phase, steps_to_time(spec, call_s, backend), turns))
+        steps = steps_to_time(spec, call_s, backend)
+        repeats.append(timed_steps(workload, backend, spec, phase, steps, turns, warm_ms))
     return repeats
 
 
