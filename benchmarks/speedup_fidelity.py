@@ -19,10 +19,11 @@ interval (`time/step_median_uncertainty_pct`) against the same job's median in t
 speedup CI against the next trial's speedup, and the share of jobs flagged `timing.stable=false`.
 `--single N` times N default single runs (`+workload=rmsnorm_naive`, at its default shape or the
 first `--shape`) one after another instead and reports their interval against the next run's median.
-`--save FILE` keeps every number as JSON, which `--report FILE` reads back.
+`--save FILE` keeps every number as JSON, which `--report FILE` reads back. The sweeps' folders are kept;
+`--stretches DIR` profiles the first steps of their workers' stretches (a cold start reads above 1).
 
 python benchmarks/speedup_fidelity.py [trials] [--quick] [--shape BxSxH ...] [--set KEY=VALUE ...] [--turns N]
-    [--save FILE] | --single N | --report FILE
+    [--save FILE] | --single N | --report FILE | --stretches DIR
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from runner import names
+from runner.backends.cpu import CpuBackend
 from runner.config import TrackingConfig
 from runner.job import read_status
 from runner.measure.host_memory import KEEP_ENV
+from runner.measure.loop import SteadyState, layouts_count, stretch_ends
 from runner.measure.stability import MAX_EARLIER_RUNS, MIN_EARLIER_RUNS
 from runner.measure.stats import TimeRatio
 from runner.report.pairing import compare_times, with_earlier_sweeps
@@ -284,6 +287,46 @@ def measure(trials: list[Trial], work: Path, extra: list[str], turns_per_set: in
         )
 
 
+# a stretch's first steps, whose cold start the profile shows
+PROFILED_STEPS = 3
+
+
+def stretch_starts(work: Path) -> None:
+    """Each variant's first steps in a stretch over their worker's median, from the sweeps kept in `work`.
+
+    A stretch that starts cold (after the other workers' turns, or a move of memory) reads above 1 there.
+    """
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(TrackingConfig.experiment)
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    labels = {run.data.tags[names.TAG_CONFIG_HASH]: f"{variant(run)} {run.data.params['workload.batch']}x"
+              f"{run.data.params['workload.seq_len']}x{run.data.params['workload.hidden']}"
+              for run in runs if names.TAG_CONFIG_HASH in run.data.tags}  # fmt: skip
+    print(f"a stretch's first {PROFILED_STEPS} timed steps over their worker's median (median over workers):")
+    for key, label in sorted(labels.items(), key=lambda item: item[1]):
+        first: list[list[float]] = [[] for _ in range(PROFILED_STEPS)]
+        later: list[list[float]] = [[] for _ in range(PROFILED_STEPS)]
+        timed = [
+            repeat
+            for path in work.glob(f"trial*/{names.ROUNDS_FOLDER}/{key}.json")
+            if (steady := SteadyState.load(path)) is not None
+            for process in steady.step_ms
+            for repeat in process
+        ]
+        for repeat in timed:
+            median, start = statistics.median(repeat), 0
+            stretches = min(layouts_count(CpuBackend.traits.default_layouts), len(repeat))
+            for stretch, end in enumerate(stretch_ends(len(repeat), stretches)):
+                for place, ms in enumerate(repeat[start : min(end, start + PROFILED_STEPS)]):
+                    (later if stretch else first)[place].append(ms / median)
+                start = end
+
+        def medians(by_place: list[list[float]]) -> str:
+            return " ".join(f"{statistics.median(ratios):.2f}" for ratios in by_place if ratios)
+
+        print(f"  {label}: first stretch {medians(first)}; later stretches {medians(later)} ({len(timed)} workers)")
+
+
 def single_runs(count: int, work: Path, shape: tuple[int, int, int] | None, extra: list[str]) -> list[Job]:
     """`count` default single runs of the naive RMSNorm (at its default shape, or `shape`), one after another."""
     uri, found = new_store(work), []
@@ -422,6 +465,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a runner override")
     parser.add_argument("--turns", type=int, default=TURNS, help=f"the reference's turns per set (default {TURNS})")
     parser.add_argument("--report", type=Path, help="read a --save file back and report it")
+    parser.add_argument("--stretches", type=Path, metavar="DIR", help="profile the stretches of the sweeps kept in DIR")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -430,6 +474,9 @@ def main() -> None:
     args = parse_args()
     if args.child is not None:
         child(int(args.child[0]), args.child[1:])
+        return
+    if args.stretches is not None:
+        stretch_starts(args.stretches)
         return
     single: list[Job] = []
     if args.report is not None:
@@ -445,6 +492,7 @@ def main() -> None:
                 single = single_runs(args.single, work, shape, args.set)  # type: ignore[arg-type]
             else:
                 measure(trials, work, args.set, args.turns)
+                stretch_starts(work)
         finally:  # what was measured is kept, even when a run failed or Ctrl-C stopped it
             trials = [t for t in trials if t.jobs and t.timer_speedups]
             if args.save is not None:

@@ -176,14 +176,15 @@ def check_knobs(default_layouts: int) -> None:
     freed_memory_kept()
 
 
-def settle(timed_call: Callable[[], float], warm_ms: float) -> None:
+def settle(timed_call: Callable[[], float], warm_ms: float, any_rank_cold: Callable[[bool], bool] = bool) -> None:
     """Call the step untimed (`timed_call`: one call, its ms) until it is about as fast as a warm call (`warm_ms`).
 
-    A stretch after a move of memory or another worker's turn starts cold: on this project's host its first
-    calls read up to 2.6x the median and took 4-8 calls to come within 10% (docs/trust.md).
+    A stretch after a move of memory or another worker's turn starts cold: on this project's host the first
+    steps of a sweep worker's first stretch read up to 2.2x its median (docs/trust.md). Ranks in lock step
+    call on while any rank is cold (`any_rank_cold`), or one would wait in a collective for ever.
     """
     for call in range(1, MOST_SETTLE_CALLS + 1):
-        if timed_call() <= SETTLED_RATIO * warm_ms and call >= SETTLE_CALLS:
+        if not any_rank_cold(timed_call() > SETTLED_RATIO * warm_ms or call < SETTLE_CALLS):
             return
 
 
@@ -194,15 +195,16 @@ def timed_steps(
     phase: str,
     steps: int,
     turns: Turns = _NO_TURNS,
-    warm_ms: float = math.inf,
+    warm: tuple[MemoryLayouts, float] | None = None,
 ) -> list[float]:
     """`steps` steps' times in ms by the backend's step clock, in RUNNER_LAYOUTS stretches of memory, each in turn.
 
-    The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`). A stretch
-    that starts cold is settled to `warm_ms` first (`settle`; inf: `SETTLE_CALLS` calls).
+    The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`). `warm`: the
+    layouts the warm-up moved and a warm call's ms there, which a stretch that starts cold is settled to first
+    (`settle`; without: `SETTLE_CALLS` calls).
     """
     stretches = min(layouts_count(backend.traits.default_layouts), steps)
-    layouts = MemoryLayouts(workload.inputs)
+    layouts, warm_ms = warm or (MemoryLayouts(workload.inputs), math.inf)
     samples: list[float] = []
     progress = Progress(phase, steps)
     for stretch, end in enumerate(stretch_ends(steps, stretches)):
@@ -210,7 +212,11 @@ def timed_steps(
         if stretch:
             layouts.move()
         if stretch or isinstance(turns, RefereedTurns):
-            settle(lambda: backend.time_steps(workload.step, 1, spec.measure.flush_cache)[0], warm_ms)
+            settle(
+                lambda: backend.time_steps(workload.step, 1, spec.measure.flush_cache)[0],
+                warm_ms,
+                lambda cold: bool(all_ranks_max(int(cold), backend.device)),
+            )
         while len(samples) < end:
             count = min(spec.measure.inflight, end - len(samples))
             samples += backend.time_steps(workload.step, count, spec.measure.flush_cache)
@@ -223,15 +229,17 @@ def steady_state(
     workload: BuiltWorkload, backend: Backend, spec: RunSpec, turns: Turns = _NO_TURNS
 ) -> list[list[float]]:
     """Warm up, then time the steady state's synchronized steps (`steps_to_time`), `measure.repeats` times."""
-    repeats = []
+    repeats, layouts = [], MemoryLayouts(workload.inputs)
     for repeat in range(1, spec.measure.repeats + 1):
         turns.take()
+        if layouts_count(backend.traits.default_layouts) > 1:
+            layouts.move()  # the first stretch too is timed in a moved layout: the built one read 1.12-1.17x
         call_s = warm_up(workload, backend, spec)
         warm_ms = statistics.median(backend.time_steps(workload.step, WARM_CALLS, spec.measure.flush_cache))
         turns.give()
         phase = f"steady state {repeat}/{spec.measure.repeats}"
         steps = steps_to_time(spec, call_s, backend)
-        repeats.append(timed_steps(workload, backend, spec, phase, steps, turns, warm_ms))
+        repeats.append(timed_steps(workload, backend, spec, phase, steps, turns, (layouts, warm_ms)))
     return repeats
 
 
