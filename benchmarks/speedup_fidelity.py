@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,7 +48,7 @@ from runner.backends.cpu import CpuBackend
 from runner.config import TrackingConfig
 from runner.job import read_status
 from runner.measure.host_memory import KEEP_ENV
-from runner.measure.loop import SteadyState, layouts_count, stretch_ends
+from runner.measure.loop import SteadyState, layout_stretch_ends
 from runner.measure.stability import MAX_EARLIER_RUNS, MIN_EARLIER_RUNS
 from runner.measure.stats import TimeRatio
 from runner.report.pairing import compare_times, with_earlier_sweeps
@@ -223,20 +222,12 @@ def timer_speedups(trial: Trial, rng: random.Random, turns_per_set: int) -> None
     trial.timer_ms = {name: statistics.median(turns[name]) for name in VARIANTS}
 
 
-def timed_call(step: Callable[[], object]) -> float:
-    """One call's ms, as the runner's CPU step clock reads it."""
-    start = time.perf_counter()
-    step()
-    return (time.perf_counter() - start) * 1000
-
-
 def child(number: int, overrides: list[str]) -> None:
     """In the fresh process: build the workload as the runner does, placed as its worker `number`, then time turns."""
     import torch
     from torch.utils.benchmark import Timer
 
     from runner.backends.base import WHOLE_MACHINE
-    from runner.backends.cpu import CpuBackend
     from runner.compose import compose_config
     from runner.config_loading import load_run_spec
     from runner.measure.build import build_workload
@@ -245,7 +236,8 @@ def child(number: int, overrides: list[str]) -> None:
 
     spec = load_run_spec(compose_config(*overrides, "tracking=off"))
     CpuBackend.worker_placement(spec.backend, number, WHOLE_MACHINE).take()
-    workload = build_workload(spec.workload, CpuBackend(spec.backend))
+    backend = CpuBackend(spec.backend)
+    workload = build_workload(spec.workload, backend)
     with torch.no_grad():
         workload.step()  # the first call, which compiles the compiled variant, outside the timing
         end = time.perf_counter() + spec.measure.warmup_s
@@ -253,13 +245,13 @@ def child(number: int, overrides: list[str]) -> None:
             workload.step()
         while time.perf_counter() < end:
             workload.step()
-        warm_ms = statistics.median(timed_call(workload.step) for _ in range(WARM_CALLS))  # as the runner's warm-up
+        warm_ms = statistics.median(backend.time_steps(workload.step, WARM_CALLS, False))  # as the runner's warm-up
         print("ready", flush=True)
         timer = Timer("step()", globals={"step": workload.step}, num_threads=torch.get_num_threads())
         layouts = MemoryLayouts(workload.inputs)
         for _ in sys.stdin:
             layouts.move()  # a turn's median is one layout's: the reference, like the runner, rests on many
-            settle(lambda: timed_call(workload.step), warm_ms)  # as each of the runner's stretches
+            settle(lambda: backend.time_steps(workload.step, 1, False)[0], warm_ms)  # as the runner's stretches
             print(timer.blocked_autorange(min_run_time=TURN_S).median * 1000, flush=True)
 
 
@@ -315,8 +307,7 @@ def stretch_starts(work: Path) -> None:
         ]
         for repeat in timed:
             median, start = statistics.median(repeat), 0
-            stretches = min(layouts_count(CpuBackend.traits.default_layouts), len(repeat))
-            for stretch, end in enumerate(stretch_ends(len(repeat), stretches)):
+            for stretch, end in enumerate(layout_stretch_ends(len(repeat), CpuBackend.traits.default_layouts)):
                 for place, ms in enumerate(repeat[start : min(end, start + PROFILED_STEPS)]):
                     (later if stretch else first)[place].append(ms / median)
                 start = end

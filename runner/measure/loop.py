@@ -170,6 +170,11 @@ def layouts_count(default: int) -> int:
     return int(knob)
 
 
+def layout_stretch_ends(steps: int, default_layouts: int) -> list[int]:
+    """Where each stretch of memory of `steps` timed steps ends: RUNNER_LAYOUTS of them, at most one a step."""
+    return stretch_ends(steps, min(layouts_count(default_layouts), steps))
+
+
 def check_knobs(default_layouts: int) -> None:
     """Refuse a bad benchmark knob of this layer's (docs/trust.md) as the job is planned, before its run opens."""
     layouts_count(default_layouts)
@@ -203,11 +208,10 @@ def timed_steps(
     layouts the warm-up moved and a warm call's ms there, which a stretch that starts cold is settled to first
     (`settle`; without: `SETTLE_CALLS` calls).
     """
-    stretches = min(layouts_count(backend.traits.default_layouts), steps)
     layouts, warm_ms = warm or (MemoryLayouts(workload.inputs), math.inf)
     samples: list[float] = []
     progress = Progress(phase, steps)
-    for stretch, end in enumerate(stretch_ends(steps, stretches)):
+    for stretch, end in enumerate(layout_stretch_ends(steps, backend.traits.default_layouts)):
         turns.take()
         if stretch:
             layouts.move()
