@@ -232,7 +232,7 @@ def child(number: int, overrides: list[str]) -> None:
     from runner.config_loading import load_run_spec
     from runner.measure.build import build_workload
     from runner.measure.layouts import MemoryLayouts
-    from runner.measure.loop import WARM_CALLS, settle
+    from runner.measure.loop import SETTLE_CALLS
 
     spec = load_run_spec(compose_config(*overrides, "tracking=off"))
     CpuBackend.worker_placement(spec.backend, number, WHOLE_MACHINE).take()
@@ -245,13 +245,12 @@ def child(number: int, overrides: list[str]) -> None:
             workload.step()
         while time.perf_counter() < end:
             workload.step()
-        warm_ms = statistics.median(backend.time_steps(workload.step, WARM_CALLS, False))  # as the runner's warm-up
         print("ready", flush=True)
         timer = Timer("step()", globals={"step": workload.step}, num_threads=torch.get_num_threads())
         layouts = MemoryLayouts(workload.inputs)
         for _ in sys.stdin:
             layouts.move()  # a turn's median is one layout's: the reference, like the runner, rests on many
-            settle(lambda: backend.time_steps(workload.step, 1, False)[0], warm_ms)  # as the runner's stretches
+            backend.time_steps(workload.step, SETTLE_CALLS, False)  # untimed, as the runner's stretches
             print(timer.blocked_autorange(min_run_time=TURN_S).median * 1000, flush=True)
 
 

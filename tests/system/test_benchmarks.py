@@ -37,6 +37,10 @@ RUNS: dict[str, tuple[list[str], str]] = {
     "profiler_overhead.py": (["--variant", "rmsnorm_naive", *SET_TINY], "rmsnorm_naive "),
     "runner_overhead.py": (["1", "--shape", "1", "8", "16"], "ratio runner/hand-written: "),
     "sweep_overhead.py": (["--set", "workload=rmsnorm_naive,rmsnorm_builtin", *SET_TINY], "for 2 jobs"),
+    "settle_calls.py": (
+        ["--shape", "1x8x16", "--moves", "2", "--calls", "40", "--warmup-s", "0.1"],
+        "step stretch after N untimed calls",
+    ),
     "speedup_fidelity.py": (
         ["1", "--shape", "1x8x16", "--turns", "2", "--save", "{tmp}/speedup.json"],
         "all pairs: runner speedup",
