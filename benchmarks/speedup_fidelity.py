@@ -1,12 +1,12 @@
 """Speedup fidelity: does a sweep's printed speedup agree with an independent interleaved timer, and do the
 intervals it states cover the next identical run?
 
-Per trial and shape, in a fresh random order: one default sweep of the reference study
+Per trial and shape: one default sweep of the reference study
 (`python -m runner -m +experiment=rmsnorm_comparison`, tracking into a temporary store), whose
 speedups of the built-in and compiled RMSNorm over the naive one (and their 95% CIs, paired by
 round, widened by the same shape's earlier sweeps) are computed by the runner's own `compare_times` and
-`with_earlier_sweeps` from what it logged; and an independent
-timing: `SETS` sets of fresh processes, one per variant, each set pinned as the runner's worker of
+`with_earlier_sweeps` from what it logged; and an independent timing, half of it just before the
+sweep and half just after: `SETS` sets of fresh processes, one per variant, each set pinned as the runner's worker of
 that round (one thread on the round's core, the same malloc mode), taking turns in a fresh random
 order `TURNS` times (`--turns`), each turn one `torch.utils.benchmark.Timer.blocked_autorange` after the
 inputs moved to new memory (the runner's `MemoryLayouts`: a process's layout moves its time, so a
@@ -16,7 +16,8 @@ ratio of the variants' medians over all their turns.
 Reported (issue 52's acceptance): per pair and shape, the runner's speedup over the Timer speedup
 (share in 0.95-1.05) and the share of trials whose CI covers the Timer speedup; each job's stated
 interval (`time/step_median_uncertainty_pct`) against the same job's median in the next trial, each
-speedup CI against the next trial's speedup, and the share of jobs flagged `timing.stable=false`.
+speedup CI against the next trial's speedup, and the share of jobs flagged `timing.stable=false`; and the
+Timer's sets before the sweep against those after it, the reference against itself across the sweep's minutes.
 `--single N` times N default single runs (`+workload=rmsnorm_naive`, at its default shape or the
 first `--shape`) one after another instead and reports their interval against the next run's median.
 `--save FILE` keeps every number as JSON, which `--report FILE` reads back. The sweeps' folders are kept;
@@ -64,6 +65,8 @@ TARGET = (0.95, 1.05)
 SETS = 4
 TURNS = 12
 TURN_S = 0.1
+# a set's turn times in ms, by variant
+Turns = dict[str, list[float]]
 
 
 @dataclass
@@ -98,6 +101,8 @@ class Trial:
     timer_set_speedups: dict[str, list[float]] = field(default_factory=dict)
     # each variant's median over its Timer turns, in ms (beside the jobs' `median_ms`: which side moved)
     timer_ms: dict[str, float] = field(default_factory=dict)
+    # the Timer speedup of the sets before the sweep and of those after it
+    timer_before_after: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def progress(message: str) -> None:
@@ -189,16 +194,15 @@ def answer(process: subprocess.Popen[str]) -> str:
     return line.strip()
 
 
-def timer_speedups(trial: Trial, rng: random.Random, turns_per_set: int) -> None:
-    """The independent side: per set, one fresh process per variant, taking turns; ratio of medians over all."""
-    turns: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    per_set: dict[str, list[float]] = {name: [] for name in VARIANTS[1:]}
-    for number in range(1, SETS + 1):
-        processes = {name: start_process(name, trial.shape, number) for name in VARIANTS}
+def timer_sets(shape: tuple[int, int, int], rng: random.Random, turns_per_set: int, numbers: range) -> list[Turns]:
+    """The independent side: per set (`numbers`, as the rounds), one fresh process per variant, taking turns."""
+    sets = []
+    for number in numbers:
+        processes = {name: start_process(name, shape, number) for name in VARIANTS}
         try:
             for process in processes.values():
                 answer(process)  # built, first call made, warmed up
-            mine: dict[str, list[float]] = {name: [] for name in VARIANTS}
+            mine: Turns = {name: [] for name in VARIANTS}
             for _ in range(turns_per_set):
                 for name in rng.sample(VARIANTS, len(VARIANTS)):
                     process = processes[name]
@@ -211,15 +215,25 @@ def timer_speedups(trial: Trial, rng: random.Random, turns_per_set: int) -> None
                 if process.stdin is not None:
                     process.stdin.close()
                 process.wait()
-        for name in VARIANTS:
-            turns[name] += mine[name]
-        for name in VARIANTS[1:]:
-            per_set[name].append(statistics.median(mine[BASELINE]) / statistics.median(mine[name]))
-    trial.timer_speedups = {
-        name: statistics.median(turns[BASELINE]) / statistics.median(turns[name]) for name in VARIANTS[1:]
-    }
-    trial.timer_set_speedups = per_set
-    trial.timer_ms = {name: statistics.median(turns[name]) for name in VARIANTS}
+        sets.append(mine)
+    return sets
+
+
+def speedups_over(sets: list[Turns]) -> dict[str, float]:
+    """Each variant's speedup over the baseline: the ratio of their medians over all the sets' turns."""
+    medians = {name: statistics.median(ms for turns in sets for ms in turns[name]) for name in VARIANTS}
+    return {name: medians[BASELINE] / medians[name] for name in VARIANTS[1:]}
+
+
+def take_timer_sets(trial: Trial, before: list[Turns], after: list[Turns]) -> None:
+    """The Timer's speedups over all its sets, per set, and before and after the sweep; each variant's median."""
+    sets = before + after
+    trial.timer_speedups = speedups_over(sets)
+    trial.timer_set_speedups = {name: [speedups_over([one])[name] for one in sets] for name in VARIANTS[1:]}
+    if before and after:
+        first, last = speedups_over(before), speedups_over(after)
+        trial.timer_before_after = {name: (first[name], last[name]) for name in VARIANTS[1:]}
+    trial.timer_ms = {name: statistics.median(ms for turns in sets for ms in turns[name]) for name in VARIANTS}
 
 
 def child(number: int, overrides: list[str]) -> None:
@@ -259,13 +273,11 @@ def measure(trials: list[Trial], work: Path, extra: list[str], turns_per_set: in
     progress(f"store and sweep folders in {work}")
     rng, start = random.Random(0), time.perf_counter()
     for index, trial in enumerate(trials):
-        sides = ["runner", "Timer"]
-        for side in rng.sample(sides, 2):
-            if side == "runner":
-                runner_sweep(trial, uri, work / f"trial{index}", extra)
-                trial.speedups = runner_speedups(trial.jobs, [t for t in trials[:index] if t.shape == trial.shape])
-            else:
-                timer_speedups(trial, rng, turns_per_set)
+        # half the Timer's sets before the sweep and half after: the host's minutes fall on both sides alike
+        before = timer_sets(trial.shape, rng, turns_per_set, range(1, SETS // 2 + 1))
+        runner_sweep(trial, uri, work / f"trial{index}", extra)
+        trial.speedups = runner_speedups(trial.jobs, [t for t in trials[:index] if t.shape == trial.shape])
+        take_timer_sets(trial, before, timer_sets(trial.shape, rng, turns_per_set, range(SETS // 2 + 1, SETS + 1)))
         said = ", ".join(
             f"{name}: runner {trial.speedups[name].value:.3f} [{trial.speedups[name].low:.3f}, "
             f"{trial.speedups[name].high:.3f}], Timer {trial.timer_speedups[name]:.3f}"
@@ -363,7 +375,7 @@ def report(trials: list[Trial]) -> None:
         f"{'pair':34} {'shape':11} {'trials':>6} {'runner/Timer (median)':>21} {'in 0.95-1.05':>13} "
         f"{'CI covers Timer':>15} {'Timer sets sd':>13}"
     )
-    within_all, covered_all = [], []
+    within_all, covered_all, timer_halves_all = [], [], []
     for shape in sorted({trial.shape for trial in trials}):
         mine = [t for t in trials if t.shape == shape]
         for name in VARIANTS[1:]:
@@ -384,6 +396,15 @@ def report(trials: list[Trial]) -> None:
                 f"{share(covered):>15} {statistics.median(spread) if spread else math.nan:13.3f}"
             )
             print(f"{'':34} runner/Timer per trial: {' '.join(f'{r:.3f}' for r in ratios)}")
+            halves = [t.timer_before_after[name] for t in both if name in t.timer_before_after]
+            if halves:  # the reference against itself across the sweep's minutes
+                moved = [before / after for before, after in halves]
+                timer_halves_all += [TARGET[0] <= r <= TARGET[1] for r in moved]
+                print(
+                    f"{'':34} the Timer's sets before the sweep over those after it: "
+                    f"{' '.join(f'{r:.3f}' for r in moved)}, within {TARGET[0]}-{TARGET[1]} "
+                    f"{share([TARGET[0] <= r <= TARGET[1] for r in moved])}"
+                )
             if len(both) > 1:  # who moves from trial to trial: the ratio's variance is the two sides' together
                 runner_sd = statistics.stdev(math.log(t.speedups[name].value) for t in both)
                 timer_sd = statistics.stdev(math.log(t.timer_speedups[name]) for t in both)
@@ -395,6 +416,11 @@ def report(trials: list[Trial]) -> None:
         f"all pairs: runner speedup within {TARGET[0]}-{TARGET[1]} of the Timer speedup {share(within_all)}, "
         f"its 95% CI covering it {share(covered_all)} (targets at least 90% each)"
     )
+    if timer_halves_all:
+        print(
+            f"all pairs: the Timer before the sweep within {TARGET[0]}-{TARGET[1]} of after it: "
+            f"{share(timer_halves_all)}"
+        )
     for shape in sorted({trial.shape for trial in trials}):
         timed = [t for t in trials if t.shape == shape and t.timer_ms]
         for name in VARIANTS if timed else ():
@@ -434,8 +460,9 @@ def load(saved: Path) -> tuple[list[Trial], list[Job]]:
         jobs = [Job(**job) for job in saved_trial["jobs"]]
         timer, per_set = saved_trial["timer_speedups"], saved_trial["timer_set_speedups"]
         shape, timer_ms = tuple(saved_trial["shape"]), saved_trial.get("timer_ms", {})
+        halves = {name: (before, after) for name, (before, after) in saved_trial.get("timer_before_after", {}).items()}
         earlier = [t for t in trials if t.shape == shape]
-        trials.append(Trial(shape, jobs, runner_speedups(jobs, earlier), timer, per_set, timer_ms))
+        trials.append(Trial(shape, jobs, runner_speedups(jobs, earlier), timer, per_set, timer_ms, halves))
     return trials, [Job(**j) for j in data["single"]]
 
 
