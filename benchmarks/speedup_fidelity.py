@@ -18,13 +18,16 @@ Reported (issue 52's acceptance): per pair and shape, the runner's speedup over 
 interval (`time/step_median_uncertainty_pct`) against the same job's median in the next trial, each
 speedup CI against the next trial's speedup, and the share of jobs flagged `timing.stable=false`; and the
 Timer's sets before the sweep against those after it, the reference against itself across the sweep's minutes.
-`--single N` times N default single runs (`+workload=rmsnorm_naive`, at its default shape or the
-first `--shape`) one after another instead and reports their interval against the next run's median.
+`--together` runs no sweep: per trial, a sweep's rounds of the runner's own workers (`runner.execute.rounds`)
+with one Timer process per variant taking turns among them, so both sides time in the same seconds; the
+runner's speedup is paired by round, its CI not widened by earlier sweeps. `--single N` times N default single
+runs (`+workload=rmsnorm_naive`, at its default shape or the first `--shape`) one after another instead and
+reports their interval against the next run's median.
 `--save FILE` keeps every number as JSON, which `--report FILE` reads back. The sweeps' folders are kept;
 `--stretches DIR` profiles the first steps of their workers' stretches (a cold start reads above 1).
 
 python benchmarks/speedup_fidelity.py [trials] [--quick] [--shape BxSxH ...] [--set KEY=VALUE ...] [--turns N]
-    [--save FILE] | --single N | --report FILE | --stretches DIR
+    [--together] [--save FILE] | --single N | --report FILE | --stretches DIR
 """
 
 from __future__ import annotations
@@ -41,25 +44,34 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 from mlflow import MlflowClient
 
 from runner import names
 from runner.backends.cpu import CpuBackend
+from runner.compose import compose_config
 from runner.config import TrackingConfig
+from runner.config_loading import load_run_spec
+from runner.execute.processes import ChildFailed
+from runner.execute.rounds import run_round
+from runner.execute.workers import prepare_workers, start_first_call, steady_state_timing
 from runner.job import read_status
 from runner.measure.host_memory import KEEP_ENV
-from runner.measure.loop import SteadyState, layout_stretch_ends
+from runner.measure.loop import SteadyState, layout_stretch_ends, layouts_count
 from runner.measure.stability import MAX_EARLIER_RUNS, MIN_EARLIER_RUNS
 from runner.measure.stats import TimeRatio
+from runner.measure.turns import TurnsAddress
 from runner.report.pairing import compare_times, with_earlier_sweeps
 from runner.report.reader import Rounds, latest_sweep, rounds, sweep_children, variant
+from runner.sweep.rounds import JobSide, RoundJob
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "rmsnorm_naive"
 VARIANTS = (BASELINE, "rmsnorm_builtin", "rmsnorm_compiled")
 # (batch, seq_len, hidden): --quick keeps only the first
-SHAPES = ((4, 512, 1024), (8, 512, 1024))
+Shape = tuple[int, int, int]
+SHAPES: tuple[Shape, ...] = ((4, 512, 1024), (8, 512, 1024))
 TARGET = (0.95, 1.05)
 # the independent side: sets of fresh processes (as the runner's rounds), turns per set, seconds per turn
 SETS = 4
@@ -103,6 +115,8 @@ class Trial:
     timer_ms: dict[str, float] = field(default_factory=dict)
     # the Timer speedup of the sets before the sweep and of those after it
     timer_before_after: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # --together: the runner's workers and the Timer's processes took turns in the same rounds (no sweep, no store)
+    together: bool = False
 
 
 def progress(message: str) -> None:
@@ -172,10 +186,14 @@ def runner_speedups(jobs: list[Job], earlier: list[Trial]) -> dict[str, Speedup]
     return speedups
 
 
-def start_process(name: str, shape: tuple[int, int, int], number: int) -> subprocess.Popen[str]:
+def start_process(
+    name: str, shape: tuple[int, int, int], number: int, in_turns: list[str] | None = None
+) -> subprocess.Popen[str]:
+    """A Timer process placed as the runner's worker `number`; `in_turns` (referee path, name, turns): in its turns."""
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
+        *(["--in-turns", *in_turns] if in_turns else []),
         "--child",
         str(number),
         f"+workload={name}",
@@ -236,18 +254,23 @@ def take_timer_sets(trial: Trial, before: list[Turns], after: list[Turns]) -> No
     trial.timer_ms = {name: statistics.median(ms for turns in sets for ms in turns[name]) for name in VARIANTS}
 
 
-def child(number: int, overrides: list[str]) -> None:
-    """In the fresh process: build the workload as the runner does, placed as its worker `number`, then time turns."""
+def child(number: int, overrides: list[str], in_turns: list[str] | None) -> None:
+    """In the fresh process: build the workload as the runner does, placed as its worker `number`, then time turns.
+
+    Its turns come as lines on stdin, or with `in_turns` (referee path, name, turns) from the runner's referee,
+    whose first turn builds it and warms it up as a runner's worker's does.
+    """
     import torch
     from torch.utils.benchmark import Timer
 
     from runner.backends.base import WHOLE_MACHINE
-    from runner.compose import compose_config
-    from runner.config_loading import load_run_spec
     from runner.measure.build import build_workload
     from runner.measure.layouts import MemoryLayouts
     from runner.measure.loop import SETTLE_CALLS
+    from runner.measure.turns import NoTurns, RefereedTurns, TurnsAddress
 
+    referee = RefereedTurns(TurnsAddress(in_turns[0], in_turns[1])) if in_turns else NoTurns()
+    referee.take()
     spec = load_run_spec(compose_config(*overrides, "tracking=off"))
     CpuBackend.worker_placement(spec.backend, number, WHOLE_MACHINE).take()
     backend = CpuBackend(spec.backend)
@@ -259,13 +282,96 @@ def child(number: int, overrides: list[str]) -> None:
             workload.step()
         while time.perf_counter() < end:
             workload.step()
-        print("ready", flush=True)
         timer = Timer("step()", globals={"step": workload.step}, num_threads=torch.get_num_threads())
         layouts = MemoryLayouts(workload.inputs)
-        for _ in sys.stdin:
+
+        def turn() -> None:
             layouts.move()  # a turn's median is one layout's: the reference, like the runner, rests on many
             backend.time_steps(workload.step, SETTLE_CALLS, False)  # untimed, as the runner's stretches
             print(timer.blocked_autorange(min_run_time=TURN_S).median * 1000, flush=True)
+
+        if in_turns:
+            referee.give()
+            for _ in range(int(in_turns[2])):
+                referee.take()
+                turn()
+                referee.give()
+            referee.finish()
+            return
+        print("ready", flush=True)
+        for _ in sys.stdin:
+            turn()
+
+
+class TimerSide:
+    """A Timer process as a side of the runner's rounds (`runner.execute.rounds.Side`): its turns among the workers'."""
+
+    def __init__(self, variant: str, shape: tuple[int, int, int], turns: int) -> None:
+        self.name, self.variant, self.shape, self.turns = f"Timer {variant}", variant, shape, turns
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self, number: int, turns_at: TurnsAddress | None) -> None:
+        assert turns_at is not None  # it only ever takes turns
+        self._process = start_process(self.variant, self.shape, number, [turns_at.path, self.name, str(self.turns)])
+
+    def ended(self) -> bool:
+        return self._process is not None and self._process.poll() is not None
+
+    def result(self, timeout_s: float | None = None) -> list[float]:
+        """Its turns' medians in ms."""
+        assert self._process is not None
+        out, _ = self._process.communicate(timeout=timeout_s)
+        if self._process.returncode:
+            raise SystemExit(f"{self.name}'s process exited {self._process.returncode}")
+        return [float(line) for line in out.split()]
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+
+def together(trial: Trial, rng: random.Random, extra: list[str]) -> None:
+    """The runner's workers of a default sweep and the Timer's processes, all taking turns in the same rounds.
+
+    As a sweep's rounds (`runner.sweep.rounds.time_rounds`): a first-call worker per variant, then per round one
+    fresh worker per variant, here beside one Timer process per variant, in a fresh random order, each Timer
+    process taking as many turns as a worker times stretches. The runner's speedup is paired by round as a
+    sweep's; the Timer's is the ratio of medians over all its turns.
+    """
+    turns_per_round = layouts_count(CpuBackend.traits.default_layouts)
+    specs = {
+        name: load_run_spec(compose_config(f"+workload={name}", *shape_overrides(trial.shape), *extra))
+        for name in VARIANTS
+    }
+    prepare_workers(list(specs.values()))
+    for name, spec in specs.items():
+        with start_first_call(spec, name) as worker:
+            worker.result()
+    jobs = [
+        RoundJob(name, name, spec, steady_state_timing(spec, CpuBackend, rounds=True).processes)
+        for name, spec in specs.items()
+    ]
+    medians: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    turns: Turns = {name: [] for name in VARIANTS}
+    for number in range(1, max(job.rounds for job in jobs) + 1):
+        sides: list[JobSide | TimerSide] = [JobSide(index, job) for index, job in enumerate(jobs)]
+        sides += [TimerSide(name, trial.shape, turns_per_round) for name in VARIANTS]
+        rng.shuffle(sides)
+        for side, result in zip(sides, run_round(sides, number, in_turns=True), strict=True):
+            if isinstance(result, ChildFailed):
+                raise SystemExit(f"round {number}: {result}")
+            if isinstance(side, JobSide):
+                timed = cast(list[list[float]], result)
+                medians[side.job.name].append(statistics.median(ms for repeat in timed for ms in repeat))
+            else:
+                turns[side.variant] += cast(list[float], result)
+    trial.jobs = [Job(name, statistics.median(medians[name]), math.nan, True, "", medians[name]) for name in VARIANTS]
+    for name in VARIANTS[1:]:
+        estimate = paired_estimate(trial.jobs, name)
+        if estimate is not None:
+            trial.speedups[name] = Speedup(1 / estimate.ratio, 1 / estimate.high, 1 / estimate.low)
+    take_timer_sets(trial, [turns], [])
 
 
 def measure(trials: list[Trial], work: Path, extra: list[str], turns_per_set: int) -> None:
@@ -273,11 +379,15 @@ def measure(trials: list[Trial], work: Path, extra: list[str], turns_per_set: in
     progress(f"store and sweep folders in {work}")
     rng, start = random.Random(0), time.perf_counter()
     for index, trial in enumerate(trials):
-        # half the Timer's sets before the sweep and half after: the host's minutes fall on both sides alike
-        before = timer_sets(trial.shape, rng, turns_per_set, range(1, SETS // 2 + 1))
-        runner_sweep(trial, uri, work / f"trial{index}", extra)
-        trial.speedups = runner_speedups(trial.jobs, [t for t in trials[:index] if t.shape == trial.shape])
-        take_timer_sets(trial, before, timer_sets(trial.shape, rng, turns_per_set, range(SETS // 2 + 1, SETS + 1)))
+        if trial.together:
+            together(trial, rng, extra)
+        else:
+            # half the Timer's sets before the sweep and half after: the host's minutes fall on both sides alike
+            before = timer_sets(trial.shape, rng, turns_per_set, range(1, SETS // 2 + 1))
+            runner_sweep(trial, uri, work / f"trial{index}", extra)
+            trial.speedups = runner_speedups(trial.jobs, [t for t in trials[:index] if t.shape == trial.shape])
+            after = timer_sets(trial.shape, rng, turns_per_set, range(SETS // 2 + 1, SETS + 1))
+            take_timer_sets(trial, before, after)
         said = ", ".join(
             f"{name}: runner {trial.speedups[name].value:.3f} [{trial.speedups[name].low:.3f}, "
             f"{trial.speedups[name].high:.3f}], Timer {trial.timer_speedups[name]:.3f}"
@@ -429,6 +539,8 @@ def report(trials: list[Trial]) -> None:
                 f"{name} {'x'.join(map(str, shape))}: the runner's median over the Timer's, per trial: "
                 + " ".join(f"{ratio:.3f}" for ratio in ratios)
             )
+    if any(t.together for t in trials):  # no sweep: no interval, no flag, no earlier sweeps
+        return
     reruns, widened = [], []
     for shape in sorted({trial.shape for trial in trials}):
         mine = [t for t in trials if t.shape == shape]
@@ -461,8 +573,10 @@ def load(saved: Path) -> tuple[list[Trial], list[Job]]:
         timer, per_set = saved_trial["timer_speedups"], saved_trial["timer_set_speedups"]
         shape, timer_ms = tuple(saved_trial["shape"]), saved_trial.get("timer_ms", {})
         halves = {name: (before, after) for name, (before, after) in saved_trial.get("timer_before_after", {}).items()}
-        earlier = [t for t in trials if t.shape == shape]
-        trials.append(Trial(shape, jobs, runner_speedups(jobs, earlier), timer, per_set, timer_ms, halves))
+        together = saved_trial.get("together", False)  # its speedups are its rounds' alone
+        earlier = [] if together else [t for t in trials if t.shape == shape and not t.together]
+        speedups = runner_speedups(jobs, earlier)
+        trials.append(Trial(shape, jobs, speedups, timer, per_set, timer_ms, halves, together))
     return trials, [Job(**j) for j in data["single"]]
 
 
@@ -483,6 +597,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=TURNS, help=f"the reference's turns per set (default {TURNS})")
     parser.add_argument("--report", type=Path, help="read a --save file back and report it")
     parser.add_argument("--stretches", type=Path, metavar="DIR", help="profile the stretches of the sweeps kept in DIR")
+    parser.add_argument(
+        "--together", action="store_true", help="the runner's workers and the Timer's in the same rounds, no sweep"
+    )
+    parser.add_argument("--in-turns", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -490,7 +608,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.child is not None:
-        child(int(args.child[0]), args.child[1:])
+        child(int(args.child[0]), args.child[1:], args.in_turns)
         return
     if args.stretches is not None:
         stretch_starts(args.stretches)
@@ -499,9 +617,9 @@ def main() -> None:
     if args.report is not None:
         trials, single = load(args.report)
     else:
-        shapes = [tuple(map(int, s.split("x"))) for s in args.shape] if args.shape else list(SHAPES)
+        shapes = [cast(Shape, tuple(map(int, s.split("x")))) for s in args.shape] if args.shape else list(SHAPES)
         shapes = shapes[:1] if args.quick else shapes
-        trials = [] if args.single else [Trial(shape) for _ in range(args.trials) for shape in shapes]  # type: ignore[arg-type]
+        trials = [] if args.single else [Trial(s, together=args.together) for _ in range(args.trials) for s in shapes]
         work = Path(tempfile.mkdtemp(prefix="speedup-fidelity-"))
         try:
             if args.single:
@@ -509,7 +627,8 @@ def main() -> None:
                 single = single_runs(args.single, work, shape, args.set)  # type: ignore[arg-type]
             else:
                 measure(trials, work, args.set, args.turns)
-                stretch_starts(work)
+                if not args.together:
+                    stretch_starts(work)
         finally:  # what was measured is kept, even when a run failed or Ctrl-C stopped it
             trials = [t for t in trials if t.jobs and t.timer_speedups]
             if args.save is not None:

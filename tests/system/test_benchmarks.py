@@ -82,6 +82,10 @@ def test_a_benchmark_runs_at_a_tiny_size(script: str, args: list[str], result: s
         calibrated = run_script(script, ["--calibrate", "{tmp}/fidelity.json"], tmp_path)
         assert calibrated.returncode == 0, calibrated.stderr[-3000:]
         assert "bound on time/step_median_uncertainty_pct" in calibrated.stdout
+    if script == "speedup_fidelity.py":  # the runner's workers and the Timer's in the same rounds, no sweep
+        together = run_script(script, ["1", "--shape", "1x8x16", "--together"], tmp_path)
+        assert together.returncode == 0, together.stderr[-3000:]
+        assert result in together.stdout, together.stdout[-3000:]
 
 
 def test_every_mutant_still_applies(monkeypatch: pytest.MonkeyPatch) -> None:
