@@ -6,7 +6,7 @@ warm-up ends), then `--moves` times move the inputs to new memory (the runner's 
 `--calls` calls. A layout's own time is the median of its calls from `--calls // 2` on. Reported per cell:
 call k's time over its layout's (median over moves, the first `SHOWN_CALLS`); for N untimed calls, the
 median of the next stretch's steps over the layout's (a stretch as long as a default worker's at that
-shape: `measure.steps_s` of steps, at least 30, over 8 layouts), median over moves; the spread of the
+shape: `measure.steps_s` of steps, at least 30 and 8 a layout, over 8 layouts), median over moves; the spread of the
 layouts (sd of their log times); and the warm call over the median layout, the yardstick a stretch that
 settles to a warm call would be held to.
 
@@ -29,7 +29,7 @@ from runner.config_loading import load_run_spec
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory
 from runner.measure.layouts import MemoryLayouts
-from runner.measure.loop import FEWEST_TIMED_STEPS, layout_stretch_ends
+from runner.measure.loop import fewest_timed_steps, layout_stretch_ends
 
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
 SHAPES = ("4x512x1024", "8x512x1024")
@@ -64,7 +64,7 @@ def cell(variant: str, shape: str, moves: int, calls: int, warmup_s: float) -> N
     own = [statistics.median(times[calls // 2 :]) for times in series]
     layout, moved = statistics.median(own), list(zip(series, own, strict=True))
     assert spec.measure.steps_s is not None  # the default measure fills a time
-    steps = max(FEWEST_TIMED_STEPS, math.ceil(spec.measure.steps_s * 1000 / layout))
+    steps = max(fewest_timed_steps(backend), math.ceil(spec.measure.steps_s * 1000 / layout))
     stretch = layout_stretch_ends(min(steps, spec.measure.steps), CpuBackend.traits.default_layouts)[0]
     by_call = [statistics.median(times[k] / ms for times, ms in moved) for k in range(SHOWN_CALLS)]
     after = {

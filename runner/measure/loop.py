@@ -23,8 +23,11 @@ from runner.signals import raise_if_stopped
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 2.0
-# the fewest steps `measure.steps_s` leaves a process to time (a median and p10/p90 to read)
+# the fewest steps `measure.steps_s` leaves a process to time (a median and p10/p90 to read), and a stretch of
+# memory: at 8x512x1024 a default sweep's 4 steps a stretch read its speedups within 5% of a Timer's in the same
+# rounds in 11 of 20 (docs/trust.md)
 FEWEST_TIMED_STEPS = 30
+FEWEST_STEPS_A_STRETCH = 8
 # a process timing its steps alone
 _NO_TURNS = NoTurns()
 # untimed calls before a stretch that follows a move of its memory or another worker's turn: from about the 8th
@@ -137,8 +140,13 @@ def steps_to_time(spec: RunSpec, call_s: float, backend: Backend) -> int:
     """`measure.steps`, or fewer to fill `measure.steps_s` (drift limits a median); the most any rank asks for."""
     steps = spec.measure.steps
     if spec.measure.steps_s is not None and call_s > 0:
-        steps = min(steps, max(FEWEST_TIMED_STEPS, math.ceil(spec.measure.steps_s / call_s)))
+        steps = min(steps, max(fewest_timed_steps(backend), math.ceil(spec.measure.steps_s / call_s)))
     return all_ranks_max(steps, backend.device)
+
+
+def fewest_timed_steps(backend: Backend) -> int:
+    """The fewest steps `measure.steps_s` leaves a process: `FEWEST_TIMED_STEPS`, `FEWEST_STEPS_A_STRETCH` a layout."""
+    return max(FEWEST_TIMED_STEPS, FEWEST_STEPS_A_STRETCH * layouts_count(backend.traits.default_layouts))
 
 
 def capped_steps_note(spec: RunSpec, steady: SteadyState) -> str | None:

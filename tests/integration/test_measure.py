@@ -38,6 +38,7 @@ from runner.measure.build import build_workload
 from runner.measure.collect import collect_result
 from runner.measure.host_memory import KEEP_FREED_MEMORY_ENV, is_glibc
 from runner.measure.loop import (
+    FEWEST_STEPS_A_STRETCH,
     FEWEST_TIMED_STEPS,
     LAYOUTS_ENV,
     SETTLE_CALLS,
@@ -358,6 +359,10 @@ def test_long_steps_are_timed_for_measure_steps_s_and_no_fewer_than_the_floor(mo
     pause = ["measure.warmup=2", "+workload.pause_s=0.004"]
     _, floor = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.01")
     assert [len(repeat) for repeat in floor] == [FEWEST_TIMED_STEPS]  # 0.01 s fits 2 steps of 4 ms, or fewer
+    monkeypatch.setenv(LAYOUTS_ENV, "8")  # and no fewer a stretch of memory than its own floor
+    _, stretches = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.01")
+    assert [len(repeat) for repeat in stretches] == [FEWEST_STEPS_A_STRETCH * 8] and FEWEST_STEPS_A_STRETCH * 8 > 30
+    monkeypatch.setenv(LAYOUTS_ENV, "1")
     # 0.4 s of the calls the warm-up timed (4 ms or more each: 100 at most), and never under the floor
     _, budget = recorded_steady_state(*pause, "measure.steps=200", "measure.steps_s=0.4")
     assert calls_s[-1] >= 0.004 and len(budget[0]) == max(FEWEST_TIMED_STEPS, math.ceil(0.4 / calls_s[-1])) <= 100
