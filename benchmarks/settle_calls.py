@@ -1,14 +1,14 @@
 """How many untimed calls does a stretch need after its memory moved before its steps read as its layout's own?
 
 Per variant and shape, in this process placed as the runner's first worker (one thread on its core, the
-runner's malloc mode): warm up for `--warmup-s`, time the runner's warm call (the median of 3 calls, as the
-warm-up ends), then `--moves` times move the inputs to new memory (the runner's `MemoryLayouts`) and time
+runner's malloc mode): warm up for `--warmup-s`, time the runner's warm call (the median of `WARM_CALLS`
+calls, as the warm-up ends), then `--moves` times move the inputs to new memory (the runner's `MemoryLayouts`) and time
 `--calls` calls. A layout's own time is the median of its calls from `--calls // 2` on. Reported per cell:
 call k's time over its layout's (median over moves, the first `SHOWN_CALLS`); for N untimed calls, the
 median of the next stretch's steps over the layout's (a stretch as long as a default worker's at that
-shape: `measure.steps_s` of steps, at least 30 and 8 a layout, over 8 layouts), median over moves; the spread of the
-layouts (sd of their log times); and the warm call over the median layout, the yardstick a stretch that
-settles to a warm call would be held to.
+shape: `measure.steps_s` of steps, at least 30 and 8 a layout, over 8 layouts), median over moves; the
+spread of the layouts (sd of their log times); and the warm call over the median layout: the yardstick
+`runner.measure.loop.settle` holds a cold stretch to is one layout's time.
 
 python benchmarks/settle_calls.py [--moves M] [--calls C] [--warmup-s S] [--shape BxSxH ...]
 """
@@ -29,12 +29,12 @@ from runner.config_loading import load_run_spec
 from runner.measure.build import build_workload
 from runner.measure.host_memory import keep_freed_memory
 from runner.measure.layouts import MemoryLayouts
-from runner.measure.loop import fewest_timed_steps, layout_stretch_ends
+from runner.measure.loop import WARM_CALLS, fewest_timed_steps, layout_stretch_ends
 
 VARIANTS = ("rmsnorm_naive", "rmsnorm_builtin", "rmsnorm_compiled")
 SHAPES = ("4x512x1024", "8x512x1024")
 # untimed calls after a move, whose stretch's reading is reported
-SETTLE_COUNTS = (2, 4, 8, 12, 16)
+SETTLE_COUNTS = (2, 4, 6, 8, 12, 16)
 SHOWN_CALLS = 12
 
 
@@ -56,7 +56,7 @@ def cell(variant: str, shape: str, moves: int, calls: int, warmup_s: float) -> N
         until = time.perf_counter() + warmup_s
         while time.perf_counter() < until:
             workload.step()
-        warm_ms = statistics.median(backend.time_steps(workload.step, 3, False))
+        warm_ms = statistics.median(backend.time_steps(workload.step, WARM_CALLS, False))
         series = []
         for _ in range(moves):
             layouts.move()

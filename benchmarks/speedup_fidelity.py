@@ -266,7 +266,7 @@ def child(number: int, overrides: list[str], in_turns: list[str] | None) -> None
     from runner.backends.base import WHOLE_MACHINE
     from runner.measure.build import build_workload
     from runner.measure.layouts import MemoryLayouts
-    from runner.measure.loop import SETTLE_CALLS
+    from runner.measure.loop import WARM_CALLS, settle
     from runner.measure.turns import NoTurns, RefereedTurns, TurnsAddress
 
     referee = RefereedTurns(TurnsAddress(in_turns[0], in_turns[1])) if in_turns else NoTurns()
@@ -282,12 +282,13 @@ def child(number: int, overrides: list[str], in_turns: list[str] | None) -> None
             workload.step()
         while time.perf_counter() < end:
             workload.step()
+        warm_ms = statistics.median(backend.time_steps(workload.step, WARM_CALLS, False))  # as the runner's warm-up
         timer = Timer("step()", globals={"step": workload.step}, num_threads=torch.get_num_threads())
         layouts = MemoryLayouts(workload.inputs)
 
         def turn() -> None:
             layouts.move()  # a turn's median is one layout's: the reference, like the runner, rests on many
-            backend.time_steps(workload.step, SETTLE_CALLS, False)  # untimed, as the runner's stretches
+            settle(lambda: backend.time_steps(workload.step, 1, False)[0], warm_ms)  # as the runner's stretches
             print(timer.blocked_autorange(min_run_time=TURN_S).median * 1000, flush=True)
 
         if in_turns:

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,9 +31,13 @@ FEWEST_TIMED_STEPS = 30
 FEWEST_STEPS_A_STRETCH = 8
 # a process timing its steps alone
 _NO_TURNS = NoTurns()
-# untimed calls before a stretch that follows a move of its memory or another worker's turn: from about the 8th
-# call after a move on, a step reads its layout's own time within 2% (docs/trust.md, benchmarks/settle_calls.py)
-SETTLE_CALLS = 8
+# untimed calls before a stretch that follows a move of its memory or another worker's turn: at least SETTLE_CALLS,
+# then until one takes at most SETTLED_RATIO times a warm call, MOST_SETTLE_CALLS at most (docs/trust.md)
+SETTLE_CALLS = 2
+SETTLED_RATIO = 1.1
+MOST_SETTLE_CALLS = 16
+# calls timed as the warm-up ends, in its turn: their median is the warm call a stretch settles to
+WARM_CALLS = 3
 # a benchmark's knob, no config key (docs/trust.md): the memory layouts each process's steps are timed in
 LAYOUTS_ENV = "RUNNER_LAYOUTS"
 
@@ -184,6 +189,18 @@ def check_knobs(default_layouts: int) -> None:
     freed_memory_kept()
 
 
+def settle(timed_call: Callable[[], float], warm_ms: float, any_rank_cold: Callable[[bool], bool] = bool) -> None:
+    """Call the step untimed (`timed_call`: one call, its ms) until it is about as fast as a warm call (`warm_ms`).
+
+    A stretch after a move of memory or another worker's turn starts cold: on this project's host the first
+    steps of a sweep worker's first stretch read up to 2.2x its median (docs/trust.md). Ranks in lock step
+    call on while any rank is cold (`any_rank_cold`), or one would wait in a collective for ever.
+    """
+    for call in range(1, MOST_SETTLE_CALLS + 1):
+        if not any_rank_cold(timed_call() > SETTLED_RATIO * warm_ms or call < SETTLE_CALLS):
+            return
+
+
 def timed_steps(
     workload: BuiltWorkload,
     backend: Backend,
@@ -191,15 +208,15 @@ def timed_steps(
     phase: str,
     steps: int,
     turns: Turns = _NO_TURNS,
-    layouts: MemoryLayouts | None = None,
+    warm: tuple[MemoryLayouts, float] | None = None,
 ) -> list[float]:
     """`steps` steps' times in ms by the backend's step clock, in RUNNER_LAYOUTS stretches of memory, each in turn.
 
-    The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`). A stretch
-    that starts cold, after a move of `layouts` (the warm-up's, if it moved them) or another worker's turn,
-    makes `SETTLE_CALLS` untimed calls first.
+    The device's clock times `measure.inflight` steps between synchronizes (`Backend.time_steps`). `warm`: the
+    layouts the warm-up moved and a warm call's ms there, which a stretch that starts cold is settled to first
+    (`settle`; without: `SETTLE_CALLS` calls).
     """
-    layouts = MemoryLayouts(workload.inputs) if layouts is None else layouts
+    layouts, warm_ms = warm or (MemoryLayouts(workload.inputs), math.inf)
     samples: list[float] = []
     progress = Progress(phase, steps)
     for stretch, end in enumerate(layout_stretch_ends(steps, backend.traits.default_layouts)):
@@ -207,7 +224,11 @@ def timed_steps(
         if stretch:
             layouts.move()
         if stretch or isinstance(turns, RefereedTurns):
-            backend.time_steps(workload.step, SETTLE_CALLS, spec.measure.flush_cache)  # their times are left out
+            settle(
+                lambda: backend.time_steps(workload.step, 1, spec.measure.flush_cache)[0],
+                warm_ms,
+                lambda cold: bool(all_ranks_max(int(cold), backend.device)),
+            )
         while len(samples) < end:
             count = min(spec.measure.inflight, end - len(samples))
             samples += backend.time_steps(workload.step, count, spec.measure.flush_cache)
@@ -226,10 +247,11 @@ def steady_state(
         if layouts_count(backend.traits.default_layouts) > 1:
             layouts.move()  # the first stretch too is timed in a moved layout: the built one read 1.12-1.17x
         call_s = warm_up(workload, backend, spec)
+        warm_ms = statistics.median(backend.time_steps(workload.step, WARM_CALLS, spec.measure.flush_cache))
         turns.give()
         phase = f"steady state {repeat}/{spec.measure.repeats}"
         steps = steps_to_time(spec, call_s, backend)
-        repeats.append(timed_steps(workload, backend, spec, phase, steps, turns, layouts))
+        repeats.append(timed_steps(workload, backend, spec, phase, steps, turns, (layouts, warm_ms)))
     return repeats
 
 

@@ -15,7 +15,7 @@ from runner.config import RunSpec
 from runner.config_loading import load_run_spec
 from runner.execute.in_process import steady_state_source
 from runner.measure.build import build_workload
-from runner.measure.loop import LAYOUTS_ENV
+from runner.measure.loop import LAYOUTS_ENV, WARM_CALLS
 from runner.measure.measurement import Measurement
 from runner.measure.optable import summary_metrics
 from runner.measure.phases import measure
@@ -35,8 +35,9 @@ def run_measure(tmp_path: Path, *overrides: str) -> tuple[RunSpec, Measurement]:
 
 
 def unprofiled_calls(spec: RunSpec) -> int:
-    """The steady state's calls in one stretch of memory (no settling calls): per repeat, its warm-up and its steps."""
-    return (spec.measure.warmup + spec.measure.steps) * spec.measure.repeats
+    """The steady state's calls in one stretch of memory (no settling calls): per repeat, its warm-up, the warm
+    calls it ends with and its steps."""
+    return (spec.measure.warmup + WARM_CALLS + spec.measure.steps) * spec.measure.repeats
 
 
 def calls_per_step(result: Measurement) -> Counter[str]:

@@ -1,7 +1,9 @@
-"""Turns between workers: the referee hands the turn round in order, and leaves out a worker that ends."""
+"""Turns between workers: the referee hands the turn round in order, and leaves out a worker that ends; a stretch
+after a turn settles before it is timed."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.measure import turns
+from runner.measure.loop import MOST_SETTLE_CALLS, SETTLE_CALLS, settle
 from runner.measure.turns import RefereedTurns, TurnsAddress, TurnsLost, give_turns, referee
 
 
@@ -104,3 +107,29 @@ def test_a_worker_slow_in_every_turn_is_hung_once_its_turns_add_up_past_its_time
         slow.join(timeout=10)
     parts = [event for event in events if event != "a lost its referee"]
     assert 2 <= len(parts) < 20  # each turn well within the limit, but not all of them
+
+
+def settling_calls(times_ms: list[float], warm_ms: float, another_rank_cold: bool = False) -> int:
+    """How many calls `settle` makes of a step whose calls take `times_ms` (the last repeated), against `warm_ms`."""
+    calls = iter([*times_ms, *[times_ms[-1]] * MOST_SETTLE_CALLS])
+    made = 0
+
+    def timed_call() -> float:
+        nonlocal made
+        made += 1
+        return next(calls)
+
+    settle(timed_call, warm_ms, lambda cold: cold or another_rank_cold)
+    return made
+
+
+def test_a_stretch_after_another_workers_turn_is_settled_until_a_call_is_within_ten_percent_of_a_warm_one() -> None:
+    # a cold stretch as this project's host showed one: 2.2x, then falling to the warm call's time
+    assert settling_calls([2.2, 1.5, 1.2, 1.08, 1.0], warm_ms=1.0) == 4
+    assert settling_calls([1.3, 1.12, 1.11, 1.09], warm_ms=1.0) == 4  # 1.11 is not within 10%; 1.09 is
+    assert settling_calls([1.0], warm_ms=1.0) == SETTLE_CALLS == 2  # never fewer: the first touches of new memory
+    assert settling_calls([1.0], warm_ms=math.inf) == SETTLE_CALLS  # no warm call known: the fewest
+    # a layout that stays slow is timed as it is after at most 16 calls
+    assert settling_calls([1.5], warm_ms=1.0) == MOST_SETTLE_CALLS == 16
+    # ranks in lock step call on together: a warm rank calls on while another is cold
+    assert settling_calls([1.0], warm_ms=1.0, another_rank_cold=True) == MOST_SETTLE_CALLS
