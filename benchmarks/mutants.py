@@ -267,6 +267,11 @@ MUTANTS = [
            ("tests/unit/test_turns.py::"
             "test_a_stretch_after_another_workers_turn_is_settled_until_a_call_is_within_ten_percent_of_a_warm_one",),
            "a stretch after another worker's turn is timed cold: its first steps read up to 2.2x, its median high"),
+    Mutant("stretch-floor-dropped", "runner/measure/loop.py",
+           "return max(FEWEST_TIMED_STEPS, FEWEST_STEPS_A_STRETCH * layouts_count(backend.traits.default_layouts))",
+           "return FEWEST_TIMED_STEPS",
+           ("tests/integration/test_measure.py::test_long_steps_are_timed_for_measure_steps_s_and_no_fewer_than_the_floor",),
+           "a worker with long steps times 4 steps a stretch at 8x512x1024: its speedups agree less with a Timer's"),
     Mutant("turns-stretch-unsettled", "runner/measure/loop.py",
            "if stretch or isinstance(turns, RefereedTurns):", "if stretch:",
            ("tests/integration/test_measure.py::test_workers_taking_turns_run_their_warm_ups_and_stretches_one_at_a_time",),
