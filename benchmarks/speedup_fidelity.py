@@ -237,9 +237,14 @@ def timer_sets(shape: tuple[int, int, int], rng: random.Random, turns_per_set: i
     return sets
 
 
+def medians_over(sets: list[Turns]) -> dict[str, float]:
+    """Each variant's median over all the sets' turns, in ms."""
+    return {name: statistics.median(ms for turns in sets for ms in turns[name]) for name in VARIANTS}
+
+
 def speedups_over(sets: list[Turns]) -> dict[str, float]:
     """Each variant's speedup over the baseline: the ratio of their medians over all the sets' turns."""
-    medians = {name: statistics.median(ms for turns in sets for ms in turns[name]) for name in VARIANTS}
+    medians = medians_over(sets)
     return {name: medians[BASELINE] / medians[name] for name in VARIANTS[1:]}
 
 
@@ -247,11 +252,12 @@ def take_timer_sets(trial: Trial, before: list[Turns], after: list[Turns]) -> No
     """The Timer's speedups over all its sets, per set, and before and after the sweep; each variant's median."""
     sets = before + after
     trial.timer_speedups = speedups_over(sets)
-    trial.timer_set_speedups = {name: [speedups_over([one])[name] for one in sets] for name in VARIANTS[1:]}
+    per_set = [speedups_over([one]) for one in sets]
+    trial.timer_set_speedups = {name: [speedups[name] for speedups in per_set] for name in VARIANTS[1:]}
     if before and after:
         first, last = speedups_over(before), speedups_over(after)
         trial.timer_before_after = {name: (first[name], last[name]) for name in VARIANTS[1:]}
-    trial.timer_ms = {name: statistics.median(ms for turns in sets for ms in turns[name]) for name in VARIANTS}
+    trial.timer_ms = medians_over(sets)
 
 
 def child(number: int, overrides: list[str], in_turns: list[str] | None) -> None:
@@ -368,10 +374,7 @@ def together(trial: Trial, rng: random.Random, extra: list[str]) -> None:
             else:
                 turns[side.variant] += cast(list[float], result)
     trial.jobs = [Job(name, statistics.median(medians[name]), math.nan, True, "", medians[name]) for name in VARIANTS]
-    for name in VARIANTS[1:]:
-        estimate = paired_estimate(trial.jobs, name)
-        if estimate is not None:
-            trial.speedups[name] = Speedup(1 / estimate.ratio, 1 / estimate.high, 1 / estimate.low)
+    trial.speedups = runner_speedups(trial.jobs, [])  # no earlier sweeps to widen it
     take_timer_sets(trial, [turns], [])
 
 
