@@ -264,7 +264,9 @@ def child(number: int, overrides: list[str], in_turns: list[str] | None) -> None
     """In the fresh process: build the workload as the runner does, placed as its worker `number`, then time turns.
 
     Its turns come as lines on stdin, or with `in_turns` (referee path, name, turns) from the runner's referee,
-    whose first turn builds it and warms it up as a runner's worker's does.
+    whose first two turns build it and warm it up as a runner's worker's do. As many turns as a worker's, so
+    that none of these processes ends, and tears torch down on the round's core, while a worker still times:
+    with one turn fewer, the exits fell on 22 of 27 workers' last stretches (2026-12-06, docs/trust.md).
     """
     import torch
     from torch.utils.benchmark import Timer
@@ -283,6 +285,8 @@ def child(number: int, overrides: list[str], in_turns: list[str] | None) -> None
     workload = build_workload(spec.workload, backend)
     with torch.no_grad():
         workload.step()  # the first call, which compiles the compiled variant, outside the timing
+        referee.give()
+        referee.take()
         end = time.perf_counter() + spec.measure.warmup_s
         for _ in range(spec.measure.warmup):
             workload.step()
