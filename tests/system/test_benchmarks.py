@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.measure.turns import GO, MORE, referee
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
@@ -101,3 +102,24 @@ def test_every_benchmark_script_is_run_here_or_says_why() -> None:
     listed = [*RUNS, *RUN_BY, *NOT_RUN]
     assert sorted(listed) == sorted(scripts)  # each once
     assert set(RUN_BY.values()) <= set(RUNS)
+
+
+def test_a_timer_process_in_the_rounds_takes_as_many_turns_as_a_runners_worker(tmp_path: Path) -> None:
+    """One turn fewer, and its exit (torch torn down on the round's core) fell on the workers' last stretches."""
+    stretches = 3
+    with referee() as (path, listener):
+        cmd = [sys.executable, "benchmarks/speedup_fidelity.py", "--in-turns", path, "timer", str(stretches)]
+        timer = subprocess.Popen([*cmd, "--child", "1", "+workload=rmsnorm_naive", *TINY], cwd=REPO)
+        try:
+            listener.settimeout(120)
+            connection, _ = listener.accept()
+            with connection:
+                assert connection.makefile("rb").readline().strip() == b"timer"
+                turns = 0
+                while connection.sendall(GO) or connection.recv(1) == MORE:
+                    turns += 1
+        finally:
+            assert timer.wait(timeout=60) == 0
+    # a worker's (runner.execute.workers._worker, runner.measure.loop.steady_state): its build and first call,
+    # its warm-up, then one turn a stretch
+    assert turns == 1 + 1 + stretches
