@@ -19,10 +19,10 @@ interval (`time/step_median_uncertainty_pct`) against the same job's median in t
 speedup CI against the next trial's speedup, and the share of jobs flagged `timing.stable=false`; and the
 Timer's sets before the sweep against those after it, the reference against itself across the sweep's minutes.
 `--together` runs no sweep: per trial, a sweep's rounds of the runner's own workers (`runner.execute.rounds`)
-with one Timer process per variant taking turns among them, so both sides time in the same seconds; the
-runner's speedup is paired by round, its CI not widened by earlier sweeps. `--single N` times N default single
-runs (`+workload=rmsnorm_naive`, at its default shape or the first `--shape`) one after another instead and
-reports their interval against the next run's median.
+with one Timer process per variant taking turns among them (two layouts a turn), so both sides time in the
+same seconds; the runner's speedup is paired by round, its CI not widened by earlier sweeps. `--single N`
+times N default single runs (`+workload=rmsnorm_naive`, at its default shape or the first `--shape`) one
+after another instead and reports their interval against the next run's median.
 `--save FILE` keeps every number as JSON, which `--report FILE` reads back. The sweeps' folders are kept;
 `--stretches DIR` profiles the first steps of their workers' stretches (a cold start reads above 1).
 
@@ -77,6 +77,11 @@ TARGET = (0.95, 1.05)
 SETS = 4
 TURNS = 12
 TURN_S = 0.1
+# --together: layouts a Timer process times in each of its turns, so that the reference rests on twice the layouts
+# of the runner's stretches: with one, its trial-to-trial sd of log speedup at 8x512x1024 was the runner's own
+# (0.020-0.022 against 0.019-0.031), and the check measured the reference as much as the runner; with two, 0.010
+# (docs/benchmarks.md)
+LAYOUTS_A_TURN = 2
 # a set's turn times in ms, by variant
 Turns = dict[str, list[float]]
 
@@ -305,7 +310,8 @@ def child(number: int, overrides: list[str], in_turns: list[str] | None) -> None
             referee.give()
             for _ in range(int(in_turns[2])):
                 referee.take()
-                turn()
+                for _ in range(LAYOUTS_A_TURN):
+                    turn()
                 referee.give()
             referee.finish()
             return
@@ -347,8 +353,8 @@ def together(trial: Trial, rng: random.Random, extra: list[str]) -> None:
 
     As a sweep's rounds (`runner.sweep.rounds.time_rounds`): a first-call worker per variant, then per round one
     fresh worker per variant, here beside one Timer process per variant, in a fresh random order, each Timer
-    process taking as many turns as a worker times stretches. The runner's speedup is paired by round as a
-    sweep's; the Timer's is the ratio of medians over all its turns.
+    process taking as many turns as a worker times stretches, `LAYOUTS_A_TURN` layouts a turn. The runner's
+    speedup is paired by round as a sweep's; the Timer's is the ratio of medians over all its layouts.
     """
     turns_per_round = layouts_count(CpuBackend.traits.default_layouts)
     specs = {
