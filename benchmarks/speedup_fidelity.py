@@ -271,7 +271,7 @@ def child(number: int, overrides: list[str], in_turns: list[str] | None) -> None
     Its turns come as lines on stdin, or with `in_turns` (referee path, name, turns) from the runner's referee,
     whose first two turns build it and warm it up as a runner's worker's do. As many turns as a worker's, so
     that none of these processes ends, and tears torch down on the round's core, while a worker still times:
-    with one turn fewer, the exits fell on 22 of 27 workers' last stretches (2026-12-06, docs/trust.md).
+    with one turn fewer, the exits fell on 22 of 27 workers' last stretches (docs/benchmarks.md).
     """
     import torch
     from torch.utils.benchmark import Timer

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 2.0
 # the fewest steps `measure.steps_s` leaves a process to time (a median and p10/p90 to read), and a stretch of
 # memory: at 8x512x1024 a sweep's speedups landed within 5% of a Timer's in the same rounds in 11 of 20 at 4 steps
-# a stretch, 15 of 20 at 8 (docs/trust.md)
+# a stretch, 15 of 20 at 8 (docs/trust.md; both against a reference that then slowed the last stretch alike)
 FEWEST_TIMED_STEPS = 30
 FEWEST_STEPS_A_STRETCH = 8
 # a process timing its steps alone

@@ -116,7 +116,10 @@ def test_a_timer_process_in_the_rounds_takes_as_many_turns_as_a_runners_worker(t
             with connection:
                 assert connection.makefile("rb").readline().strip() == b"timer"
                 turns = 0
-                while connection.sendall(GO) or connection.recv(1) == MORE:
+                while True:  # as the referee hands turns: GO, until it answers something other than MORE
+                    connection.sendall(GO)
+                    if connection.recv(1) != MORE:
+                        break
                     turns += 1
         finally:
             assert timer.wait(timeout=60) == 0
