@@ -276,6 +276,14 @@ MUTANTS = [
            "if stretch or isinstance(turns, RefereedTurns):", "if stretch:",
            ("tests/integration/test_measure.py::test_workers_taking_turns_run_their_warm_ups_and_stretches_one_at_a_time",),
            "the first stretch after the others' warm-ups is timed cold"),
+    Mutant("paired-floor-dropped", "runner/report/table.py", "if floored.low < estimate.low:", "if False:",
+           (f"{TRUST}::test_a_paired_interval_is_at_least_what_the_workers_saw_within_themselves",),
+           "3 rounds agreeing by chance give a paired CI narrower than each worker's own layouts allow"),
+    Mutant("workers-spread-across-workers", "runner/measure/stability.py",
+           "squares = sum(float(((blocks - blocks.mean()) ** 2).sum()) for blocks in repeats)",
+           "squares = float(((np.concatenate(repeats) - np.concatenate(repeats).mean()) ** 2).sum())",
+           (f"{VERDICTS}::test_a_workers_spread_is_its_blocks_about_their_own_worker_and_not_the_workers_apart",),
+           "what a round shared (workers apart) widens the paired floor, which pairing cancels"),
 ]  # fmt: skip
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE"]
 # pytest's exit statuses: tests failed, or collection failed (the mutant broke an import)

@@ -59,11 +59,11 @@ from runner.execute.workers import prepare_workers, start_first_call, steady_sta
 from runner.job import read_status
 from runner.measure.host_memory import KEEP_ENV
 from runner.measure.loop import SteadyState, layout_stretch_ends, layouts_count
-from runner.measure.stability import MAX_EARLIER_RUNS, MIN_EARLIER_RUNS
+from runner.measure.stability import MAX_EARLIER_RUNS, MIN_EARLIER_RUNS, within_workers
 from runner.measure.stats import TimeRatio
 from runner.measure.turns import TurnsAddress
-from runner.report.pairing import compare_times, with_earlier_sweeps
-from runner.report.reader import Rounds, latest_sweep, rounds, sweep_children, variant
+from runner.report.pairing import compare_times, with_earlier_sweeps, with_workers_spread
+from runner.report.reader import Rounds, latest_sweep, metric, rounds, sweep_children, variant
 from runner.sweep.rounds import JobSide, RoundJob
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,6 +96,8 @@ class Job:
     stable: bool
     reasons: str
     round_medians_ms: list[float]
+    # `time/worker_spread_pct`, the least its paired speedup's interval can be (None: a run logged before it)
+    worker_spread_pct: float | None = None
 
 
 @dataclass
@@ -155,6 +157,7 @@ def job_of(client: MlflowClient, run_id: str) -> Job:
         run.data.tags.get(names.TAG_TIMING_STABLE) == "true",
         run.data.tags.get(names.TAG_TIMING_REASONS) or "",
         rounds(client, run).in_order(),
+        metric(run, names.WORKER_SPREAD_PCT),
     )
 
 
@@ -176,14 +179,16 @@ def paired_estimate(jobs: list[Job], name: str) -> TimeRatio | None:
 
 
 def runner_speedups(jobs: list[Job], earlier: list[Trial]) -> dict[str, Speedup]:
-    """Each variant's speedup over the baseline as `runner.compare` states it: paired by round, its interval widened
-    by the earlier sweeps of the same shape (`earlier`, oldest first), which are what the trials' store holds.
+    """Each variant's speedup over the baseline as `runner.compare` states it: paired by round, its interval at least
+    the two jobs' workers' spread and widened by the earlier sweeps of the same shape (`earlier`, oldest first),
+    which are what the trials' store holds.
     """
-    speedups = {}
+    speedups, spreads = {}, {job.variant: job.worker_spread_pct for job in jobs}
     for name in VARIANTS[1:]:
         estimate = paired_estimate(jobs, name)
         if estimate is None:
             continue
+        estimate = with_workers_spread(estimate, spreads[BASELINE], spreads[name])
         before = [e.ratio for t in reversed(earlier) if (e := paired_estimate(t.jobs, name)) is not None]
         estimate = with_earlier_sweeps(estimate, before[:MAX_EARLIER_RUNS])
         # new over baseline: the speedup is its inverse
@@ -369,7 +374,7 @@ def together(trial: Trial, rng: random.Random, extra: list[str]) -> None:
         RoundJob(name, name, spec, steady_state_timing(spec, CpuBackend, rounds=True).processes)
         for name, spec in specs.items()
     ]
-    medians: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    timed_by: dict[str, list[list[list[float]]]] = {name: [] for name in VARIANTS}
     turns: Turns = {name: [] for name in VARIANTS}
     for number in range(1, max(job.rounds for job in jobs) + 1):
         sides: list[JobSide | TimerSide] = [JobSide(index, job) for index, job in enumerate(jobs)]
@@ -379,11 +384,13 @@ def together(trial: Trial, rng: random.Random, extra: list[str]) -> None:
             if isinstance(result, ChildFailed):
                 raise SystemExit(f"round {number}: {result}")
             if isinstance(side, JobSide):
-                timed = cast(list[list[float]], result)
-                medians[side.job.name].append(statistics.median(ms for repeat in timed for ms in repeat))
+                timed_by[side.job.name].append(cast(list[list[float]], result))
             else:
                 turns[side.variant] += cast(list[float], result)
-    trial.jobs = [Job(name, statistics.median(medians[name]), math.nan, True, "", medians[name]) for name in VARIANTS]
+    for name, step_ms in timed_by.items():
+        medians = [statistics.median(ms for repeat in timed for ms in repeat) for timed in step_ms]
+        spread = within_workers(step_ms).half_width * 100
+        trial.jobs.append(Job(name, statistics.median(medians), math.nan, True, "", medians, spread))
     trial.speedups = runner_speedups(trial.jobs, [])  # no earlier sweeps to widen it
     take_timer_sets(trial, [turns], [])
 

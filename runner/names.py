@@ -24,6 +24,9 @@ PROCESS_MEDIAN_MS = "time/process_median_ms"
 PROCESS_CV = "time/process_cv"
 # how far the next identical run's time/step_median_ms may land, in percent either way (about 95%)
 STEP_MEDIAN_UNCERTAINTY_PCT = "time/step_median_uncertainty_pct"
+# the 95% half-width, in percent, of time/step_median_ms from its blocks' spread inside each worker: what pairing by
+# round leaves, the least a paired speedup's interval can be
+WORKER_SPREAD_PCT = "time/worker_spread_pct"
 FIRST_CALL_S = "time/first_call_s"
 # where the steady state is timed by device events (runner.step_clock): the synchronized step's wall time, the
 # profiler's device time per step, and the rest of the wall (launches, the host's Python, idle), all in ms

@@ -19,7 +19,13 @@ from runner import names
 from runner.job import JobStatus
 from runner.measure.stability import MAX_UNCERTAINTY, MIN_EARLIER_RUNS
 from runner.measure.stats import SIGNIFICANCE, mann_whitney_p
-from runner.report.pairing import compare_times, earlier_sweeps, with_earlier_sweeps, with_stated_intervals
+from runner.report.pairing import (
+    compare_times,
+    earlier_sweeps,
+    with_earlier_sweeps,
+    with_stated_intervals,
+    with_workers_spread,
+)
 from runner.report.reader import (
     OpStats,
     Rounds,
@@ -153,6 +159,11 @@ def speedup(client: MlflowClient, run: Run, baseline: Run | None, samples: dict[
     if estimate is None:
         need = "2 rounds in common" if paired else "measure.processes >= 2 in both runs"
         return f"not compared: needs {need}", test
+    if paired:
+        spreads = metric(baseline, names.WORKER_SPREAD_PCT), metric(run, names.WORKER_SPREAD_PCT)
+        floored = with_workers_spread(estimate, *spreads)
+        if floored.low < estimate.low:
+            estimate, test = floored, f"{test}, at least its workers' spread"
     earlier = earlier_sweeps(client, run, baseline) if paired else []
     if len(earlier) >= MIN_EARLIER_RUNS:
         estimate = with_earlier_sweeps(estimate, earlier)

@@ -122,11 +122,13 @@ def synthetic_run(
     status: str = "FINISHED",
     round_numbers: list[int] | None = None,
     stated_pct: float | None = None,
+    worker_spread_pct: float | None = None,
 ) -> str:
     """A job run with these per-process medians, as a job would log them (none: it died first), ended `status`.
 
     The medians are rounds 1, 2, ... unless `round_numbers` says which rounds they are; `stated_pct` is the
-    interval the run states for the next run's median (none: a run logged before it was stated).
+    interval the run states for the next run's median (none: a run logged before it was stated);
+    `worker_spread_pct` the half-width its workers' own spread gives its median (none: logged before it).
     """
     experiment_id = runner_experiment(client)
     timing = {names.TAG_TIMING_STABLE: "true" if stable else "false"}
@@ -142,6 +144,8 @@ def synthetic_run(
         )
     if stated_pct is not None:
         client.log_metric(run.info.run_id, names.STEP_MEDIAN_UNCERTAINTY_PCT, stated_pct)
+    if worker_spread_pct is not None:
+        client.log_metric(run.info.run_id, names.WORKER_SPREAD_PCT, worker_spread_pct)
     client.set_terminated(run.info.run_id, status)
     return run.info.run_id
 
@@ -512,7 +516,7 @@ def test_unstable_runs_that_share_rounds_are_compared_round_by_round_and_say_so(
 
 
 def paired_sweep(client: mlflow.MlflowClient, rounds_id: str, ratio: float, place: dict[str, str] | None = None,
-                 status: str = "FINISHED") -> tuple[str, str]:  # fmt: skip
+                 status: str = "FINISHED", worker_spread_pct: float | None = None) -> tuple[str, str]:  # fmt: skip
     """A sweep's baseline and new run timed in rounds `rounds_id`, the new one `ratio` of the baseline each round.
 
     The rounds' ratios differ by 0.1% around `ratio`, so the sweep's own paired interval is about 0.2% wide.
@@ -520,9 +524,12 @@ def paired_sweep(client: mlflow.MlflowClient, rounds_id: str, ratio: float, plac
     base_ms = [1.0, 1.2, 0.9, 1.1, 1.0]
     new_ms = [b * ratio * (1 + jitter) for b, jitter in zip(base_ms, [0.0, 0.001, -0.001, 0.001, -0.001], strict=True)]
     tags = {**rounds_of(rounds_id), **(place or {})}
-    base = synthetic_run(client, base_ms, "base", config_hash="cfg-base", tags=tags, status=status)
-    new = synthetic_run(client, new_ms, "new", config_hash="cfg-new", tags=tags, status=status)
-    return base, new
+    runs = [
+        synthetic_run(client, ms, name, config_hash=f"cfg-{name}", tags=tags, status=status,
+                      worker_spread_pct=worker_spread_pct)
+        for ms, name in ((base_ms, "base"), (new_ms, "new"))
+    ]  # fmt: skip
+    return runs[0], runs[1]
 
 
 def compared(capsys: pytest.CaptureFixture[str], base: str, new: str) -> dict[str, str]:
@@ -551,6 +558,28 @@ def test_earlier_sweeps_widen_a_paired_interval_to_where_the_next_sweep_lands(
     assert row[SPEEDUP] == f"no significant difference [{2 * np.exp(-half):.2f}, {2 * np.exp(half):.2f}]"
     assert compare.main(["--runs", base, new]) == 0
     assert "one widened by earlier sweeps (its test says so) narrows as each sweep" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("worker_spread_pct", "test"),
+    [
+        pytest.param(None, "paired, 5 rounds", id="logged-before-it"),
+        pytest.param(0.01, "paired, 5 rounds", id="narrower-than-the-rounds"),
+        pytest.param(3.0, "paired, 5 rounds, at least its workers' spread", id="wider-than-the-rounds"),
+    ],
+)
+def test_a_paired_interval_is_at_least_what_the_workers_saw_within_themselves(
+    client: mlflow.MlflowClient, capsys: pytest.CaptureFixture[str], worker_spread_pct: float | None, test: str
+) -> None:
+    """Rounds that agree to 0.1% by chance do not make the interval narrower than each worker's own layouts
+    allow: two medians each +-3% give a ratio +-4.2% (their root-sum-square); a wider rounds' interval stands."""
+    row = compared(capsys, *paired_sweep(client, "s1", 0.5, worker_spread_pct=worker_spread_pct))
+    assert row[TEST] == test
+    if worker_spread_pct == 3.0:
+        half = np.hypot(np.log(1.03), np.log(1.03))
+        assert row[SPEEDUP] == f"2.00x [{2 * np.exp(-half):.2f}, {2 * np.exp(half):.2f}]"
+    else:
+        assert row[SPEEDUP].startswith("2.00x [2.00, 2.0"), row
 
 
 def test_only_the_ten_newest_earlier_sweeps_count(

@@ -22,6 +22,7 @@ from runner.measure.stability import (
     block_medians,
     noise_note,
     within_run,
+    within_workers,
 )
 from runner.measure.stats import TimeRatio, paired_time_ratio, t_quantile, time_ratio
 from runner.report.gate_verdicts import judged, measured, summary
@@ -103,6 +104,18 @@ def test_a_slow_mode_that_comes_and_goes_widens_the_interval_and_a_tail_of_slow_
     assert noise_note(spread_of(processes(mode, mode, mode)), "") is not None
     tail = [[[3.0 if step % 15 == 0 else 1.0 + 0.001 * (step % 7) for step in range(300)]] for _ in range(3)]
     assert noise_note(spread_of(tail), "") is None
+
+
+def test_a_workers_spread_is_its_blocks_about_their_own_worker_and_not_the_workers_apart() -> None:
+    """Blocks alternately 2% either side of their worker's mean: pooled over 3 workers (21 df), their log sd over
+    sqrt(24) is the median's standard error, whether the workers read alike or 30% apart (a round's share)."""
+    half = np.log(1.02)
+    steady = list(np.exp(half * np.resize([1.0, -1.0], BLOCKS)))
+    sd = half * np.sqrt(3 * BLOCKS / (3 * BLOCKS - 3))  # the deviations' sum of squares over their df
+    for slowest in (1.0, 1.3):
+        spread = within_workers(processes(steady, steady, [ms * slowest for ms in steady]))
+        assert (spread.df, spread.sd) == (3 * BLOCKS - 3, pytest.approx(sd / np.sqrt(3 * BLOCKS)))
+        assert spread.half_width == pytest.approx(np.expm1(stats.t.ppf(0.975, 21) * sd / np.sqrt(3 * BLOCKS)), rel=1e-3)
 
 
 def test_the_host_drift_is_read_from_two_earlier_runs_of_the_configuration_and_the_newest_ten() -> None:
