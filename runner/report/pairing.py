@@ -3,7 +3,8 @@
 Runs timed in the same rounds saw the same stretches of the host: a slow stretch cancels in that round's ratio.
 Runs from different rounds, or older runs without rounds, go to Welch's test on their per-process medians.
 What the rounds share cancels; what moves between sweeps does not, so a paired interval is widened to where the
-same pair's earlier sweeps on this host landed (issue 52: unwidened, 3 of 8 reruns fell inside).
+same pair's earlier sweeps on this host landed (issue 52: unwidened, 3 of 8 reruns fell inside), and what each
+worker saw within itself does not either, so it is at least the two runs' workers' spread.
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ def speedup(client: MlflowClient, run: Run, baseline: Run | None, samples: dict[
 
     Printed only with an interval that excludes no change, never between unpaired unstable runs (a bare ratio
     of two medians can be a mode flip). Runs sharing rounds pair round by round even when unstable: a slow
-    stretch fell on both and cancels in that round's ratio; what moved between sweeps does not, so earlier sweeps
+    stretch fell on both and cancels in that round's ratio, not what each worker saw within itself, which the
+    interval is at least; what moved between sweeps does not cancel either, so earlier sweeps
     of the same pair widen the interval to where the next sweep may land. Runs timed apart take in both runs'
     stated intervals: the host's drift between them, which no longer flags either run.
     """
