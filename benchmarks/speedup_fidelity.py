@@ -59,7 +59,7 @@ from runner.execute.workers import prepare_workers, start_first_call, steady_sta
 from runner.job import read_status
 from runner.measure.host_memory import KEEP_ENV
 from runner.measure.loop import SteadyState, layout_stretch_ends, layouts_count
-from runner.measure.stability import MAX_EARLIER_RUNS, MIN_EARLIER_RUNS, within_workers
+from runner.measure.stability import MAX_EARLIER_RUNS, MIN_EARLIER_RUNS, worker_spread
 from runner.measure.stats import TimeRatio
 from runner.measure.turns import TurnsAddress
 from runner.report.pairing import compare_times, with_earlier_sweeps, with_workers_spread
@@ -389,7 +389,7 @@ def together(trial: Trial, rng: random.Random, extra: list[str]) -> None:
                 turns[side.variant] += cast(list[float], result)
     for name, step_ms in timed_by.items():
         medians = [statistics.median(ms for repeat in timed for ms in repeat) for timed in step_ms]
-        spread = within_workers(step_ms).half_width * 100
+        spread = worker_spread(step_ms) * 100
         trial.jobs.append(Job(name, statistics.median(medians), math.nan, True, "", medians, spread))
     trial.speedups = runner_speedups(trial.jobs, [])  # no earlier sweeps to widen it
     take_timer_sets(trial, [turns], [])

@@ -16,7 +16,7 @@ from runner.config import RunSpec
 from runner.errors import ConfigError
 from runner.measure.measurement import Measurement
 from runner.measure.optable import OpTable, self_time_by_op
-from runner.measure.stability import Spread, between_runs, noise_note, within_run, within_workers
+from runner.measure.stability import Spread, between_runs, noise_note, within_run, worker_spread
 from runner.measure.window import judge_window
 from runner.secrets import one_line
 
@@ -141,7 +141,7 @@ def timing_result(spec: RunSpec, backend: Backend, measurement: Measurement, cap
     metrics.update(window_metrics)
     tags.update(window_tags)
     tables = {}
-    metrics[names.WORKER_SPREAD_PCT] = within_workers(measurement.steady.step_ms).half_width * 100
+    metrics[names.WORKER_SPREAD_PCT] = worker_spread(measurement.steady.step_ms) * 100
     if measurement.steady.places:
         tags[names.TAG_ROUNDS_ID] = measurement.steady.rounds_id
         tables[names.ROUNDS_FILE] = rounds_table(measurement)

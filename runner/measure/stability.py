@@ -34,13 +34,6 @@ class Spread:
     source: str  # for the reason: "its blocks", "its 3 worker processes", "5 runs of this configuration ..."
 
     @property
-    def half_width(self) -> float:
-        """About the 95% half-width, relative, of the run's median itself (one run's sd)."""
-        if self.df < 1:
-            return 0.0
-        return float(np.expm1(t_quantile(0.975, self.df) * self.sd))
-
-    @property
     def next_run(self) -> float:
         """About the 95% half-width, relative, within which the next identical run's median lands (two runs' sd)."""
         if self.df < 1:
@@ -48,7 +41,7 @@ class Spread:
         return float(np.expm1(t_quantile(0.975, self.df) * np.sqrt(2) * self.sd))
 
 
-def _blocks_by_repeat(step_ms: list[list[list[float]]]) -> list[list[float]]:
+def block_medians(step_ms: list[list[list[float]]]) -> list[list[float]]:
     """The median of each of `BLOCKS` equal runs of consecutive steps, a list per process and repeat."""
     medians = []
     for process in step_ms:
@@ -56,11 +49,6 @@ def _blocks_by_repeat(step_ms: list[list[list[float]]]) -> list[list[float]]:
             ends = stretch_ends(len(repeat), min(BLOCKS, len(repeat)))
             medians.append([float(np.median(repeat[start:end])) for start, end in zip([0, *ends], ends, strict=False)])
     return medians
-
-
-def block_medians(step_ms: list[list[list[float]]]) -> list[float]:
-    """The median of each of `BLOCKS` equal runs of consecutive steps, per process and repeat."""
-    return [median for repeat in _blocks_by_repeat(step_ms) for median in repeat]
 
 
 def _mean_spread(values: list[float], source: str) -> Spread:
@@ -73,25 +61,26 @@ def _mean_spread(values: list[float], source: str) -> Spread:
 
 def within_run(step_ms: list[list[list[float]]], process_medians: list[float]) -> Spread:
     """What the run itself shows: its blocks (layouts, drift in a process) or its processes, whichever is wider."""
-    spreads = [_mean_spread(block_medians(step_ms), "its blocks")]
+    spreads = [_mean_spread([median for repeat in block_medians(step_ms) for median in repeat], "its blocks")]
     if len(process_medians) > 1:
         spreads.append(_mean_spread(process_medians, f"its {len(process_medians)} worker processes"))
     return max(spreads, key=lambda spread: spread.next_run)
 
 
-def within_workers(step_ms: list[list[list[float]]]) -> Spread:
-    """The standard error of the run's log median from its blocks' spread about their own repeat's mean.
+def worker_spread(step_ms: list[list[list[float]]]) -> float:
+    """About the 95% half-width, relative, of the run's median from its blocks' spread about their own repeat's mean.
 
     What each worker saw within itself (its memory layouts, drift inside it) is its own: pairing by round does not
-    cancel it, so it is the least a paired interval can be, where a few rounds' ratios may agree by chance.
+    cancel it, so it is the least a paired interval can be, where a few rounds' ratios may agree by chance. The
+    blocks' pooled sd over the root of their count is the log median's standard error, t(0.975, df) of them.
     """
-    repeats = [np.log(blocks) for blocks in _blocks_by_repeat(step_ms)]
+    repeats = [np.log(blocks) for blocks in block_medians(step_ms)]
     count = sum(len(blocks) for blocks in repeats)
     df = count - len(repeats)
     if df < 1:
-        return Spread(0.0, 0, "its workers' blocks")
+        return 0.0
     squares = sum(float(((blocks - blocks.mean()) ** 2).sum()) for blocks in repeats)
-    return Spread(float(np.sqrt(squares / df / count)), df, "its workers' blocks")
+    return float(np.expm1(t_quantile(0.975, df) * np.sqrt(squares / df / count)))
 
 
 def between_runs(earlier_ms: list[float], median_ms: float) -> Spread | None:

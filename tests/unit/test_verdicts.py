@@ -22,7 +22,7 @@ from runner.measure.stability import (
     block_medians,
     noise_note,
     within_run,
-    within_workers,
+    worker_spread,
 )
 from runner.measure.stats import TimeRatio, paired_time_ratio, t_quantile, time_ratio
 from runner.report.gate_verdicts import judged, measured, summary
@@ -78,12 +78,12 @@ def test_blocks_are_the_stretches_the_loop_moves_memory_between() -> None:
     """30 steps in 8 blocks cut at i * 30 // 8, as `timed_steps` cuts its stretches; each repeat on its own."""
     cuts = [i * 30 // BLOCKS for i in range(BLOCKS + 1)]
     repeat = [float(block) for block in range(BLOCKS) for _ in range(cuts[block + 1] - cuts[block])]
-    assert block_medians([[repeat, [5.0, 6.0, 7.0]]]) == [*map(float, range(BLOCKS)), 5.0, 6.0, 7.0]
+    assert block_medians([[repeat, [5.0, 6.0, 7.0]]]) == [[*map(float, range(BLOCKS))], [5.0, 6.0, 7.0]]
 
 
 def test_a_repeat_is_cut_into_8_blocks() -> None:
     """8 blocks a repeat, as docs/trust.md says: 80 steps give 8 medians of 10 steps each, not 4 of 20."""
-    assert block_medians([[[float(step) for step in range(80)]]]) == [4.5 + 10 * block for block in range(8)]
+    assert block_medians([[[float(step) for step in range(80)]]]) == [[4.5 + 10 * block for block in range(8)]]
 
 
 @pytest.mark.parametrize(
@@ -112,10 +112,10 @@ def test_a_workers_spread_is_its_blocks_about_their_own_worker_and_not_the_worke
     half = np.log(1.02)
     steady = list(np.exp(half * np.resize([1.0, -1.0], BLOCKS)))
     sd = half * np.sqrt(3 * BLOCKS / (3 * BLOCKS - 3))  # the deviations' sum of squares over their df
+    half_width = np.expm1(stats.t.ppf(0.975, 3 * BLOCKS - 3) * sd / np.sqrt(3 * BLOCKS))
     for slowest in (1.0, 1.3):
-        spread = within_workers(processes(steady, steady, [ms * slowest for ms in steady]))
-        assert (spread.df, spread.sd) == (3 * BLOCKS - 3, pytest.approx(sd / np.sqrt(3 * BLOCKS)))
-        assert spread.half_width == pytest.approx(np.expm1(stats.t.ppf(0.975, 21) * sd / np.sqrt(3 * BLOCKS)), rel=1e-3)
+        spread = worker_spread(processes(steady, steady, [ms * slowest for ms in steady]))
+        assert spread == pytest.approx(half_width, rel=1e-3)
 
 
 def test_the_host_drift_is_read_from_two_earlier_runs_of_the_configuration_and_the_newest_ten() -> None:
