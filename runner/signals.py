@@ -4,7 +4,8 @@ The first signal raises `Interrupted` (a KeyboardInterrupt) in the main thread; 
 so the cleanup it started is not cut short. Inside `signals_held()` (an MLflow write, which a stop would
 leave half-done with the store locked) a signal waits until the block ends. A stop raised inside a
 garbage-collector or weakref callback, where Python drops it, is raised again at the next safe point
-(`raise_if_stopped`). Once the work is recorded (`ignore_later_stops`), a stop comes too late and is dropped.
+(`raise_if_stopped`). A library error raised as a stop unwound is the stop (`stops_unmasked`). Once the work
+is recorded (`ignore_later_stops`), a stop comes too late and is dropped.
 """
 
 from __future__ import annotations
@@ -65,6 +66,24 @@ def raise_if_stopped() -> None:
         signum = _swallowed[0]
         _swallowed.clear()
         raise Interrupted(signum)
+
+
+@contextmanager
+def stops_unmasked() -> Iterator[None]:
+    """A stop that a library's cleanup replaced with its own error is raised as the stop: the job was stopped.
+
+    OmegaConf's `flag_override`, unwinding a SIGTERM that landed as it filled a list for the run's config file,
+    failed on the half-built list and raised ConfigKeyError instead: the run read FAILED and the process exited 1.
+    """
+    try:
+        yield
+    except Exception as error:
+        link: BaseException | None = error
+        while link is not None and not isinstance(link, Interrupted):
+            link = link.__context__  # what was being handled as each error was raised: the unwinding's history
+        if link is None:
+            raise
+        raise Interrupted(link.signum) from error
 
 
 def stop_on_signals() -> None:

@@ -19,7 +19,7 @@ from runner.config import ConfigError, TrackingConfig
 from runner.job.dead import process_alive
 from runner.job.status import STATUS_FILE, SWEEP_ID_ENV, JobStatus, write_status
 from runner.secrets import one_line, redact
-from runner.signals import ignore_later_stops, stop_on_signals
+from runner.signals import ignore_later_stops, stop_on_signals, stops_unmasked
 
 log = logging.getLogger(__name__)
 # which process works in a job's folder: {"pid", "host"}, created exclusively, removed at its end
@@ -132,7 +132,8 @@ class JobLife:
             self.status(
                 status=JobStatus.RUNNING, overrides=overrides, pid=os.getpid(), sweep_id=sweep, run_id=None, error=None
             )
-            yield
+            with stops_unmasked():
+                yield
         except KeyboardInterrupt as stop:
             reason = f"interrupted by {stop}" if str(stop) else "interrupted"
             self.status(status=JobStatus.KILLED, error=reason)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from runner import names
 from runner.config import TrackingConfig
 from runner.job.status import JobStatus
+from runner.signals import stops_unmasked
 from runner.tracking.run import PARENT_RUN_ENV, MlflowRun, NullRun, ensure_experiment, mlflow_write
 from runner.tracking.store import mlflow_client
 
@@ -45,7 +46,8 @@ def open_run(tracking: TrackingConfig, run_name: str, start_time_ms: int | None 
 
     try:  # a stop held while the run started is raised as start_run returns: that run is closed too
         active = mlflow_write(create_and_start)
-        yield MlflowRun(active.info.run_id, experiment_id, tracking)
+        with stops_unmasked():
+            yield MlflowRun(active.info.run_id, experiment_id, tracking)
     except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: MLflow's status for a run stopped from outside
         if mlflow.active_run() is not None:
             reason = f"interrupted by {stop}" if str(stop) else "interrupted"

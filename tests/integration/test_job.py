@@ -1,6 +1,7 @@
 """A job's folder is its own (a claim another live process holds is refused, a dead one's taken over),
-a job that died is counted by its sweep as what it was, a stopped job says whether it had a run to
-close, and a sweep stopped early counts the jobs it never started."""
+a job that died is counted by its sweep as what it was, a stopped job (also one whose stop a library's
+cleanup replaced with its own error) says whether it had a run to close, and a sweep stopped early
+counts the jobs it never started."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 import platform
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,16 +120,29 @@ def test_a_job_that_closed_itself_is_left_as_it_said(tmp_path: Path, monkeypatch
     assert read_status(tmp_path)["error"] == "interrupted by SIGTERM"  # type: ignore[index]
 
 
+def stop() -> None:
+    raise Interrupted(signal.SIGTERM)
+
+
+def stop_a_cleanup_replaced() -> None:
+    """A SIGTERM whose unwinding a library's cleanup failed on (OmegaConf's, over a list the stop left half-built)."""
+    try:
+        stop()
+    finally:
+        raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+
+
+@pytest.mark.parametrize("stopping", [stop, stop_a_cleanup_replaced], ids=["stop", "stop-a-cleanup-replaced"])
 @pytest.mark.parametrize("opened", [False, True], ids=["before-its-run", "with-its-run"])
 def test_a_stopped_job_says_whether_it_had_a_run_to_close(
-    opened: bool, tmp_path: Path, tracking_uri: str, caplog: pytest.LogCaptureFixture
+    opened: bool, stopping: Callable[[], None], tmp_path: Path, tracking_uri: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     life = JobLife(job_for(tmp_path))
     with pytest.raises(Interrupted), life.running():
         if opened:
             with life.run(TrackingConfig(uri=tracking_uri)):
-                raise Interrupted(signal.SIGTERM)
-        raise Interrupted(signal.SIGTERM)
+                stopping()
+        stopping()
     said = "interrupted by SIGTERM: test_job stopped; "
     if opened:
         (run,) = all_runs(tracking_uri)
