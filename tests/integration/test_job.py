@@ -120,19 +120,21 @@ def test_a_job_that_closed_itself_is_left_as_it_said(tmp_path: Path, monkeypatch
     assert read_status(tmp_path)["error"] == "interrupted by SIGTERM"  # type: ignore[index]
 
 
-def stop() -> None:
+def raise_a_stop() -> None:
     raise Interrupted(signal.SIGTERM)
 
 
-def stop_a_cleanup_replaced() -> None:
+def raise_a_stop_a_cleanup_replaced() -> None:
     """A SIGTERM whose unwinding a library's cleanup failed on (OmegaConf's, over a list the stop left half-built)."""
     try:
-        stop()
+        raise_a_stop()
     finally:
         raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
 
 
-@pytest.mark.parametrize("stopping", [stop, stop_a_cleanup_replaced], ids=["stop", "stop-a-cleanup-replaced"])
+@pytest.mark.parametrize(
+    "stopping", [raise_a_stop, raise_a_stop_a_cleanup_replaced], ids=["stop", "stop-a-cleanup-replaced"]
+)
 @pytest.mark.parametrize("opened", [False, True], ids=["before-its-run", "with-its-run"])
 def test_a_stopped_job_says_whether_it_had_a_run_to_close(
     opened: bool, stopping: Callable[[], None], tmp_path: Path, tracking_uri: str, caplog: pytest.LogCaptureFixture
