@@ -28,6 +28,8 @@ from tests.helpers import STANDIN, all_runs, compose_cfg, job_for
 TINY = ("+workload=rmsnorm_naive", "workload.hidden=16", "measure=quick", "backend=cpu")
 # seconds a wait for a sample may take: it bounds a hang only, so a busy host's late sample fails no test
 HANG_S = 60.0
+# long enough for /proc/stat's tick counters to move (ten 1/100 s ticks), whatever the host's load
+TICKS_MOVE_S = 0.1
 
 
 def wait_for(what: str, done: Callable[[], bool]) -> None:
@@ -55,6 +57,8 @@ def test_a_cpu_job_logs_the_hosts_cpu_and_memory_each_second_it_measures(
     def stop_after_two_periods(sampler: PollingSampler) -> list[SystemSample]:
         """The job's measurement ends once two periods are sampled, however late a busy host's samples come."""
         wait_for("two samples while the job measures", lambda: len(sampler.samples) >= 2)
+        # the host's CPU ticks count in 1/100 s: a last reading in the second one's tick has no CPU share to log
+        time.sleep(TICKS_MOVE_S)
         stopping.append(time.time())
         return stop(sampler)
 
