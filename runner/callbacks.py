@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner import names
 from runner.config import ConfigError, TrackingConfig, check_launcher_limits
 from runner.errors import JobFailure, UsageError
-from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus
+from runner.job import OWNER_FILE, SWEEP_ID_ENV, JobStatus, claim_folder, release_folder
 from runner.secrets import redact
 from runner.signals import ignore_later_stops, signals_held, stop_on_signals
 from runner.sweep.jobs import isolate_if_needed, swept_keys
@@ -173,6 +173,10 @@ class RunnerCallback(Callback):
         varied = swept_keys(config)
         os.environ[names.SWEPT_KEYS_ENV] = ",".join(varied)
         isolate_if_needed(config, varied)
+        try:  # two sweeps in one folder would each count the other's jobs as its own
+            claim_folder(self.sweep_dir, "hydra.sweep.dir")
+        except ConfigError as err:
+            sys.exit(f"error: {err}")
         stop_on_signals()
         atexit.register(self._close_if_stopped)
         _check_store(tracking, create=True)
@@ -242,21 +246,21 @@ class RunnerCallback(Callback):
                 ignore_later_stops()
                 mlflow_write(lambda: client.set_terminated(parent, JobStatus.FAILED.value))
                 mlflow_write(lambda: client.delete_run(parent))  # restorable, in no list
-                self.parent_run_id, self.sweep_id = None, ""
-                return failed
-            if summary.reused_run_ids:
-                reused = ",".join(summary.reused_run_ids)
-                mlflow_write(lambda: client.set_tag(parent, names.TAG_REUSED_RUNS, reused))
-            self._report(client)
-            mlflow_write(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
-            mlflow_write(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
-            mlflow_write(lambda: client.log_text(parent, text + "\n", names.SWEEP_SUMMARY_FILE))
-            killed = stopped and error is None  # by a signal; an error ends it FAILED
-            status = JobStatus.KILLED if killed else JobStatus.FAILED if failed else JobStatus.FINISHED
-            ignore_later_stops()  # the sweep is all recorded: its exit will say what its parent says
-            mlflow_write(lambda: client.set_terminated(parent, status.value))
+            else:
+                if summary.reused_run_ids:
+                    reused = ",".join(summary.reused_run_ids)
+                    mlflow_write(lambda: client.set_tag(parent, names.TAG_REUSED_RUNS, reused))
+                self._report(client)
+                mlflow_write(lambda: client.set_tag(parent, names.TAG_FAILED_JOBS, str(len(summary.failed))))
+                mlflow_write(lambda: client.set_tag(parent, names.TAG_SKIPPED_JOBS, str(len(summary.skipped))))
+                mlflow_write(lambda: client.log_text(parent, text + "\n", names.SWEEP_SUMMARY_FILE))
+                killed = stopped and error is None  # by a signal; an error ends it FAILED
+                status = JobStatus.KILLED if killed else JobStatus.FAILED if failed else JobStatus.FINISHED
+                ignore_later_stops()  # the sweep is all recorded: its exit will say what its parent says
+                mlflow_write(lambda: client.set_terminated(parent, status.value))
             self.parent_run_id = None
         self.sweep_id = ""  # closed: the exit hook has nothing left to do
+        release_folder(self.sweep_dir)  # all recorded: another sweep may use the folder
         return failed
 
     def _report(self, client: Any) -> None:

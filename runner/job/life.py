@@ -22,7 +22,7 @@ from runner.secrets import one_line, redact
 from runner.signals import ignore_later_stops, stop_on_signals, stops_unmasked
 
 log = logging.getLogger(__name__)
-# which process works in a job's folder: {"pid", "host"}, created exclusively, removed at its end
+# which process works in a job's (or a sweep's) folder: {"pid", "host"}, created exclusively, removed at its end
 OWNER_FILE = "job_owner.json"
 ERROR_FILE = "error.txt"  # the traceback of a job that raised, in its folder and in its run
 
@@ -49,14 +49,14 @@ def _current_traceback() -> str:
     return redact(traceback.format_exc())
 
 
-def claim_folder(job_dir: Path, key: str) -> None:
-    """Make this process the one job working in `job_dir`, or raise ConfigError: two jobs in one folder mix their data.
+def claim_folder(folder: Path, key: str) -> None:
+    """Make this process the one working in `folder` (a job's or a sweep's), or raise ConfigError: two would mix data.
 
-    Default folders are named per process (conf/config.yaml), so only a folder given by hand to two live jobs is
-    refused; the file of an owner that is gone (killed, crashed) is taken over.
+    Default folders are named per process (conf/config.yaml), so only a folder given by hand to two live jobs (or
+    sweeps) is refused; the file of an owner that is gone (killed, crashed) is taken over.
     """
-    job_dir.mkdir(parents=True, exist_ok=True)
-    path = job_dir / OWNER_FILE
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / OWNER_FILE
     me = {"pid": os.getpid(), "host": platform.node()}
     for _ in range(2):
         try:
@@ -67,8 +67,8 @@ def claim_folder(job_dir: Path, key: str) -> None:
             owner = _read_owner(path)
         if owner is not None and owner != me and _held(owner):
             raise ConfigError(
-                f"{key}={job_dir} is in use by process {owner['pid']} on {owner['host']}: every job needs its "
-                f"own folder (leave {key} unset, or give each job its own; if that process is gone, delete {path})"
+                f"{key}={folder} is in use by process {owner['pid']} on {owner['host']}: every job and sweep needs "
+                f"its own folder (leave {key} unset, or give each its own; if that process is gone, delete {path})"
             )
         path.unlink(missing_ok=True)  # its owner is gone (or it is ours from an earlier claim)
 

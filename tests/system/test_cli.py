@@ -4,7 +4,9 @@ refusals of bad input, run in the pytest process (`runner_in_process`) where onl
 from __future__ import annotations
 
 import getpass
+import json
 import os
+import platform
 import subprocess
 import sys
 from contextlib import suppress
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner import CONF_DIR, names
+from runner.job import OWNER_FILE
 from tests.helpers import REPO, RunnerInProcess, all_runs
 from tests.system.test_safety import full_disk  # noqa: F401  (the fixture)
 
@@ -81,6 +84,7 @@ def test_two_job_sweep_has_one_parent(tmp_path: Path, tracking_uri: str) -> None
     assert all(Path(r.data.tags[names.TAG_OUTPUT_DIR]).parent == tmp_path.resolve() for r in children)
     assert {r.info.run_name.split()[0] for r in children} == {"rmsnorm_naive", "rmsnorm_builtin"}
     assert all(r.info.status == "FINISHED" for r in runs)
+    assert not (tmp_path / OWNER_FILE).exists()  # the sweep's claim on its folder is released at its end
 
 
 @pytest.mark.parametrize(
@@ -207,6 +211,28 @@ def test_a_sweep_refuses_a_launcher_limit_it_would_hang_or_kill_every_job_on_bef
     sweep_dir = f"hydra.sweep.dir={tmp_path}/outputs/sweep"
     done = runner_in_process("-m", sweep_dir, "+workload=rmsnorm_naive", "hydra/launcher=parallel", limit)
     assert_refused(done, message, tmp_path, tracking_uri)
+
+
+def test_a_sweep_refuses_a_folder_another_live_sweep_works_in_before_its_parent_run(
+    tracking_uri: str, tmp_path: Path, runner_in_process: RunnerInProcess
+) -> None:
+    """Its jobs would mark the other's folders scheduled as its own: each sweep counted the other's jobs (one parent
+    deleted as having none, its finished job's run left under it), seen with two sweeps given one folder at once."""
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    with subprocess.Popen(["sleep", "30"]) as other:
+        claim = json.dumps({"pid": other.pid, "host": platform.node()})
+        (folder / OWNER_FILE).write_text(claim)
+        done = runner_in_process("-m", f"hydra.sweep.dir={folder}", "+workload=rmsnorm_naive,rmsnorm_builtin")
+        other.kill()
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr == (
+        f"error: hydra.sweep.dir={folder} is in use by process {other.pid} on {platform.node()}: every job and sweep "
+        f"needs its own folder (leave hydra.sweep.dir unset, or give each its own; if that process is gone, delete "
+        f"{folder / OWNER_FILE})\n"
+    )
+    assert [p.name for p in folder.iterdir()] == [OWNER_FILE] and (folder / OWNER_FILE).read_text() == claim
+    assert all_runs(tracking_uri) == []
 
 
 @pytest.mark.smoke
